@@ -1,0 +1,69 @@
+// The OP-DAG: a validated, shape-inferred, topologically ordered graph of operator nodes,
+// loaded from a protobuf text model file (schema: proto/graph.proto).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "core/tensor.hpp"
+#include "ops/op.hpp"
+
+namespace fusion {
+
+/// A model-file error; what() reads "FILE:LINE: node 'NAME': message" (node part when known).
+struct graph_error : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+/// One consumer of a node's output: which node, and which of its input slots.
+struct graph_edge_end {
+  int node = -1;
+  int slot = -1;
+};
+
+/// One node of the OP-DAG. Input nodes (data entry points) have no op.
+struct graph_node {
+  int id = -1;                  ///< index in graph::nodes (which is in topological order)
+  std::string name;             ///< unique; repeated blocks give "h0.ln1", "h1.ln1", ...
+  std::string kind;             ///< op kind, or "input"
+  attr_map attrs;               ///< resolved attributes
+  std::vector<int> inputs;      ///< producer node ids, one per input slot
+  std::vector<graph_edge_end> consumers;  ///< every (node, slot) reading this node's output
+  shape_t shape;                ///< output shape for the batch size the graph was loaded with
+  dtype type = dtype::f32;      ///< output dtype
+  std::unique_ptr<op> impl;     ///< null for inputs
+  int line = 0;                 ///< line of the node in the model file
+  bool is_input() const { return kind == "input"; }
+};
+
+/// A loaded model.
+struct graph {
+  std::string name;             ///< model name from the file
+  std::string file;             ///< path it was loaded from
+  int64_t batch = 0;            ///< the B the shapes were inferred for
+  int64_t context = 0;          ///< T: the sequence length of the token input
+  int64_t vocab = 0;            ///< V: vocabulary size the model expects
+  std::vector<graph_node> nodes;  ///< topological order: producers before consumers
+  int tokens_node = -1;         ///< input node fed with token ids (B, T)
+  int targets_node = -1;        ///< input node fed with next-token targets (B, T)
+  int logits_node = -1;         ///< node whose output is (B, T, V) logits (for sampling)
+  int loss_node = -1;           ///< scalar loss node
+
+  /// Node id by name, or -1.
+  int find(const std::string& name) const;
+  /// Total number of learnable scalars.
+  int64_t param_count() const;
+};
+
+/// Loads and validates a model file for batch size `batch`. Throws graph_error naming file, line
+/// and node for: parse errors, unknown op, missing or bad attribute, dangling or duplicate edge,
+/// duplicate node name, cycle, shape mismatch, missing tokens/targets/logits/loss declarations.
+graph load_graph(const std::string& path, int64_t batch);
+
+/// Same, from text already in memory; `path` is used only in messages.
+graph parse_graph(const std::string& text, const std::string& path, int64_t batch);
+
+}  // namespace fusion

@@ -1,0 +1,133 @@
+// Finite-difference gradient check for any op, run in double precision through the op contract.
+//
+// loss = sum(output .* R) for a fixed random R, so dloss/doutput = R. Analytic gradients come from
+// op::backward (accumulating onto a non-zero start, which also checks that backward adds rather
+// than overwrites); numeric ones from central differences of the same op in f64.
+#pragma once
+
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "ops/op.hpp"
+
+namespace fusion::test {
+
+/// Random f64 tensor with values in [-scale, scale].
+inline tensor random_f64(const shape_t& s, std::mt19937& rng, double scale = 1.0) {
+  tensor t(s, dtype::f64);
+  std::uniform_real_distribution<double> u(-scale, scale);
+  for (int64_t i = 0; i < t.numel(); ++i) t.f64()[i] = u(rng);
+  return t;
+}
+
+/// Random i32 tensor with values in [0, hi).
+inline tensor random_ids(const shape_t& s, int hi, std::mt19937& rng) {
+  tensor t(s, dtype::i32);
+  std::uniform_int_distribution<int> u(0, hi - 1);
+  for (int64_t i = 0; i < t.numel(); ++i) t.i32()[i] = u(rng);
+  return t;
+}
+
+struct gradcheck_result {
+  double max_error = 0;  ///< max |analytic - numeric| / max(1e-3, |analytic| + |numeric|)
+  std::string where;     ///< which tensor and element had it
+};
+
+/// Runs op forward in f64 with the given inputs (f64 or i32) and params (f64).
+inline tensor run_forward(const op& o, const std::vector<tensor>& inputs, const std::vector<tensor>& params,
+                          std::vector<tensor>* saved) {
+  std::vector<shape_t> shapes;
+  std::vector<dtype> types;
+  for (auto& t : inputs) shapes.push_back(t.shape()), types.push_back(t.type());
+  tensor out(o.infer_shape(shapes, types), dtype::f64);
+  std::vector<const tensor*> in_ptrs, p_ptrs;
+  for (auto& t : inputs) in_ptrs.push_back(&t);
+  for (auto& t : params) p_ptrs.push_back(&t);
+  o.forward({in_ptrs, p_ptrs, &out, saved});
+  return out;
+}
+
+/// Checks every input gradient (where the op has one) and every parameter gradient.
+inline gradcheck_result gradcheck(const op& o, std::vector<tensor> inputs, std::vector<tensor> params,
+                                  uint32_t seed = 7, double eps = 1e-6) {
+  std::mt19937 rng(seed);
+  std::vector<tensor> saved;
+  tensor out = run_forward(o, inputs, params, &saved);
+  tensor r = random_f64(out.shape(), rng);
+  auto loss = [&](const std::vector<tensor>& in, const std::vector<tensor>& ps) {
+    std::vector<tensor> s;
+    tensor y = run_forward(o, in, ps, &s);
+    double l = 0;
+    for (int64_t i = 0; i < y.numel(); ++i) l += y.f64()[i] * r.f64()[i];
+    return l;
+  };
+  // Analytic gradients, accumulated onto a known non-zero start.
+  const double start = 0.25;
+  std::vector<tensor> din, dparam;
+  std::vector<tensor*> din_ptrs, dparam_ptrs;
+  din.reserve(inputs.size());
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    bool has = o.input_has_grad(i) && inputs[i].type() == dtype::f64;
+    din.emplace_back(has ? tensor(inputs[i].shape(), dtype::f64) : tensor());
+    if (has) std::fill_n(din.back().f64(), din.back().numel(), start);
+  }
+  for (auto& d : din) din_ptrs.push_back(d.empty() ? nullptr : &d);
+  dparam.reserve(params.size());
+  for (auto& p : params) {
+    dparam.emplace_back(p.shape(), dtype::f64);
+    std::fill_n(dparam.back().f64(), dparam.back().numel(), start);
+  }
+  for (auto& d : dparam) dparam_ptrs.push_back(&d);
+  std::vector<const tensor*> in_ptrs, p_ptrs;
+  for (auto& t : inputs) in_ptrs.push_back(&t);
+  for (auto& t : params) p_ptrs.push_back(&t);
+  o.backward({in_ptrs, p_ptrs, &r, &saved, din_ptrs, dparam_ptrs});
+
+  gradcheck_result res;
+  auto check = [&](tensor& x, const tensor& analytic, const std::string& name) {
+    for (int64_t i = 0; i < x.numel(); ++i) {
+      double keep = x.f64()[i];
+      x.f64()[i] = keep + eps;
+      double lp = loss(inputs, params);
+      x.f64()[i] = keep - eps;
+      double lm = loss(inputs, params);
+      x.f64()[i] = keep;
+      double num = (lp - lm) / (2 * eps);
+      double ana = analytic.f64()[i] - start;
+      double err = std::abs(ana - num) / std::max(1e-3, std::abs(ana) + std::abs(num));
+      if (err > res.max_error) {
+        res.max_error = err;
+        res.where = name + "[" + std::to_string(i) + "] analytic " + std::to_string(ana) + " numeric " +
+                    std::to_string(num);
+      }
+    }
+  };
+  for (size_t i = 0; i < inputs.size(); ++i)
+    if (!din[i].empty()) check(inputs[i], din[i], "input" + std::to_string(i));
+  for (size_t i = 0; i < params.size(); ++i) check(params[i], dparam[i], "param" + std::to_string(i));
+  return res;
+}
+
+/// Forward in f32 must agree with forward in f64 (the training path is the f32 instantiation).
+inline double f32_vs_f64_forward(const op& o, const std::vector<tensor>& inputs, const std::vector<tensor>& params) {
+  std::vector<tensor> saved64, saved32;
+  tensor y64 = run_forward(o, inputs, params, &saved64);
+  std::vector<tensor> in32, p32;
+  for (auto& t : inputs) in32.push_back(t.type() == dtype::f64 ? t.to(dtype::f32) : t);
+  for (auto& t : params) p32.push_back(t.to(dtype::f32));
+  std::vector<shape_t> shapes;
+  std::vector<dtype> types;
+  for (auto& t : in32) shapes.push_back(t.shape()), types.push_back(t.type());
+  tensor y32(o.infer_shape(shapes, types), dtype::f32);
+  std::vector<const tensor*> in_ptrs, p_ptrs;
+  for (auto& t : in32) in_ptrs.push_back(&t);
+  for (auto& t : p32) p_ptrs.push_back(&t);
+  o.forward({in_ptrs, p_ptrs, &y32, &saved32});
+  return max_rel_diff(y32, y64);
+}
+
+}  // namespace fusion::test
