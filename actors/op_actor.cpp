@@ -1,0 +1,303 @@
+#include "actors/op_actor.hpp"
+
+#include <chrono>
+#include <cmath>
+
+#include "actors/messages.hpp"
+#include "core/param_init.hpp"
+
+namespace fusion {
+
+node_spec make_node_spec(const graph& g, int id) {
+  const graph_node& n = g.nodes.at(id);
+  node_spec s;
+  s.id = id;
+  s.name = n.name;
+  s.kind = n.kind;
+  s.attrs = n.attrs.values();
+  for (int p : n.inputs) {
+    const graph_node& prod = g.nodes[p];
+    s.input_shapes.push_back(prod.shape);
+    s.input_types.push_back(prod.type);
+    s.producer_is_input.push_back(prod.is_input() ? 1 : 0);
+  }
+  for (auto& c : n.consumers) s.consumer_slots.push_back(c.slot);
+  // Our index in each producer's consumer list, matched by (node, slot).
+  for (int slot = 0; slot < static_cast<int>(n.inputs.size()); ++slot) {
+    const auto& cons = g.nodes[n.inputs[slot]].consumers;
+    int idx = -1;
+    for (int i = 0; i < static_cast<int>(cons.size()); ++i)
+      if (cons[i].node == id && cons[i].slot == slot) idx = i;
+    s.index_at_producer.push_back(idx);
+  }
+  s.is_loss = id == g.loss_node;
+  s.is_logits = id == g.logits_node;
+  return s;
+}
+
+namespace {
+
+struct fwd_entry {
+  std::vector<tensor> inputs;
+  int have = 0;
+};
+
+struct saved_entry {
+  std::vector<tensor> inputs;
+  std::vector<tensor> aux;
+};
+
+struct bwd_entry {
+  std::vector<tensor> grads;  // one per consumer, summed in consumer order for determinism
+  int have = 0;
+};
+
+struct op_state {
+  node_spec spec;
+  actor_run_params run;
+  std::unique_ptr<op> impl;
+  std::vector<param_spec> param_specs;
+  std::vector<tensor> params, grads, m, v;
+  std::vector<caf::actor> consumers, producers;
+  caf::actor coordinator;
+  std::map<uint32_t, fwd_entry> pending_fwd;
+  std::map<uint32_t, saved_entry> saved;
+  std::map<uint32_t, bwd_entry> pending_bwd;
+  uint32_t next_bwd = 0;
+  double compute_seconds = 0;
+  static inline const char* name = "op_actor";
+};
+
+using self_ptr = caf::stateful_actor<op_state>*;
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+void report_failure(self_ptr self, const std::string& what) {
+  if (self->state.coordinator)
+    self->send(self->state.coordinator, fail_atom::value, self->state.spec.name, what);
+}
+
+// Runs backward for every micro-batch whose output gradients are complete, strictly in
+// micro-batch order, so parameter gradients accumulate in the same order on every run.
+void drain_backward(self_ptr self, uint64_t step) {
+  auto& st = self->state;
+  for (auto it = st.pending_bwd.find(st.next_bwd); it != st.pending_bwd.end();
+       it = st.pending_bwd.find(st.next_bwd)) {
+    size_t expected = st.spec.is_loss ? 1 : st.consumers.size();
+    if (it->second.have != static_cast<int>(expected)) return;
+    uint32_t mb = st.next_bwd;
+    auto entry = std::move(it->second);
+    st.pending_bwd.erase(it);
+    auto sv = st.saved.find(mb);
+    if (sv == st.saved.end()) throw std::runtime_error("backward for micro-batch " + std::to_string(mb) +
+                                                       " without a saved forward");
+    tensor dout = std::move(entry.grads[0]);
+    for (size_t i = 1; i < entry.grads.size(); ++i) {
+      float* d = dout.f32();
+      const float* g = entry.grads[i].f32();
+      for (int64_t k = 0; k < dout.numel(); ++k) d[k] += g[k];
+    }
+    auto t0 = std::chrono::steady_clock::now();
+    size_t n_in = sv->second.inputs.size();
+    std::vector<tensor> din(n_in);
+    std::vector<tensor*> din_ptrs(n_in, nullptr);
+    for (size_t i = 0; i < n_in; ++i) {
+      if (st.spec.producer_is_input[i] || !st.impl->input_has_grad(i)) continue;
+      din[i] = tensor(sv->second.inputs[i].shape(), dtype::f32);
+      din_ptrs[i] = &din[i];
+    }
+    std::vector<const tensor*> in_ptrs, p_ptrs;
+    std::vector<tensor*> g_ptrs;
+    for (auto& t : sv->second.inputs) in_ptrs.push_back(&t);
+    for (auto& t : st.params) p_ptrs.push_back(&t);
+    for (auto& t : st.grads) g_ptrs.push_back(&t);
+    st.impl->backward({in_ptrs, p_ptrs, &dout, &sv->second.aux, din_ptrs, g_ptrs});
+    st.saved.erase(sv);
+    st.compute_seconds += seconds_since(t0);
+    for (size_t i = 0; i < n_in; ++i) {
+      if (st.spec.producer_is_input[i]) continue;
+      if (din[i].empty()) din[i] = tensor(in_ptrs[i]->shape(), dtype::f32);  // no-grad slot: zeros
+      self->send(st.producers[i], backward_atom::value, step, mb,
+                 static_cast<uint32_t>(st.spec.index_at_producer[i]), std::move(din[i]));
+    }
+    ++st.next_bwd;
+    if (st.next_bwd == st.run.micro_batches) {
+      double sq = 0;
+      for (auto& g : st.grads)
+        for (int64_t k = 0; k < g.numel(); ++k) sq += static_cast<double>(g.f32()[k]) * g.f32()[k];
+      st.next_bwd = 0;
+      self->send(st.coordinator, grads_atom::value, step, static_cast<int32_t>(st.spec.id), sq);
+    }
+  }
+}
+
+void add_output_grad(self_ptr self, uint64_t step, uint32_t mb, uint32_t consumer, tensor grad) {
+  auto& st = self->state;
+  size_t expected = st.spec.is_loss ? 1 : st.consumers.size();
+  auto& e = st.pending_bwd[mb];
+  if (e.grads.empty()) e.grads.resize(expected);
+  if (consumer >= expected || !e.grads[consumer].empty())
+    throw std::runtime_error("unexpected gradient from consumer " + std::to_string(consumer) +
+                             " for micro-batch " + std::to_string(mb));
+  e.grads[consumer] = std::move(grad);
+  ++e.have;
+  drain_backward(self, step);
+}
+
+void run_forward(self_ptr self, uint64_t step, uint32_t mb, pass_mode mode, std::vector<tensor> inputs) {
+  auto& st = self->state;
+  tensor out;
+  std::vector<tensor> aux;
+  if (!st.impl) {  // a data input: pass through
+    out = std::move(inputs[0]);
+  } else {
+    auto t0 = std::chrono::steady_clock::now();
+    std::vector<shape_t> shapes;
+    std::vector<dtype> types;
+    std::vector<const tensor*> in_ptrs, p_ptrs;
+    for (auto& t : inputs) shapes.push_back(t.shape()), types.push_back(t.type()), in_ptrs.push_back(&t);
+    for (auto& t : st.params) p_ptrs.push_back(&t);
+    out = tensor(st.impl->infer_shape(shapes, types), dtype::f32);
+    st.impl->forward({in_ptrs, p_ptrs, &out, &aux});
+    st.compute_seconds += seconds_since(t0);
+  }
+  if (st.spec.is_loss) {
+    self->send(st.coordinator, loss_atom::value, step, mb, static_cast<double>(out.f32()[0]));
+    if (mode == pass_mode::train) {
+      st.saved[mb] = {std::move(inputs), std::move(aux)};
+      tensor seed_grad(shape_t{}, dtype::f32);
+      seed_grad.f32()[0] = 1.0f / static_cast<float>(st.run.micro_batches);
+      add_output_grad(self, step, mb, 0, std::move(seed_grad));
+    }
+    return;
+  }
+  if (mode == pass_mode::train && st.impl) st.saved[mb] = {std::move(inputs), std::move(aux)};
+  if (mode == pass_mode::infer && st.spec.is_logits) {
+    self->send(st.coordinator, output_atom::value, step, mb, std::move(out));
+    return;
+  }
+  auto mode_u8 = static_cast<uint8_t>(mode);
+  for (size_t i = 0; i < st.consumers.size(); ++i) {
+    auto slot = static_cast<uint32_t>(st.spec.consumer_slots[i]);
+    if (i + 1 == st.consumers.size())
+      self->send(st.consumers[i], forward_atom::value, step, mb, slot, mode_u8, std::move(out));
+    else
+      self->send(st.consumers[i], forward_atom::value, step, mb, slot, mode_u8, out);
+  }
+}
+
+void apply_step(self_ptr self, uint64_t step, double lr, float scale) {
+  auto& st = self->state;
+  for (size_t i = 0; i < st.params.size(); ++i) {
+    auto& p = st.params[i];
+    if (st.run.optim.kind == "sgd")
+      sgd_update(p.f32(), st.grads[i].f32(), st.m[i].f32(), p.numel(), lr, st.run.optim,
+                 st.param_specs[i].decay, scale);
+    else
+      adamw_update(p.f32(), st.grads[i].f32(), st.m[i].f32(), st.v[i].f32(), p.numel(),
+                   static_cast<int64_t>(step) + 1, lr, st.run.optim, st.param_specs[i].decay, scale);
+    st.grads[i].zero();
+  }
+}
+
+named_tensors collect_state(const op_state& st) {
+  named_tensors out;
+  for (size_t i = 0; i < st.params.size(); ++i) {
+    const std::string key = st.spec.name + "/" + st.param_specs[i].name;
+    out.emplace_back(key, st.params[i]);
+    out.emplace_back(key + ".m", st.m[i]);
+    out.emplace_back(key + ".v", st.v[i]);
+  }
+  return out;
+}
+
+void restore_state(op_state& st, named_tensors& in) {
+  size_t used = 0;
+  for (size_t i = 0; i < st.params.size(); ++i) {
+    const std::string key = st.spec.name + "/" + st.param_specs[i].name;
+    for (auto [suffix, dst] : {std::pair{"", &st.params[i]}, {".m", &st.m[i]}, {".v", &st.v[i]}}) {
+      auto it = std::find_if(in.begin(), in.end(), [&](auto& kv) { return kv.first == key + suffix; });
+      if (it == in.end()) throw std::runtime_error("checkpoint has no tensor '" + key + suffix + "'");
+      if (it->second.shape() != dst->shape() || it->second.type() != dtype::f32)
+        throw std::runtime_error("checkpoint tensor '" + key + suffix + "' has shape " +
+                                 to_string(it->second.shape()) + ", model expects " + to_string(dst->shape()));
+      *dst = std::move(it->second);
+      ++used;
+    }
+  }
+}
+
+caf::behavior op_actor_fn(self_ptr self, node_spec spec, actor_run_params run) {
+  auto& st = self->state;
+  st.spec = std::move(spec);
+  st.run = run;
+  if (st.spec.kind != "input") {
+    st.impl = make_op(st.spec.kind, attr_map{st.spec.attrs});
+    st.param_specs = st.impl->params(st.spec.input_shapes);
+    for (auto& ps : st.param_specs) {
+      st.params.emplace_back();
+      init_param(st.params.back(), ps, run.seed, st.spec.name + "/" + ps.name);
+      st.grads.emplace_back(ps.shape, dtype::f32);
+      st.m.emplace_back(ps.shape, dtype::f32);
+      st.v.emplace_back(run.optim.kind == "sgd" ? shape_t{0} : ps.shape, dtype::f32);
+    }
+  }
+  // Every handler converts exceptions into a fail message: nothing escapes the actor.
+  auto guarded = [self](auto&& fn) {
+    try {
+      fn();
+    } catch (const std::exception& e) {
+      report_failure(self, e.what());
+    }
+  };
+  return {
+      [=](connect_atom, std::vector<caf::actor>& consumers, std::vector<caf::actor>& producers,
+          caf::actor& coordinator) {
+        self->state.consumers = std::move(consumers);
+        self->state.producers = std::move(producers);
+        self->state.coordinator = std::move(coordinator);
+      },
+      [=](forward_atom, uint64_t step, uint32_t mb, uint32_t slot, uint8_t mode, tensor& value) {
+        guarded([&] {
+          auto& st = self->state;
+          size_t arity = st.impl ? st.spec.input_shapes.size() : 1;
+          auto& e = st.pending_fwd[mb];
+          if (e.inputs.empty()) e.inputs.resize(arity);
+          if (slot >= arity || !e.inputs[slot].empty())
+            throw std::runtime_error("unexpected input for slot " + std::to_string(slot) + " of micro-batch " +
+                                     std::to_string(mb));
+          e.inputs[slot] = std::move(value);
+          if (++e.have < static_cast<int>(arity)) return;
+          auto inputs = std::move(e.inputs);
+          st.pending_fwd.erase(mb);
+          run_forward(self, step, mb, static_cast<pass_mode>(mode), std::move(inputs));
+        });
+      },
+      [=](backward_atom, uint64_t step, uint32_t mb, uint32_t consumer, tensor& grad) {
+        guarded([&] { add_output_grad(self, step, mb, consumer, std::move(grad)); });
+      },
+      [=](step_atom, uint64_t step, double lr, float scale) {
+        guarded([&] { apply_step(self, step, lr, scale); });
+        return caf::make_message(stepped_atom::value, static_cast<int32_t>(self->state.spec.id));
+      },
+      [=](get_state_atom) { return collect_state(self->state); },
+      [=](set_state_atom, named_tensors& in) -> caf::result<bool> {
+        try {
+          restore_state(self->state, in);
+          return true;
+        } catch (const std::exception& e) {
+          return caf::make_error(caf::sec::invalid_argument, self->state.spec.name + ": " + e.what());
+        }
+      },
+  };
+}
+
+}  // namespace
+
+caf::actor spawn_op_actor(caf::actor_system& sys, node_spec spec, actor_run_params params) {
+  return sys.spawn(op_actor_fn, std::move(spec), std::move(params));
+}
+
+}  // namespace fusion

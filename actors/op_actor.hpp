@@ -1,0 +1,47 @@
+// The operator actor: one per OP-DAG node. It owns the node's parameters, gradients, optimizer
+// state and the activations saved per micro-batch, and it is the only place where an op's
+// forward and backward run. It does not know whether its neighbours are local or remote.
+#pragma once
+
+#include <caf/all.hpp>
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "core/graph.hpp"
+#include "core/optim.hpp"
+
+namespace fusion {
+
+/// Everything an op actor needs to know about its node, independent of the graph object
+/// (so that a node can later be spawned in another process from this description alone).
+struct node_spec {
+  int id = -1;
+  std::string name;
+  std::string kind;                               ///< op kind, or "input"
+  std::map<std::string, std::string> attrs;
+  std::vector<shape_t> input_shapes;              ///< shapes at load time (define parameter shapes)
+  std::vector<dtype> input_types;
+  std::vector<int> consumer_slots;                ///< per consumer: the input slot it feeds
+  std::vector<int> index_at_producer;             ///< per input slot: our index in the producer's consumers
+  std::vector<uint8_t> producer_is_input;         ///< per input slot: the producer is a data input
+  bool is_loss = false;
+  bool is_logits = false;
+};
+
+/// Training parameters shared by all op actors of a run.
+struct actor_run_params {
+  uint32_t micro_batches = 1;
+  uint64_t seed = 0;
+  optim_config optim;
+};
+
+/// Builds the spec of node `id` of a loaded graph.
+node_spec make_node_spec(const graph& g, int id);
+
+/// Spawns the actor of one node. Wire it with
+/// connect_atom(consumers, producers, coordinator) before sending data.
+caf::actor spawn_op_actor(caf::actor_system& sys, node_spec spec, actor_run_params params);
+
+}  // namespace fusion

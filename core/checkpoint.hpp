@@ -1,0 +1,82 @@
+// Checkpoint file: training step, model name, free-text metadata and named tensors (parameters
+// and optimizer state), in one checksummed binary file that is replaced atomically.
+//
+// Format version 1, all integers little-endian:
+//
+//     offset  size  field
+//     0       8     magic "FUSNCKPT"
+//     8       4     u32 format version (1)
+//     12      4     u32 flags (0; reserved)
+//     16      8     u64 file size in bytes, trailer included (detects truncation early)
+//     24      8     u64 step
+//     32      4     u32 tensor count
+//     36      4     u32 model name length L, then L bytes
+//             4     u32 meta length M, then M bytes
+//     per tensor:
+//             4     u32 name length (1..4096), then the name bytes (unique within the file)
+//             1     u8 dtype (0 f32, 1 i32, 2 f64, as fusion::dtype)
+//             1     u8 rank R (0..16; 0 is a scalar)
+//             2     u16 reserved (0)
+//             8*R   i64 dims
+//             8     u64 data bytes (== numel * element size), then the raw elements
+//     trailer:
+//             8     u64 XXH64 (seed 0) of every byte before the trailer
+//
+// Shape legend: none (tensors keep the shapes they were saved with).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/tensor.hpp"
+
+namespace fusion {
+
+/// Everything a training run needs to resume.
+struct checkpoint {
+  uint64_t step = 0;          ///< optimizer steps completed
+  std::string model_name;
+  std::string meta;           ///< free text, e.g. the run config
+  std::vector<std::pair<std::string, tensor>> tensors;
+};
+
+/// Writes `ckpt` to path + ".tmp", flushes it to disk, then renames it over `path`, so a crash
+/// leaves either the old checkpoint or the new one under `path`, never a partial file. Throws
+/// std::invalid_argument for an empty, overlong or duplicate tensor name or a tensor without
+/// storage, and std::runtime_error naming the file when writing fails.
+void save_checkpoint(const std::string& path, const checkpoint& ckpt);
+
+/// Reads and verifies a checkpoint. Throws std::runtime_error "checkpoint PATH: problem" for a
+/// missing file, bad magic, unsupported version, truncated or oversized file, malformed or
+/// absurd fields (checked against the file size before anything is allocated) and checksum
+/// mismatch.
+checkpoint load_checkpoint(const std::string& path);
+
+/// The tensor saved under `name`, or nullptr.
+const tensor* find_tensor(const checkpoint& ckpt, const std::string& name);
+
+/// Streaming XXH64 (Yann Collet's xxHash, 64-bit): the checkpoint checksum. It runs at memory
+/// speed, unlike byte-at-a-time hashes, which matters for checkpoints of hundreds of MB.
+class xxh64_hasher {
+ public:
+  explicit xxh64_hasher(uint64_t seed = 0);
+  void update(const void* data, size_t len);
+  /// Hash of everything passed to update() so far (the state is left unchanged).
+  uint64_t digest() const;
+
+ private:
+  uint64_t acc_[4];
+  uint64_t seed_;
+  uint64_t total_len_ = 0;
+  unsigned char buf_[32];
+  size_t buf_len_ = 0;
+};
+
+/// One-shot XXH64 of a byte range.
+uint64_t xxh64(std::span<const std::byte> data, uint64_t seed = 0);
+
+}  // namespace fusion

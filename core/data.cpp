@@ -1,0 +1,258 @@
+// Shape legend: B rows per batch, T tokens per row, V vocabulary size.
+#include "core/data.hpp"
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <memory>
+#include <stdexcept>
+
+namespace fusion {
+
+namespace {
+
+constexpr const char* vocab_magic = "fusion-char-vocab 1";
+
+// "'a'" for printable bytes, "byte 10 ('\n')"-style names for the rest, so an error message
+// never prints a raw control character.
+std::string describe_byte(unsigned char c) {
+  if (c >= 0x20 && c < 0x7f) return std::string("'") + static_cast<char>(c) + "' (byte " +
+                                     std::to_string(c) + ")";
+  switch (c) {
+    case '\n': return "'\\n' (byte 10)";
+    case '\r': return "'\\r' (byte 13)";
+    case '\t': return "'\\t' (byte 9)";
+    default: return "byte " + std::to_string(c);
+  }
+}
+
+// Strict decimal parse of a whole line: digits only, no sign, no spaces.
+bool parse_decimal(std::string_view s, int64_t max, int64_t& out) {
+  if (s.empty() || s.size() > 19) return false;
+  int64_t v = 0;
+  for (char c : s) {
+    if (c < '0' || c > '9') return false;
+    v = v * 10 + (c - '0');
+  }
+  if (v > max) return false;
+  out = v;
+  return true;
+}
+
+void check_batch_shape(int64_t B, int64_t T, const int32_t* x, const int32_t* y) {
+  if (B < 1 || T < 1)
+    throw std::invalid_argument("text_dataset: batch shape B=" + std::to_string(B) +
+                                ", T=" + std::to_string(T) + " must be positive");
+  if (!x || !y) throw std::invalid_argument("text_dataset: null x or y buffer");
+}
+
+}  // namespace
+
+// ---- char_tokenizer --------------------------------------------------------------------------
+
+void char_tokenizer::set_chars(std::vector<unsigned char> chars) {
+  chars_ = std::move(chars);
+  index_.fill(-1);
+  for (size_t i = 0; i < chars_.size(); ++i) index_[chars_[i]] = static_cast<int16_t>(i);
+}
+
+void char_tokenizer::build(std::string_view text) {
+  std::array<bool, 256> seen{};
+  for (char c : text) seen[static_cast<unsigned char>(c)] = true;
+  std::vector<unsigned char> chars;
+  for (int b = 0; b < 256; ++b)
+    if (seen[b]) chars.push_back(static_cast<unsigned char>(b));
+  set_chars(std::move(chars));
+}
+
+void char_tokenizer::load(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw std::runtime_error(path + ": cannot open vocabulary file: " + std::strerror(errno));
+  int line_no = 0;
+  auto fail = [&](const std::string& what) -> void {
+    throw std::runtime_error(path + ":" + std::to_string(line_no) + ": " + what);
+  };
+  std::string line;
+  auto next_line = [&](const char* expected) {
+    ++line_no;
+    if (!std::getline(in, line)) fail(std::string("unexpected end of file, expected ") + expected);
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+  };
+
+  next_line("the header line");
+  if (line != vocab_magic) fail("not a vocabulary file: header must read \"" +
+                                std::string(vocab_magic) + "\"");
+  next_line("the vocabulary size");
+  int64_t count = 0;
+  if (!parse_decimal(line, 256, count) || count < 1)
+    fail("vocabulary size must be an integer in [1, 256], got \"" + line + "\"");
+
+  std::vector<unsigned char> chars;
+  for (int64_t i = 0; i < count; ++i) {
+    next_line("a byte value");
+    int64_t b = 0;
+    if (!parse_decimal(line, 255, b)) fail("byte value must be an integer in [0, 255], got \"" + line + "\"");
+    if (!chars.empty() && b <= chars.back())
+      fail("byte values must be strictly increasing (" + std::to_string(b) + " after " +
+           std::to_string(chars.back()) + ")");
+    chars.push_back(static_cast<unsigned char>(b));
+  }
+  // Anything after the entries means the size line and the entries disagree.
+  while (std::getline(in, line)) {
+    ++line_no;
+    if (!line.empty() && line != "\r") fail("unexpected content after " + std::to_string(count) + " entries");
+  }
+  set_chars(std::move(chars));
+}
+
+void char_tokenizer::save(const std::string& path) const {
+  std::string out = std::string(vocab_magic) + "\n" + std::to_string(chars_.size()) + "\n";
+  for (unsigned char c : chars_) out += std::to_string(c) + "\n";
+  std::ofstream f(path, std::ios::binary | std::ios::trunc);
+  if (!f) throw std::runtime_error(path + ": cannot write vocabulary file: " + std::strerror(errno));
+  f.write(out.data(), static_cast<std::streamsize>(out.size()));
+  f.close();
+  if (!f) throw std::runtime_error(path + ": error writing vocabulary file");
+}
+
+std::vector<int32_t> char_tokenizer::encode(std::string_view text) const {
+  std::vector<int32_t> ids(text.size());
+  for (size_t i = 0; i < text.size(); ++i) {
+    auto c = static_cast<unsigned char>(text[i]);
+    int16_t id = index_[c];
+    if (id < 0)
+      throw std::runtime_error("char_tokenizer: character " + describe_byte(c) + " at offset " +
+                               std::to_string(i) + " is not in the vocabulary");
+    ids[i] = id;
+  }
+  return ids;
+}
+
+std::string char_tokenizer::decode(std::span<const int32_t> ids) const {
+  std::string out(ids.size(), '\0');
+  for (size_t i = 0; i < ids.size(); ++i) {
+    int32_t id = ids[i];
+    if (id < 0 || id >= size())
+      throw std::runtime_error("char_tokenizer: token id " + std::to_string(id) + " at position " +
+                               std::to_string(i) + " is outside the vocabulary [0, " +
+                               std::to_string(size()) + ")");
+    out[i] = static_cast<char>(chars_[static_cast<size_t>(id)]);
+  }
+  return out;
+}
+
+// ---- text_dataset ----------------------------------------------------------------------------
+
+uint64_t splitmix64(uint64_t x) noexcept {
+  x += 0x9e3779b97f4a7c15ULL;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+
+text_dataset::text_dataset(std::vector<int32_t> tokens, double val_fraction) : tokens_(std::move(tokens)) {
+  if (!(val_fraction >= 0.0 && val_fraction < 1.0))
+    throw std::invalid_argument("text_dataset: validation fraction " + std::to_string(val_fraction) +
+                                " must be in [0, 1)");
+  auto n = static_cast<int64_t>(tokens_.size());
+  auto n_val = static_cast<int64_t>(std::floor(static_cast<double>(n) * val_fraction));
+  n_train_ = n - n_val;
+}
+
+std::span<const int32_t> text_dataset::train_tokens() const noexcept {
+  return {tokens_.data(), static_cast<size_t>(n_train_)};
+}
+
+std::span<const int32_t> text_dataset::val_tokens() const noexcept {
+  return {tokens_.data() + n_train_, tokens_.size() - static_cast<size_t>(n_train_)};
+}
+
+void text_dataset::train_batch(uint64_t seed, uint64_t step, int64_t B, int64_t T, int32_t* x,
+                               int32_t* y) const {
+  check_batch_shape(B, T, x, y);
+  if (n_train_ < T + 1)
+    throw std::runtime_error("text_dataset: training split has " + std::to_string(n_train_) +
+                             " tokens, fewer than T+1 = " + std::to_string(T + 1));
+  // Valid starts are [0, n_train - T - 1]: the y window ends at start + T <= n_train - 1.
+  auto starts = static_cast<uint64_t>(n_train_ - T);
+  uint64_t step_key = splitmix64(splitmix64(seed) ^ step);
+  for (int64_t r = 0; r < B; ++r) {
+    uint64_t h = splitmix64(step_key ^ static_cast<uint64_t>(r));
+    // Multiply-shift maps h onto [0, starts) without the low-bit bias of a modulo.
+    auto start = static_cast<int64_t>((static_cast<unsigned __int128>(h) * starts) >> 64);
+    const int32_t* src = tokens_.data() + start;
+    std::copy(src, src + T, x + r * T);
+    std::copy(src + 1, src + T + 1, y + r * T);
+  }
+}
+
+int64_t text_dataset::val_batches(int64_t B, int64_t T) const {
+  if (B < 1 || T < 1)
+    throw std::invalid_argument("text_dataset: batch shape B=" + std::to_string(B) +
+                                ", T=" + std::to_string(T) + " must be positive");
+  auto n_val = static_cast<int64_t>(tokens_.size()) - n_train_;
+  int64_t windows = n_val >= T + 1 ? (n_val - 1) / T : 0;
+  int64_t batches = windows / B;
+  if (batches == 0)
+    throw std::runtime_error("text_dataset: validation split has " + std::to_string(n_val) +
+                             " tokens, fewer than the B*T+1 = " + std::to_string(B * T + 1) +
+                             " needed for one batch (B=" + std::to_string(B) + ", T=" +
+                             std::to_string(T) + ")");
+  return batches;
+}
+
+void text_dataset::val_batch(int64_t index, int64_t B, int64_t T, int32_t* x, int32_t* y) const {
+  check_batch_shape(B, T, x, y);
+  int64_t count = val_batches(B, T);
+  if (index < 0 || index >= count)
+    throw std::out_of_range("text_dataset: validation batch " + std::to_string(index) +
+                            " out of range [0, " + std::to_string(count) + ")");
+  const int32_t* val = tokens_.data() + n_train_;
+  for (int64_t r = 0; r < B; ++r) {
+    const int32_t* src = val + (index * B + r) * T;
+    std::copy(src, src + T, x + r * T);
+    std::copy(src + 1, src + T + 1, y + r * T);
+  }
+}
+
+// ---- corpus helpers --------------------------------------------------------------------------
+
+double unigram_entropy(std::span<const int32_t> tokens, int vocab) {
+  if (vocab < 1) throw std::invalid_argument("unigram_entropy: vocab " + std::to_string(vocab) + " < 1");
+  std::vector<int64_t> counts(static_cast<size_t>(vocab), 0);
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    int32_t t = tokens[i];
+    if (t < 0 || t >= vocab)
+      throw std::runtime_error("unigram_entropy: token " + std::to_string(t) + " at position " +
+                               std::to_string(i) + " is outside [0, " + std::to_string(vocab) + ")");
+    ++counts[static_cast<size_t>(t)];
+  }
+  if (tokens.empty()) return 0.0;
+  auto n = static_cast<double>(tokens.size());
+  double h = 0.0;
+  for (int64_t c : counts)
+    if (c > 0) {
+      double p = static_cast<double>(c) / n;
+      h -= p * std::log(p);
+    }
+  return h;
+}
+
+std::string read_text_file(const std::string& path) {
+  std::unique_ptr<std::FILE, int (*)(std::FILE*)> f(std::fopen(path.c_str(), "rb"), &std::fclose);
+  if (!f) {
+    if (errno == ENOENT) throw std::runtime_error("corpus file " + path + " not found: run scripts/get-data.sh");
+    throw std::runtime_error("corpus file " + path + ": cannot open: " + std::strerror(errno));
+  }
+  std::string text;
+  char buf[1 << 16];
+  size_t got = 0;
+  while ((got = std::fread(buf, 1, sizeof buf, f.get())) > 0) text.append(buf, got);
+  if (std::ferror(f.get())) throw std::runtime_error("corpus file " + path + ": read error");
+  return text;
+}
+
+}  // namespace fusion

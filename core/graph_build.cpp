@@ -1,0 +1,305 @@
+// From expanded nodes to the OP-DAG: name resolution, ops, edges, topological order
+// (Boost.Graph), shape inference and whole-graph checks.
+#include "core/graph_build.hpp"
+
+#include <boost/graph/adjacency_list.hpp>
+#include <boost/graph/depth_first_search.hpp>
+#include <boost/graph/topological_sort.hpp>
+
+#include <algorithm>
+#include <map>
+
+#include "core/graph_names.hpp"
+
+namespace fusion {
+
+namespace {
+
+using bgraph = boost::adjacency_list<boost::vecS, boost::vecS, boost::directedS>;
+
+// Records DFS tree parents and the first back edge, which closes a cycle.
+struct cycle_finder : boost::default_dfs_visitor {
+  std::vector<size_t>* parent;
+  std::pair<size_t, size_t>* back;
+  bool* found;
+  template <class E, class G>
+  void tree_edge(E e, const G& g) const {
+    (*parent)[boost::target(e, g)] = boost::source(e, g);
+  }
+  template <class E, class G>
+  void back_edge(E e, const G& g) const {
+    if (!*found) *back = {boost::source(e, g), boost::target(e, g)};
+    *found = true;
+  }
+};
+
+std::string describe(const shape_t& s, dtype t) { return to_string(s) + " " + to_string(t); }
+
+class builder {
+ public:
+  builder(std::vector<pending_node> nodes, const std::vector<graph_alias>& aliases,
+          const std::vector<graph_declaration>& decls, const graph_op_table& ops, const std::string& path,
+          int64_t batch)
+      : nodes_(std::move(nodes)), aliases_(aliases), decls_(decls), ops_(ops), path_(path), batch_(batch) {}
+
+  graph run(const std::string& model_name) {
+    index_names();
+    make_ops();
+    resolve_edges();
+    for (auto& d : decls_) declared_.push_back(resolve_declaration(d));
+    std::vector<int> order = topo_order();
+    infer_shapes(order);
+    check_declarations();
+    check_dead_ends();
+    return assemble(order, model_name);
+  }
+
+ private:
+  [[noreturn]] void fail(int line, const std::string& who, const std::string& msg) const {
+    throw graph_error(path_ + ":" + std::to_string(line) + ": " + who + ": " + msg);
+  }
+
+  std::string who(int i) const {
+    auto& n = nodes_[i];
+    return n.kind == "input" ? "input '" + n.name + "'" : "node '" + n.name + "' (" + n.kind + ")";
+  }
+
+  void index_names() {
+    for (int i = 0; i < static_cast<int>(nodes_.size()); ++i) {
+      auto [it, fresh] = index_.emplace(nodes_[i].name, i);
+      if (!fresh)
+        fail(nodes_[i].line, who(i), "duplicate name: '" + nodes_[i].name + "' is already defined at line " +
+                                         std::to_string(nodes_[it->second].line));
+    }
+    for (auto& a : aliases_) {
+      if (auto it = index_.find(a.name); it != index_.end())
+        fail(a.line, "block '" + a.name + "'", "duplicate name: '" + a.name + "' is already defined at line " +
+                                                   std::to_string(nodes_[it->second].line));
+      index_[a.name] = index_.at(a.target);
+    }
+  }
+
+  int resolve(const std::string& ref) const {
+    auto it = index_.find(ref);
+    return it == index_.end() ? -1 : it->second;
+  }
+
+  std::string suggest(const std::string& ref) const {
+    std::vector<std::string> names;
+    for (auto& [name, i] : index_) names.push_back(name);
+    return did_you_mean(ref, names);
+  }
+
+  void make_ops() {
+    impls_.resize(nodes_.size());
+    for (size_t i = 0; i < nodes_.size(); ++i) {
+      auto& n = nodes_[i];
+      if (n.kind == "input") continue;
+      std::string attrs;
+      for (auto& [k, v] : n.attrs.values()) attrs += (attrs.empty() ? "" : ", ") + k + "=" + v;
+      try {
+        impls_[i] = ops_.make(n.kind, n.attrs);
+      } catch (const std::exception& e) {
+        fail(n.line, who(i), std::string(e.what()) + (attrs.empty() ? "" : " (attributes: " + attrs + ")"));
+      }
+      if (!impls_[i]) fail(n.line, who(i), "the op factory returned nothing");
+      int arity = impls_[i]->arity();
+      int got = static_cast<int>(n.in.size());
+      std::string list;
+      for (auto& r : n.in) list += (list.empty() ? "'" : ", '") + r + "'";
+      if (arity >= 0 && got != arity)
+        fail(n.line, who(i), "wrong arity: takes " + std::to_string(arity) + " input" + (arity == 1 ? "" : "s") +
+                                 ", got " + std::to_string(got) + (list.empty() ? "" : " (" + list + ")"));
+      if (arity < 0 && got == 0) fail(n.line, who(i), "wrong arity: takes at least 1 input, got none");
+    }
+  }
+
+  // Each producer may feed a node once: add(x, x) would be the only legitimate use and is just
+  // 2x, while a repeated name is far more often a typo; the runtime can then key messages by
+  // (producer, consumer) pairs.
+  void resolve_edges() {
+    producers_.resize(nodes_.size());
+    for (size_t i = 0; i < nodes_.size(); ++i) {
+      auto& n = nodes_[i];
+      for (size_t k = 0; k < n.in.size(); ++k) {
+        int p = resolve(n.in[k]);
+        if (p < 0) fail(n.in_lines[k], who(i), "input '" + n.in[k] + "' names no node" + suggest(n.in[k]));
+        if (std::find(producers_[i].begin(), producers_[i].end(), p) != producers_[i].end())
+          fail(n.in_lines[k], who(i), "duplicate edge: input '" + n.in[k] +
+                                          "' is listed twice (a node may read each producer once)");
+        producers_[i].push_back(p);
+      }
+    }
+  }
+
+  int resolve_declaration(const graph_declaration& d) const {
+    if (d.value.empty())
+      fail(1, "model", "missing declaration '" + d.field + ": \"<node>\"' (every model names its tokens, "
+                       "targets, logits and loss nodes)");
+    int i = resolve(d.value);
+    if (i < 0) fail(d.line, d.field, "'" + d.value + "' names no node" + suggest(d.value));
+    return i;
+  }
+
+  // Boost's topological sort is a DFS; visiting vertices in reverse file order makes the result
+  // the file order whenever the file is already topologically sorted, so a model reads top-down.
+  std::vector<int> topo_order() const {
+    const size_t n = nodes_.size();
+    auto vx = [n](size_t i) { return n - 1 - i; };
+    bgraph g(n);
+    for (size_t i = 0; i < n; ++i)
+      for (int p : producers_[i]) boost::add_edge(vx(p), vx(i), g);
+    std::vector<size_t> post;
+    try {
+      boost::topological_sort(g, std::back_inserter(post));
+    } catch (const boost::not_a_dag&) {
+      report_cycle(g);
+    }
+    std::vector<int> order;
+    for (auto it = post.rbegin(); it != post.rend(); ++it) order.push_back(static_cast<int>(vx(*it)));
+    return order;
+  }
+
+  [[noreturn]] void report_cycle(const bgraph& g) const {
+    const size_t n = nodes_.size();
+    std::vector<size_t> parent(n, n);
+    std::pair<size_t, size_t> back{0, 0};
+    bool found = false;
+    cycle_finder vis;
+    vis.parent = &parent;
+    vis.back = &back;
+    vis.found = &found;
+    boost::depth_first_search(g, boost::visitor(vis));
+    // back edge u -> v: v is a DFS ancestor of u, so v -> ... -> u -> v is a cycle.
+    std::vector<size_t> path{back.first};
+    for (size_t x = back.first; x != back.second && parent[x] != n;) path.push_back(x = parent[x]);
+    std::reverse(path.begin(), path.end());
+    // Start the cycle at the node that comes first in the file (the highest vertex number).
+    std::rotate(path.begin(), std::max_element(path.begin(), path.end()), path.end());
+    std::string text;
+    for (size_t v : path) text += nodes_[n - 1 - v].name + " -> ";
+    int first = static_cast<int>(n - 1 - path[0]);
+    fail(nodes_[first].line, who(first), "cycle: " + text + nodes_[first].name);
+  }
+
+  void infer_shapes(const std::vector<int>& order) {
+    shapes_.resize(nodes_.size());
+    types_.resize(nodes_.size(), dtype::f32);
+    for (int i : order) {
+      auto& n = nodes_[i];
+      if (n.kind == "input") {
+        shapes_[i] = n.shape;
+        types_[i] = n.type;
+        continue;
+      }
+      std::vector<shape_t> in;
+      std::vector<dtype> types;
+      std::string listing;
+      for (int p : producers_[i]) {
+        in.push_back(shapes_[p]);
+        types.push_back(types_[p]);
+        listing += (listing.empty() ? "'" : ", '") + nodes_[p].name + "' " + describe(shapes_[p], types_[p]);
+      }
+      try {
+        shapes_[i] = impls_[i]->infer_shape(in, types);
+      } catch (const std::exception& e) {
+        fail(n.line, who(i), std::string("shape mismatch: ") + e.what() + " (inputs: " + listing + ")");
+      }
+      // An op's output shares the floating type of its inputs (f64 only in precision tests).
+      types_[i] = std::count(types.begin(), types.end(), dtype::f64) ? dtype::f64 : dtype::f32;
+    }
+  }
+
+  void check_declarations() const {
+    const int tokens = declared_[0], targets = declared_[1], logits = declared_[2], loss = declared_[3];
+    for (int k : {0, 1}) {
+      int i = declared_[k];
+      const auto& d = decls_[k];
+      if (nodes_[i].kind != "input") fail(d.line, d.field, "'" + d.value + "' must name an input, not a " + nodes_[i].kind + " node");
+      if (types_[i] != dtype::i32) fail(d.line, d.field, "input '" + d.value + "' must have dtype I32 (token ids)");
+      if (shapes_[i].size() != 2 || shapes_[i][0] != batch_)
+        fail(d.line, d.field, "input '" + d.value + "' must have shape (B, T) = [" + std::to_string(batch_) +
+                                  ", T], got " + to_string(shapes_[i]));
+    }
+    if (tokens == targets) fail(decls_[1].line, "targets", "must differ from tokens");
+    if (shapes_[targets] != shapes_[tokens])
+      fail(decls_[1].line, "targets", "shape " + to_string(shapes_[targets]) + " differs from tokens " +
+                                          to_string(shapes_[tokens]));
+    const shape_t& l = shapes_[logits];
+    if (l.size() != 3 || l[0] != shapes_[tokens][0] || l[1] != shapes_[tokens][1])
+      fail(decls_[2].line, "logits", "node '" + nodes_[logits].name + "' has shape " + to_string(l) +
+                                         ", expected (B, T, V) = [" + std::to_string(shapes_[tokens][0]) + ", " +
+                                         std::to_string(shapes_[tokens][1]) + ", V]");
+    if (numel_of(shapes_[loss]) != 1 || nodes_[loss].kind == "input")
+      fail(decls_[3].line, "loss", "node '" + nodes_[loss].name + "' must be a scalar op output, got shape " +
+                                       to_string(shapes_[loss]));
+  }
+
+  // A dead end would never receive a gradient, and its producers would wait for it forever.
+  void check_dead_ends() const {
+    std::vector<int> consumed(nodes_.size(), 0);
+    for (auto& ps : producers_)
+      for (int p : ps) consumed[p] = 1;
+    for (size_t i = 0; i < nodes_.size(); ++i)
+      if (!consumed[i] && static_cast<int>(i) != declared_[2] && static_cast<int>(i) != declared_[3])
+        fail(nodes_[i].line, who(static_cast<int>(i)),
+             "unused: its output feeds no node and it is neither the loss nor the logits");
+  }
+
+  graph assemble(const std::vector<int>& order, const std::string& model_name) {
+    graph g;
+    g.name = model_name;
+    g.file = path_;
+    g.batch = batch_;
+    std::vector<int> id(nodes_.size());
+    for (size_t k = 0; k < order.size(); ++k) id[order[k]] = static_cast<int>(k);
+    g.nodes.resize(nodes_.size());
+    for (size_t k = 0; k < order.size(); ++k) {
+      int i = order[k];
+      graph_node& out = g.nodes[k];
+      out.id = static_cast<int>(k);
+      out.name = nodes_[i].name;
+      out.kind = nodes_[i].kind;
+      out.attrs = nodes_[i].attrs;
+      out.shape = shapes_[i];
+      out.type = types_[i];
+      out.impl = std::move(impls_[i]);
+      out.line = nodes_[i].line;
+      for (size_t slot = 0; slot < producers_[i].size(); ++slot) {
+        int p = id[producers_[i][slot]];
+        out.inputs.push_back(p);
+        g.nodes[p].consumers.push_back({static_cast<int>(k), static_cast<int>(slot)});
+      }
+    }
+    g.tokens_node = id[declared_[0]];
+    g.targets_node = id[declared_[1]];
+    g.logits_node = id[declared_[2]];
+    g.loss_node = id[declared_[3]];
+    g.context = g.nodes[g.tokens_node].shape[1];
+    g.vocab = g.nodes[g.logits_node].shape[2];
+    return g;
+  }
+
+  std::vector<pending_node> nodes_;
+  const std::vector<graph_alias>& aliases_;
+  const std::vector<graph_declaration>& decls_;
+  const graph_op_table& ops_;
+  const std::string& path_;
+  int64_t batch_;
+  std::map<std::string, int> index_;
+  std::vector<std::unique_ptr<op>> impls_;
+  std::vector<std::vector<int>> producers_;
+  std::vector<int> declared_;
+  std::vector<shape_t> shapes_;
+  std::vector<dtype> types_;
+};
+
+}  // namespace
+
+graph build_graph(std::vector<pending_node> nodes, const std::vector<graph_alias>& aliases,
+                  const std::vector<graph_declaration>& declarations, const graph_op_table& ops,
+                  const std::string& path, int64_t batch, const std::string& model_name) {
+  return builder(std::move(nodes), aliases, declarations, ops, path, batch).run(model_name);
+}
+
+}  // namespace fusion

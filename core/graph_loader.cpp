@@ -1,0 +1,314 @@
+// Model file loader: text format -> expanded node list -> validated, shape-inferred OP-DAG.
+//
+// Stages, each throwing graph_error "FILE:LINE: <what>: <message>" on the first problem:
+//   1. parse (protobuf text format, line:column from the ErrorCollector)
+//   2. constants, in file order
+//   3. expand inputs, nodes and blocks in file order (block instances named "h0.ln1", ...)
+//   4. resolve names to producers, make ops, check arity, edges, cycles (Boost.Graph)
+//   5. infer shapes in topological order, check the tokens/targets/logits/loss declarations
+//      and that no node is a dead end.
+// Format reference: docs/model-format.md.
+#include "core/graph_loader.hpp"
+
+#include <google/protobuf/io/tokenizer.h>
+#include <google/protobuf/text_format.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <tuple>
+
+#include "core/graph_build.hpp"
+#include "core/graph_expr.hpp"
+#include "core/graph_names.hpp"
+#include "graph.pb.h"
+
+namespace fusion {
+
+namespace {
+
+namespace gp = google::protobuf;
+using info_tree = gp::TextFormat::ParseInfoTree;
+
+constexpr int64_t max_repeat = 10000;
+
+struct first_error_collector : gp::io::ErrorCollector {
+  int line = 0;
+  int column = 0;
+  std::string message;
+  void AddError(int l, gp::io::ColumnNumber c, const std::string& m) override {
+    if (message.empty()) {
+      line = l + 1;  // protobuf counts from 0
+      column = c + 1;
+      message = m;
+    }
+  }
+};
+
+// 1-based line of the index-th value of `field` in `tree`, 0 when unknown.
+int line_of(const info_tree* tree, const gp::Descriptor* d, const char* field, int index = -1) {
+  if (tree == nullptr) return 0;
+  return tree->GetLocation(d->FindFieldByName(field), index).line + 1;
+}
+
+const info_tree* nested(const info_tree* tree, const gp::Descriptor* d, const char* field, int index) {
+  return tree == nullptr ? nullptr : tree->GetTreeForNested(d->FindFieldByName(field), index);
+}
+
+// A user-chosen node, input or block name: letters, digits, '_' and '-', not starting with a
+// digit or '-'. '.' is reserved for block instances and '$' for "$in".
+bool is_node_name(const std::string& n) {
+  if (n.empty() || !(std::isalpha(static_cast<unsigned char>(n[0])) || n[0] == '_')) return false;
+  return std::all_of(n.begin(), n.end(),
+                     [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-'; });
+}
+
+class loader {
+ public:
+  loader(const std::string& path, int64_t batch, const graph_op_table& ops)
+      : path_(path), batch_(batch), ops_(ops) {}
+
+  graph run(const std::string& text) {
+    if (batch_ < 1) throw graph_error(path_ + ": batch size must be >= 1, got " + std::to_string(batch_));
+    parse(text);
+    constants();
+    expand();
+    return build_graph(std::move(nodes_), aliases_, declarations(), ops_, path_, batch_, model_.name());
+  }
+
+ private:
+  [[noreturn]] void fail(int line, const std::string& who, const std::string& msg) const {
+    throw graph_error(path_ + ":" + std::to_string(line) + ": " + who + ": " + msg);
+  }
+
+  void parse(const std::string& text) {
+    first_error_collector errors;
+    gp::TextFormat::Parser parser;
+    parser.RecordErrorsTo(&errors);
+    parser.WriteLocationsTo(&tree_);
+    if (!parser.ParseFromString(text, &model_)) {
+      if (errors.message.empty()) errors.message = "cannot parse the model file";
+      throw graph_error(path_ + ":" + std::to_string(errors.line) + ":" + std::to_string(errors.column) +
+                        ": parse error: " + errors.message);
+    }
+  }
+
+  void constants() {
+    consts_["B"] = graph_value::of_int(batch_);
+    auto* d = pb::model::descriptor();
+    for (int i = 0; i < model_.const__size(); ++i) {
+      const auto& c = model_.const_(i);
+      int line = line_of(&tree_, d, "const", i);
+      std::string who = "const '" + c.name() + "'";
+      if (c.name() == "B") fail(line, who, "B is reserved: it is the batch size given at load time");
+      if (!is_constant_name(c.name()))
+        fail(line, who, "bad constant name (use letters, digits and '_', not starting with a digit)");
+      if (consts_.count(c.name())) fail(line, who, "defined twice");
+      if (c.v_case() == pb::model_const::kValue) {
+        consts_[c.name()] = graph_value::of_int(c.value());
+      } else if (c.v_case() == pb::model_const::kExpr) {
+        consts_[c.name()] = eval(c.expr(), line, who, "expr");
+      } else {
+        fail(line, who, "needs 'value: <integer>' or 'expr: \"<expression>\"'");
+      }
+    }
+  }
+
+  graph_value eval(const std::string& text, int line, const std::string& who, const std::string& what) const {
+    try {
+      return eval_graph_expr(text, consts_);
+    } catch (const graph_expr_error& e) {
+      fail(line, who, what + " \"" + text + "\": " + e.what());
+    }
+  }
+
+  // Inputs, nodes and blocks in the order they appear in the file (protobuf keeps each
+  // repeated field's order, the parse tree tells how the three interleave).
+  void expand() {
+    auto* d = pb::model::descriptor();
+    std::vector<std::tuple<int, int, int, int>> items;  // line, column, field (0 input, 1 node, 2 block), index
+    const char* fields[] = {"input", "node", "block"};
+    int sizes[] = {model_.input_size(), model_.node_size(), model_.block_size()};
+    for (int f = 0; f < 3; ++f)
+      for (int i = 0; i < sizes[f]; ++i) {
+        auto loc = tree_.GetLocation(d->FindFieldByName(fields[f]), i);
+        items.emplace_back(loc.line, loc.column, f, i);
+      }
+    std::sort(items.begin(), items.end());
+    for (auto& [line, column, f, i] : items) {
+      (void)column;
+      if (f == 0) add_input(model_.input(i), line + 1);
+      else if (f == 1) add_node(model_.node(i), nested(&tree_, d, "node", i), line + 1, "", {}, "");
+      else add_block(model_.block(i), nested(&tree_, d, "block", i), line + 1);
+    }
+  }
+
+  void add_input(const pb::model_input& in, int line) {
+    std::string who = "input '" + in.name() + "'";
+    if (!is_node_name(in.name()))
+      fail(line, who, "bad name (use letters, digits, '_' and '-', starting with a letter or '_')");
+    pending_node n;
+    n.name = in.name();
+    n.kind = "input";
+    n.line = line;
+    n.type = in.dtype() == pb::model_input::I32 ? dtype::i32
+             : in.dtype() == pb::model_input::F64 ? dtype::f64 : dtype::f32;
+    if (in.shape().empty()) fail(line, who, "missing 'shape', e.g. shape: \"B,T\"");
+    std::stringstream dims(in.shape());
+    for (std::string dim; std::getline(dims, dim, ',');) {
+      graph_value v = eval(dim, line, who, "shape dimension");
+      if (v.type != graph_value::kind::integer || v.i < 1)
+        fail(line, who, "shape \"" + in.shape() + "\": dimension \"" + dim + "\" must be an integer >= 1, got " +
+                            v.to_string());
+      n.shape.push_back(v.i);
+    }
+    nodes_.push_back(std::move(n));
+  }
+
+  // One node; inside instance `prefix` ("h3.") of a block whose nodes are `local` and whose
+  // "$in" is `block_in`. Outside blocks prefix is "" and "$in" is an error.
+  void add_node(const pb::model_node& src, const info_tree* tree, int line, const std::string& prefix,
+                const std::vector<std::string>& local, const std::string& block_in) {
+    auto* d = pb::model_node::descriptor();
+    pending_node n;
+    n.name = prefix + src.name();
+    n.kind = src.op();
+    n.line = line;
+    std::string who = "node '" + n.name + "'";
+    if (!is_node_name(src.name()))
+      fail(line, who, "bad node name (use letters, digits, '_' and '-', starting with a letter or '_'; "
+                      "'.' is reserved for block instances)");
+    if (src.op().empty()) fail(line, who, "missing 'op' (known ops: " + known_ops() + ")");
+    if (std::find(ops_.kinds.begin(), ops_.kinds.end(), src.op()) == ops_.kinds.end())
+      fail(line, who, "unknown op '" + src.op() + "'" + did_you_mean(src.op(), ops_.kinds) + "; known ops: " +
+                          known_ops());
+    who += " (" + src.op() + ")";
+    const auto* known = graph_known_attrs(src.op());
+    for (int a = 0; a < src.attr_size(); ++a) {
+      const auto& at = src.attr(a);
+      int aline = line_of(tree, d, "attr", a);
+      if (known && std::find(known->begin(), known->end(), at.key()) == known->end()) {
+        std::string list;
+        for (auto& k : *known) list += (list.empty() ? "" : ", ") + k;
+        fail(aline, who, "unknown attribute '" + at.key() + "'" + did_you_mean(at.key(), *known) +
+                             "; known attributes of " + src.op() + ": " + (list.empty() ? "none" : list));
+      }
+      if (n.attrs.has(at.key())) fail(aline, who, "attribute '" + at.key() + "' given twice");
+      n.attrs.set(at.key(), eval(at.value(), aline, who, "attribute '" + at.key() + "'").to_string());
+    }
+    for (int k = 0; k < src.in_size(); ++k) {
+      const std::string& ref = src.in(k);
+      int iline = line_of(tree, d, "in", k);
+      std::string target = ref;
+      if (ref == "$in") {
+        if (prefix.empty()) fail(iline, who, "'$in' is only valid inside a block");
+        target = block_in;
+      } else if (std::find(local.begin(), local.end(), ref) != local.end()) {
+        target = prefix + ref;
+      }
+      n.in.push_back(target);
+      n.in_lines.push_back(iline);
+    }
+    nodes_.push_back(std::move(n));
+  }
+
+  void add_block(const pb::model_block& b, const info_tree* tree, int line) {
+    auto* d = pb::model_block::descriptor();
+    std::string who = "block '" + b.name() + "'";
+    if (!is_node_name(b.name()))
+      fail(line, who, "bad block name (use letters, digits, '_' and '-', starting with a letter or '_')");
+    if (b.node_size() == 0) fail(line, who, "has no nodes");
+    int rline = line_of(tree, d, "repeat");
+    if (b.repeat().empty()) fail(line, who, "missing 'repeat', e.g. repeat: \"L\"");
+    graph_value r = eval(b.repeat(), rline, who, "repeat");
+    if (r.type != graph_value::kind::integer) fail(rline, who, "repeat must be an integer, got " + r.to_string());
+    if (r.i < 1) fail(rline, who, "repeat must be >= 1, got " + std::to_string(r.i) + " (\"" + b.repeat() + "\")");
+    // A typo like "L*L*L" must not try to build millions of nodes.
+    if (r.i > max_repeat)
+      fail(rline, who, "repeat " + std::to_string(r.i) + " is implausibly large (limit " + std::to_string(max_repeat) + ")");
+    std::vector<std::string> local;
+    for (auto& n : b.node()) local.push_back(n.name());
+    if (std::find(local.begin(), local.end(), b.output()) == local.end())
+      fail(line_of(tree, d, "output") ? line_of(tree, d, "output") : line, who,
+           b.output().empty() ? "missing 'output' (the block node that feeds the next repetition)"
+                              : "output '" + b.output() + "' is not a node of the block" +
+                                    did_you_mean(b.output(), local));
+    bool uses_in = false;
+    for (auto& n : b.node())
+      for (auto& ref : n.in()) uses_in |= ref == "$in";
+    if (uses_in && b.input().empty()) fail(line, who, "uses '$in' but has no 'input' (the node feeding repetition 0)");
+    std::string prev = b.input();
+    for (int64_t i = 0; i < r.i; ++i) {
+      std::string prefix = b.name() + std::to_string(i) + ".";
+      for (int k = 0; k < b.node_size(); ++k)
+        add_node(b.node(k), nested(tree, d, "node", k), line_of(tree, d, "node", k), prefix, local, prev);
+      prev = prefix + b.output();
+    }
+    aliases_.push_back({b.name(), prev, line});
+  }
+
+  std::vector<graph_declaration> declarations() const {
+    auto* d = pb::model::descriptor();
+    return {{"tokens", model_.tokens(), line_of(&tree_, d, "tokens")},
+            {"targets", model_.targets(), line_of(&tree_, d, "targets")},
+            {"logits", model_.logits(), line_of(&tree_, d, "logits")},
+            {"loss", model_.loss(), line_of(&tree_, d, "loss")}};
+  }
+
+  std::string known_ops() const {
+    std::string out;
+    for (auto& k : ops_.kinds) out += (out.empty() ? "" : ", ") + k;
+    return out;
+  }
+
+  std::string path_;
+  int64_t batch_;
+  const graph_op_table& ops_;
+  pb::model model_;
+  info_tree tree_;
+  graph_constants consts_;
+  std::vector<pending_node> nodes_;
+  std::vector<graph_alias> aliases_;
+};
+
+}  // namespace
+
+graph_op_table default_op_table() { return {make_op, op_kinds()}; }
+
+const std::vector<std::string>* graph_known_attrs(const std::string& kind) {
+  static const std::map<std::string, std::vector<std::string>> table = {
+      {"add", {}},
+      {"attention", {"heads", "causal"}},
+      {"cross_entropy", {}},
+      {"gelu", {}},
+      {"layernorm", {"eps"}},
+      {"linear", {"out", "in", "bias", "init_std"}},
+      {"matmul", {"transpose_b"}},
+      {"position_embedding", {"max_len", "dim"}},
+      {"relu", {}},
+      {"token_embedding", {"vocab", "dim"}},
+  };
+  auto it = table.find(kind);
+  return it == table.end() ? nullptr : &it->second;
+}
+
+graph parse_graph_with(const std::string& text, const std::string& path, int64_t batch, const graph_op_table& ops) {
+  return loader(path, batch, ops).run(text);
+}
+
+graph parse_graph(const std::string& text, const std::string& path, int64_t batch) {
+  return parse_graph_with(text, path, batch, default_op_table());
+}
+
+graph load_graph(const std::string& path, int64_t batch) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw graph_error("cannot open model file '" + path + "': " + std::strerror(errno));
+  std::stringstream text;
+  text << in.rdbuf();
+  return parse_graph(text.str(), path, batch);
+}
+
+}  // namespace fusion

@@ -1,0 +1,104 @@
+// Shape legend: n elements of one parameter tensor.
+#include "core/optim.hpp"
+
+#include <cmath>
+#include <numbers>
+#include <stdexcept>
+
+namespace fusion {
+
+namespace {
+
+[[noreturn]] void bad_field(const char* field, const std::string& why) {
+  throw std::invalid_argument(std::string("optimizer config: ") + field + " " + why);
+}
+
+}  // namespace
+
+void check_optim_config(const optim_config& c) {
+  if (c.kind != "adamw" && c.kind != "sgd") bad_field("kind", "\"" + c.kind + "\" is not adamw or sgd");
+  // `!(x >= 0)` also rejects NaN.
+  if (!(c.lr >= 0)) bad_field("lr", "must be >= 0, got " + std::to_string(c.lr));
+  if (!(c.min_lr >= 0)) bad_field("min_lr", "must be >= 0, got " + std::to_string(c.min_lr));
+  if (!(c.beta1 >= 0 && c.beta1 < 1)) bad_field("beta1", "must be in [0, 1), got " + std::to_string(c.beta1));
+  if (!(c.beta2 >= 0 && c.beta2 < 1)) bad_field("beta2", "must be in [0, 1), got " + std::to_string(c.beta2));
+  if (!(c.eps > 0)) bad_field("eps", "must be > 0, got " + std::to_string(c.eps));
+  if (!(c.weight_decay >= 0)) bad_field("weight_decay", "must be >= 0, got " + std::to_string(c.weight_decay));
+  if (!(c.momentum >= 0 && c.momentum < 1)) bad_field("momentum", "must be in [0, 1), got " + std::to_string(c.momentum));
+  if (std::isnan(c.grad_clip)) bad_field("grad_clip", "is NaN");
+  if (c.warmup_steps < 0) bad_field("warmup_steps", "must be >= 0, got " + std::to_string(c.warmup_steps));
+  if (c.total_steps < 0) bad_field("total_steps", "must be >= 0, got " + std::to_string(c.total_steps));
+}
+
+int optim_state_count(const optim_config& c) {
+  if (c.kind == "adamw") return 2;
+  if (c.kind == "sgd") return 1;
+  bad_field("kind", "\"" + c.kind + "\" is not adamw or sgd");
+}
+
+double lr_at(const optim_config& c, int64_t step) {
+  if (step < 0) throw std::invalid_argument("lr_at: negative step " + std::to_string(step));
+  if (step < c.warmup_steps)
+    return c.lr * static_cast<double>(step + 1) / static_cast<double>(c.warmup_steps);
+  if (step >= c.total_steps) return c.min_lr;
+  double progress = static_cast<double>(step - c.warmup_steps) /
+                    static_cast<double>(c.total_steps - c.warmup_steps);
+  return c.min_lr + 0.5 * (c.lr - c.min_lr) * (1.0 + std::cos(std::numbers::pi * progress));
+}
+
+float clip_scale(double global_grad_norm, double grad_clip) {
+  if (grad_clip <= 0 || global_grad_norm <= grad_clip) return 1.0f;
+  return static_cast<float>(grad_clip / (global_grad_norm + 1e-6));
+}
+
+void adamw_update(float* p, const float* g, float* m, float* v, int64_t n, int64_t t, double lr,
+                  const optim_config& c, bool decay, float grad_scale) {
+  if (t < 1) throw std::invalid_argument("adamw_update: step t must be >= 1 (1-based), got " + std::to_string(t));
+  // Scalars in double, element math in float as PyTorch does for f32 parameters.
+  const auto shrink = static_cast<float>(decay ? 1.0 - lr * c.weight_decay : 1.0);
+  const auto b1 = static_cast<float>(c.beta1);
+  const auto b2 = static_cast<float>(c.beta2);
+  const auto one_minus_b1 = static_cast<float>(1.0 - c.beta1);
+  const auto one_minus_b2 = static_cast<float>(1.0 - c.beta2);
+  const double td = static_cast<double>(t);
+  const auto step_size = static_cast<float>(lr / (1.0 - std::pow(c.beta1, td)));
+  const auto inv_bc2_sqrt = static_cast<float>(1.0 / std::sqrt(1.0 - std::pow(c.beta2, td)));
+  const auto eps = static_cast<float>(c.eps);
+  for (int64_t i = 0; i < n; ++i) {
+    float gi = g[i] * grad_scale;
+    float mi = b1 * m[i] + one_minus_b1 * gi;
+    float vi = b2 * v[i] + one_minus_b2 * gi * gi;
+    m[i] = mi;
+    v[i] = vi;
+    p[i] = p[i] * shrink - step_size * mi / (std::sqrt(vi) * inv_bc2_sqrt + eps);
+  }
+}
+
+void sgd_update(float* p, const float* g, float* buf, int64_t n, double lr, const optim_config& c,
+                bool decay, float grad_scale) {
+  const auto wd = static_cast<float>(decay ? c.weight_decay : 0.0);
+  const auto mu = static_cast<float>(c.momentum);
+  const auto lr_f = static_cast<float>(lr);
+  for (int64_t i = 0; i < n; ++i) {
+    float gi = g[i] * grad_scale + wd * p[i];
+    // With a zero-initialised buffer, momentum * 0 + g equals PyTorch's first-step buf = g.
+    float bi = mu * buf[i] + gi;
+    buf[i] = bi;
+    p[i] -= lr_f * bi;
+  }
+}
+
+double sum_of_squares(const float* x, int64_t n) {
+  // Four independent accumulators let the compiler vectorise the double sum.
+  double acc[4] = {0, 0, 0, 0};
+  int64_t i = 0;
+  for (; i + 4 <= n; i += 4)
+    for (int k = 0; k < 4; ++k) {
+      double xi = x[i + k];
+      acc[k] += xi * xi;
+    }
+  for (; i < n; ++i) acc[0] += static_cast<double>(x[i]) * x[i];
+  return (acc[0] + acc[1]) + (acc[2] + acc[3]);
+}
+
+}  // namespace fusion
