@@ -51,6 +51,7 @@ struct train_app_config : caf::actor_system_config {
   sample_options sample;
   uint64_t threads = 0, blas_threads = 1;
   double step_timeout_s = 600;
+  bool quiet = false;
   std::vector<option_row> rows;
 
   train_app_config() {
@@ -90,7 +91,7 @@ struct train_app_config : caf::actor_system_config {
         {"runtime", "threads", "actor scheduler threads (0: one per core)", &threads},
         {"runtime", "blas-threads", "OpenBLAS threads per op call", &blas_threads},
         {"runtime", "step-timeout", "seconds before a stuck step aborts the run", &step_timeout_s},
-        {"runtime", "progress", "print progress lines", &run.progress},
+          {"runtime", "quiet", "no progress lines", &quiet},
     };
     o.total_steps = 0;
     for (auto& r : rows) {
@@ -142,16 +143,39 @@ std::vector<std::string> normalise_args(int argc, char** argv, std::string& conf
   return out;
 }
 
+const char* kind_name(ini_option::kind k) {
+  switch (k) {
+    case ini_option::kind::boolean: return "bool";
+    case ini_option::kind::integer: return "int";
+    case ini_option::kind::unsigned_integer: return "uint";
+    case ini_option::kind::real: return "real";
+    default: return "string";
+  }
+}
+
+void print_help(const train_app_config& cfg) {
+  std::cout << "usage: fusion-train --config FILE.ini [--model FILE] [--steps N] [--resume CKPT]\n"
+               "                    [--sample N [--prompt TEXT]] [--category.key=value ...]\n\n"
+               "Trains an OP-DAG model, one CAF actor per operator, on a text corpus. Settings are\n"
+               "[category] key=value lines of the INI file; the command line overrides any of them as\n"
+               "--category.key=value (e.g. --train.steps=50 --optim.lr=3.0e-4). INI reals need a decimal\n"
+               "point and strings double quotes; the file is checked and every problem is reported.\n\n"
+               "options:\n";
+  for (auto& r : cfg.rows) {
+    std::string key = std::string("--") + r.category + "." + r.name + "=<" + kind_name(kind_of(r)) + ">";
+    std::printf("  %-36s %s\n", key.c_str(), r.help);
+  }
+  std::cout << "\nsee docs/training.md for details, metrics and checkpoints" << std::endl;
+}
+
 int run(int argc, char** argv) {
   train_app_config cfg;
   std::string config_file;
   auto args = normalise_args(argc, argv, config_file);
   bool help = std::find_if(args.begin(), args.end(), [](auto& a) { return a == "-h" || a == "--help"; }) != args.end();
   if (help) {
-    std::cout << "usage: fusion-train --config FILE.ini [--model FILE] [--sample N [--prompt TEXT]] "
-                 "[--category.key=value ...]\n\n"
-                 "Trains an OP-DAG model (one actor per operator) on a text corpus. Settings come from the\n"
-                 "INI file and are overridden on the command line, e.g. --train.steps=50 --optim.lr=3e-4.\n\n";
+    print_help(cfg);
+    return 0;
   }
   if (!config_file.empty()) {
     std::ifstream in(config_file);
@@ -178,6 +202,7 @@ int run(int argc, char** argv) {
   cfg.run.threads = static_cast<int>(cfg.threads);
   cfg.run.blas_threads = static_cast<int>(cfg.blas_threads);
   cfg.run.step_timeout_s = cfg.step_timeout_s;
+  cfg.run.progress = !cfg.quiet;
 
   if (cfg.sample.count > 0) {
     if (cfg.run.resume_from.empty()) cfg.run.resume_from = cfg.run.checkpoint_file;

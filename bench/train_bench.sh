@@ -160,7 +160,7 @@ run_ours() {  # $1 round
   else
     rss=$(sed -n 's/.*peak RSS \([0-9.]*\) MiB.*/\1/p' "$tmp/ours$1.err" | tail -1)
   fi
-  echo "$line $rss" >>"$tmp/ours_runs"
+  echo "$line $rss ${others% *}" >>"$tmp/ours_runs"
   echo "  round $1: FusionLLM $line $rss (tokens/s, loss, peak RSS MiB); others/steal CPU % ${others/ //}"
 }
 
@@ -184,7 +184,7 @@ run_torch() {  # $1 round
   else
     rss=$(result_field "$tmp/torch$1.out" peak_rss_mb)
   fi
-  echo "$tps $loss $rss" >>"$tmp/torch_runs"
+  echo "$tps $loss $rss ${others% *}" >>"$tmp/torch_runs"
   echo "  round $1: PyTorch $tps $loss $rss (tokens/s, loss, peak RSS MiB); others/steal CPU % ${others/ //}"
 }
 
@@ -197,7 +197,10 @@ load_after=$(cut -d' ' -f1-3 /proc/loadavg)
 # ---- table ---------------------------------------------------------------------------------------
 # median FILE COLUMN
 median() { awk -v c="$2" '{ print $c }' "$1" | sort -g | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
-runs_list() { awk '{ printf "%s%.0f", (NR > 1 ? " " : ""), $1 }' "$1"; }
+# runs_list FILE: tokens/s of each run in round order, "*" after runs other processes disturbed.
+runs_list() { awk '{ printf "%s%.0f%s", (NR > 1 ? " " : ""), $1, ($4 + 0 > 10 ? "*" : "") }' "$1"; }
+# Paired per-round ratios (ours / torch of the same round): robust to drift between rounds.
+round_ratios=$(paste "$tmp/ours_runs" "$tmp/torch_runs" | awk '{ printf "%s%.2f", (NR > 1 ? " " : ""), $1 / $5 }')
 ours_tps=$(median "$tmp/ours_runs" 1) ours_loss=$(median "$tmp/ours_runs" 2) ours_rss=$(median "$tmp/ours_runs" 3)
 torch_tps=$(median "$tmp/torch_runs" 1) torch_loss=$(median "$tmp/torch_runs" 2) torch_rss=$(median "$tmp/torch_runs" 3)
 sgemm_peak=$(median "$tmp/sgemm_peak" 1)
@@ -213,17 +216,17 @@ fi
 echo
 awk -v ot="$ours_tps" -v ol="$ours_loss" -v orss="$ours_rss" -v oruns="$(runs_list "$tmp/ours_runs")" \
     -v tt="$torch_tps" -v tl="$torch_loss" -v trss="$torch_rss" -v truns="$(runs_list "$tmp/torch_runs")" \
-    -v tv="$torch_version" -v fpt="$flops_per_token" -v peak="$sgemm_peak" -v tthreads="$torch_threads" 'BEGIN {
+    -v tv="$torch_version" -v rr="$round_ratios" -v rr_csv="${round_ratios// /,}" -v fpt="$flops_per_token" -v peak="$sgemm_peak" -v tthreads="$torch_threads" 'BEGIN {
   printf "| system | tokens/s (median) | runs | peak RSS MiB | loss at end |\n|---|---:|---|---:|---:|\n"
   printf "| FusionLLM fusion-train | %.0f | %s | %.0f | %.4f |\n", ot, oruns, orss, ol
   printf "| PyTorch %s (%d threads) | %.0f | %s | %.0f | %.4f |\n", tv, tthreads, tt, truns, trss, tl
-  printf "\n"
-  printf "ratio ours/PyTorch: %.2fx (target >= 1.5x: %s)\n", ot / tt, (ot / tt >= 1.5 ? "met" : "NOT met")
+  printf "(* = other processes took > 10%% of the CPUs during that run)\n\n"
+  printf "ratio ours/PyTorch: %.2fx (target >= 1.5x: %s); per round: %s\n", ot / tt, (ot / tt >= 1.5 ? "met" : "NOT met"), rr
   printf "FLOPs per token (fusion-bench-flops, fwd+bwd): %.4g\n", fpt
   printf "our achieved: %.1f GFLOP/s = %.2f of peak sgemm %.1f GFLOP/s (same run)\n", ot * fpt / 1e9, ot * fpt / 1e9 / peak, peak
   printf "PyTorch, same FLOP count: %.1f GFLOP/s = %.2f of peak sgemm\n", tt * fpt / 1e9, tt * fpt / 1e9 / peak
-  printf "\nRESULT ours_tokens_per_s=%.1f torch_tokens_per_s=%.1f ratio=%.3f our_gflops=%.2f sgemm_peak_gflops=%.1f fraction_of_peak=%.3f ours_peak_rss_mib=%.0f torch_peak_rss_mib=%.0f\n", \
-    ot, tt, ot / tt, ot * fpt / 1e9, peak, ot * fpt / 1e9 / peak, orss, trss
+  printf "\nRESULT ours_tokens_per_s=%.1f torch_tokens_per_s=%.1f ratio=%.3f our_gflops=%.2f sgemm_peak_gflops=%.1f fraction_of_peak=%.3f ours_peak_rss_mib=%.0f torch_peak_rss_mib=%.0f round_ratios=%s\n", \
+    ot, tt, ot / tt, ot * fpt / 1e9, peak, ot * fpt / 1e9 / peak, orss, trss, rr_csv
 }'
 echo "commands: $(cat "$tmp/ours_cmd.txt")"
 echo "          $(cat "$tmp/torch_cmd.txt")"

@@ -86,7 +86,7 @@ TEST_CASE("ops/relu: values, gradcheck away from the kink, f32 matches f64") {
   CHECK(f32_vs_f64_forward(*o, {x}, {}) < 1e-5);
 }
 
-TEST_CASE("ops/activation: any shape passes through; dtype and arity errors") {
+TEST_CASE("ops/activation: any shape passes through, dtype and arity errors") {
   for (const char* kind : {"gelu", "relu"}) {
     CAPTURE(kind);
     auto o = make_op(kind, attr_map());

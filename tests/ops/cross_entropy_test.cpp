@@ -56,7 +56,7 @@ TEST_CASE("ops/cross_entropy: uniform logits give log(V)") {
   CHECK(y.f32()[0] == doctest::Approx(std::log(double(V))).epsilon(1e-6));
 }
 
-TEST_CASE("ops/cross_entropy: loss equals the mean of -log softmax[target]") {
+TEST_CASE("ops/cross_entropy: loss equals the mean of -log softmax(target)") {
   auto o = make_ce();
   std::mt19937 rng(3);
   const int64_t N = 8, V = 11;
@@ -106,7 +106,7 @@ TEST_CASE("ops/cross_entropy: f32 forward matches f64") {
   CHECK(d < 1e-5);
 }
 
-TEST_CASE("ops/cross_entropy: a target outside [0, V) throws op_error in forward and backward") {
+TEST_CASE("ops/cross_entropy: a target outside 0..V-1 throws op_error in forward and backward") {
   auto o = make_ce();
   std::mt19937 rng(6);
   tensor logits = random_f64({2, 3, 5}, rng);
