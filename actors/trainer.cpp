@@ -309,6 +309,10 @@ train_result session::train() {
                                      static_cast<long long>(d.step), v);
   };
   while (d.step < d.cfg.steps) {
+    if (d.cfg.stop_flag && d.cfg.stop_flag->load()) {
+      res.interrupted = true;
+      break;
+    }
     step_record rec = d.train_step();
     res.steps.push_back(rec);
     double elapsed = seconds_between(t0, clock_type::now());
@@ -330,7 +334,7 @@ train_result session::train() {
       d.save(d.cfg.checkpoint_file);
   }
   if (tty) std::fputc('\n', stderr);
-  if (d.cfg.eval_batches > 0) validate();
+  if (d.cfg.eval_batches > 0 && !res.interrupted) validate();
   if (!d.cfg.checkpoint_file.empty()) d.save(d.cfg.checkpoint_file);
   res.seconds = seconds_between(t0, clock_type::now());
   res.tokens_per_s = res.seconds > 0 ? static_cast<double>((d.step - first) * tokens_per_step) / res.seconds : 0;

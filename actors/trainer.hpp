@@ -3,6 +3,7 @@
 // evaluation, checkpoints and sampling. This header is CAF-free so apps and tests stay light.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -34,6 +35,9 @@ struct train_config {
   int blas_threads = 1;                    ///< OpenBLAS threads inside each op call
   double step_timeout_s = 600;             ///< a step that takes longer is a hang: abort
   bool progress = true;                    ///< progress lines on stderr
+  /// When set (e.g. by a SIGINT handler), train() stops after the step in flight, writes the
+  /// checkpoint (if configured) and returns with `interrupted` set.
+  const std::atomic<bool>* stop_flag = nullptr;
 };
 
 /// One optimizer step's record.
@@ -52,6 +56,7 @@ struct train_result {
   double tokens_per_s = 0;                              ///< over the whole call
   double seconds = 0;
   double peak_rss_mb = 0;
+  bool interrupted = false;                             ///< stopped early by stop_flag
 };
 
 /// A running system of op actors for one model. Throws std::runtime_error with a clear message

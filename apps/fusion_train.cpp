@@ -8,6 +8,7 @@
 // type, so the file is linted against the option table first and every problem is reported.
 #include <caf/all.hpp>
 
+#include <csignal>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
@@ -20,6 +21,11 @@
 namespace {
 
 using namespace fusion;
+
+// Set by SIGINT/SIGTERM: the run finishes the step in flight and checkpoints before exiting.
+std::atomic<bool> stop_requested{false};
+
+extern "C" void on_stop_signal(int) { stop_requested.store(true); }
 
 struct sample_options {
   int64_t count = 0;
@@ -216,12 +222,21 @@ int run(int argc, char** argv) {
     return 0;
   }
 
+  cfg.run.stop_flag = &stop_requested;
+  std::signal(SIGINT, on_stop_signal);
+  std::signal(SIGTERM, on_stop_signal);
   session s(cfg.run);
   std::fprintf(stderr, "fusion-train: model %s, %lld parameters, %zu operator actors, batch %lld in %lld micro-batches\n",
                cfg.run.model_file.c_str(), static_cast<long long>(s.param_count()), s.actor_count(),
                static_cast<long long>(cfg.run.batch), static_cast<long long>(cfg.run.micro_batches));
   if (s.step() > 0) std::fprintf(stderr, "fusion-train: resumed at step %lld\n", static_cast<long long>(s.step()));
   train_result r = s.train();
+  if (r.interrupted) {
+    std::fprintf(stderr, "fusion-train: interrupted at step %lld%s\n", static_cast<long long>(s.step()),
+                 cfg.run.checkpoint_file.empty() ? " (no checkpoint configured)"
+                                                 : (", checkpoint written to " + cfg.run.checkpoint_file).c_str());
+    return 130;
+  }
   std::fprintf(stderr, "fusion-train: %zu steps in %.1f s, %.0f tokens/s, peak RSS %.0f MiB", r.steps.size(), r.seconds,
                r.tokens_per_s, r.peak_rss_mb);
   if (!r.val_losses.empty()) std::fprintf(stderr, ", val_loss %.4f", r.val_losses.back().second);

@@ -102,3 +102,23 @@ TEST_CASE("apps/fusion-train: a short run writes JSON-lines metrics and a checkp
   CHECK(s.output.find("And") != std::string::npos);
   std::filesystem::remove_all(dir);
 }
+
+TEST_CASE("apps/fusion-train: Ctrl-C stops after the step in flight and keeps a resumable checkpoint") {
+  auto dir = std::filesystem::temp_directory_path() / ("fusion_app_int_" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  auto ckpt = (dir / "c.ckpt").string();
+  auto path = write_temp("int.ini", base_ini);
+  // The shell waits until the first progress line exists, then interrupts the run.
+  std::string cmd = "--config " + path + " --train.steps=100000 --train.log-every=1 --output.checkpoint=" + ckpt +
+                    " > " + (dir / "log").string() + " 2>&1 & pid=$!; "
+                    "for i in $(seq 200); do grep -q 'step 2/' " + (dir / "log").string() +
+                    " 2>/dev/null && break; sleep 0.1; done; kill -INT $pid; wait $pid; echo rc=$?";
+  std::filesystem::create_directories(dir);
+  auto r = run_train(cmd);
+  INFO(r.output);
+  CHECK(r.output.find("rc=130") != std::string::npos);
+  REQUIRE(std::filesystem::exists(ckpt));
+  auto s = run_train("--config " + path + " --resume " + ckpt + " --train.steps=100000 --sample 10");
+  CHECK(s.status == 0);
+  std::filesystem::remove_all(dir);
+}
