@@ -89,7 +89,15 @@ struct session::impl {
     model = load_graph(cfg.model_file, micro_rows);
 
     std::string text = read_text_file(cfg.data_file);
-    tokenizer.build(text);
+    if (!cfg.vocab_file.empty() && std::filesystem::exists(cfg.vocab_file)) {
+      tokenizer.load(cfg.vocab_file);
+    } else {
+      tokenizer.build(text);
+      if (!cfg.vocab_file.empty()) {
+        make_parent_dirs(cfg.vocab_file);
+        tokenizer.save(cfg.vocab_file);
+      }
+    }
     if (tokenizer.size() > model.vocab)
       throw std::runtime_error("corpus " + cfg.data_file + " has " + std::to_string(tokenizer.size()) +
                                " distinct characters but model " + cfg.model_file + " has vocabulary " +

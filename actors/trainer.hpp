@@ -18,6 +18,8 @@ namespace fusion {
 struct train_config {
   std::string model_file;                  ///< OP-DAG model (.pbtxt)
   std::string data_file = "data/kjv.txt";  ///< training text
+  std::string vocab_file;                  ///< character vocabulary: loaded if it exists, else built
+                                           ///< from the corpus and written there; empty: built, not saved
   double val_fraction = 0.1;               ///< tail of the corpus held out for validation
   int64_t batch = 16;                      ///< global batch (sequences per optimizer step)
   int64_t micro_batches = 1;               ///< pipeline micro-batches per step (must divide batch)

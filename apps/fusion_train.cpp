@@ -65,6 +65,8 @@ struct train_app_config : caf::actor_system_config {
     rows = {
         {"model", "file", "OP-DAG model file (.pbtxt); --model FILE for short", &run.model_file},
         {"data", "file", "training text (default data/kjv.txt from scripts/get-data.sh)", &run.data_file},
+        {"data", "vocab", "character vocabulary file: read if present, else built from the corpus and written",
+         &run.vocab_file},
         {"data", "val-fraction", "fraction of the corpus tail held out for validation", &run.val_fraction},
         {"train", "batch", "global batch: sequences per optimizer step", &run.batch},
         {"train", "micro-batches", "pipeline micro-batches per step (divides batch)", &run.micro_batches},

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <fstream>
 
 #include "actors/trainer.hpp"
 #include "core/data.hpp"
@@ -126,4 +127,30 @@ TEST_CASE("actors/train: bad configuration is an error, not a crash") {
   cfg = tiny_config(2, 1);
   cfg.resume_from = temp_path("missing.ckpt");
   CHECK_THROWS_WITH_AS(session{cfg}, doctest::Contains("missing.ckpt"), std::runtime_error);
+}
+
+TEST_CASE("actors/train: SGD with momentum trains too") {
+  auto cfg = tiny_config(30, 2);
+  cfg.optim.kind = "sgd";
+  cfg.optim.lr = 0.3;
+  cfg.optim.min_lr = 0.03;
+  auto losses = losses_of(session(cfg).train());
+  REQUIRE(losses.size() == 30);
+  CHECK(losses.back() < losses.front() - 0.3);
+}
+
+TEST_CASE("actors/train: an operator failing inside its actor stops the run with its name") {
+  // The embedding accepts 40 ids while the corpus has 63 characters: the 'wte' actor meets an
+  // out-of-range id, reports it instead of crashing, and the coordinator raises it.
+  std::string text = read_text_file(src("configs/models/gpt-char-tiny.pbtxt"));
+  auto at = text.find("attr { key: \"vocab\" value: \"V\" }");
+  REQUIRE(at != std::string::npos);
+  text.replace(at, 33, "attr { key: \"vocab\" value: \"40\" }");
+  const std::string model = temp_path("narrow.pbtxt");
+  { std::ofstream(model) << text; }
+  auto cfg = tiny_config(3, 2);
+  cfg.model_file = model;
+  session s(cfg);
+  CHECK_THROWS_WITH_AS(s.train(), doctest::Contains("op actor 'wte' failed"), std::runtime_error);
+  std::filesystem::remove(model);
 }
