@@ -15,6 +15,7 @@
 #pragma once
 
 #include <cstdint>
+#include <initializer_list>
 #include <map>
 #include <memory>
 #include <span>
@@ -36,6 +37,8 @@ class attr_map {
  public:
   attr_map() = default;
   explicit attr_map(std::map<std::string, std::string> values) : values_(std::move(values)) {}
+  /// attr_map({{"out", "256"}}); without it a single braced pair is ambiguous.
+  attr_map(std::initializer_list<std::pair<const std::string, std::string>> values) : values_(values) {}
 
   bool has(const std::string& key) const { return values_.count(key) != 0; }
   /// Required integer attribute; throws op_error naming the key when missing or not an integer.

@@ -16,14 +16,12 @@ using fusion::test::random_ids;
 
 namespace {
 
-// Braced single-pair maps are ambiguous for attr_map's constructor; go through std::map.
-attr_map attrs(std::map<std::string, std::string> m) { return attr_map(std::move(m)); }
 
 std::unique_ptr<op> token_op(int V, int C) {
-  return make_op("token_embedding", attrs({{"vocab", std::to_string(V)}, {"dim", std::to_string(C)}}));
+  return make_op("token_embedding", attr_map({{"vocab", std::to_string(V)}, {"dim", std::to_string(C)}}));
 }
 
-std::unique_ptr<op> pos_op(int L) { return make_op("position_embedding", attrs({{"max_len", std::to_string(L)}})); }
+std::unique_ptr<op> pos_op(int L) { return make_op("position_embedding", attr_map({{"max_len", std::to_string(L)}})); }
 
 shape_t infer(const op& o, std::vector<shape_t> s, std::vector<dtype> t) { return o.infer_shape(s, t); }
 
@@ -100,9 +98,9 @@ TEST_CASE("ops/token_embedding: shape, dtype and attribute errors") {
   CHECK_THROWS_WITH_AS(infer(*o, {{2, 3}}, {dtype::f32}), doctest::Contains("must be i32"), op_error);
   CHECK_THROWS_WITH_AS(infer(*o, {{2, 3}, {2, 3}}, {dtype::i32, dtype::i32}), doctest::Contains("expects 1 input"),
                        op_error);
-  CHECK_THROWS_WITH_AS(make_op("token_embedding", attrs({{"dim", "4"}})),
+  CHECK_THROWS_WITH_AS(make_op("token_embedding", attr_map({{"dim", "4"}})),
                        doctest::Contains("token_embedding: missing attribute 'vocab'"), op_error);
-  CHECK_THROWS_WITH_AS(make_op("token_embedding", attrs({{"vocab", "5"}, {"dim", "0"}})),
+  CHECK_THROWS_WITH_AS(make_op("token_embedding", attr_map({{"vocab", "5"}, {"dim", "0"}})),
                        doctest::Contains("'dim' must be positive"), op_error);
   CHECK_FALSE(o->input_has_grad(0));
 }
@@ -157,7 +155,7 @@ TEST_CASE("ops/position_embedding: shape, dtype and attribute errors") {
                        doctest::Contains("sequence length T=5 exceeds attribute max_len=4"), op_error);
   CHECK_THROWS_WITH_AS(infer(*o, {{2, 4}}, {dtype::f32}), doctest::Contains("must have rank 3"), op_error);
   CHECK_THROWS_WITH_AS(infer(*o, {{2, 4, 8}}, {dtype::i32}), doctest::Contains("must be f32 or f64"), op_error);
-  auto od = make_op("position_embedding", attrs({{"max_len", "4"}, {"dim", "6"}}));
+  auto od = make_op("position_embedding", attr_map({{"max_len", "4"}, {"dim", "6"}}));
   CHECK_THROWS_WITH_AS(infer(*od, {{2, 4, 8}}, {dtype::f32}),
                        doctest::Contains("input last dimension 8 does not match attribute dim=6"), op_error);
   CHECK_THROWS_WITH_AS(make_op("position_embedding", attr_map()),

@@ -15,11 +15,9 @@ using fusion::test::random_f64;
 
 namespace {
 
-// Braced single-pair maps are ambiguous for attr_map's constructor; go through std::map.
-attr_map attrs(std::map<std::string, std::string> m) { return attr_map(std::move(m)); }
 
 std::unique_ptr<op> linear_op(int N, bool bias = true) {
-  return make_op("linear", attrs({{"out", std::to_string(N)}, {"bias", bias ? "true" : "false"}}));
+  return make_op("linear", attr_map({{"out", std::to_string(N)}, {"bias", bias ? "true" : "false"}}));
 }
 
 shape_t infer(const op& o, std::vector<shape_t> s, std::vector<dtype> t) { return o.infer_shape(s, t); }
@@ -94,7 +92,7 @@ TEST_CASE("ops/linear: backward without an input gradient still fills the parame
 }
 
 TEST_CASE("ops/linear: shape, dtype and attribute errors") {
-  auto o = make_op("linear", attrs({{"out", "8"}, {"in", "256"}}));
+  auto o = make_op("linear", attr_map({{"out", "8"}, {"in", "256"}}));
   CHECK(infer(*o, {{2, 3, 256}}, {dtype::f32}) == shape_t{2, 3, 8});
   CHECK_THROWS_WITH_AS(infer(*o, {{2, 3, 128}}, {dtype::f32}),
                        doctest::Contains("linear: input last dimension 128 does not match attribute in=256"), op_error);
@@ -104,9 +102,9 @@ TEST_CASE("ops/linear: shape, dtype and attribute errors") {
   CHECK_THROWS_WITH_AS(infer(*o, {{2, 256}, {2, 256}}, {dtype::f32, dtype::f32}), doctest::Contains("expects 1 input"),
                        op_error);
   CHECK_THROWS_WITH_AS(make_op("linear", attr_map()), doctest::Contains("linear: missing attribute 'out'"), op_error);
-  CHECK_THROWS_WITH_AS(make_op("linear", attrs({{"out", "4"}, {"bias", "maybe"}})),
+  CHECK_THROWS_WITH_AS(make_op("linear", attr_map({{"out", "4"}, {"bias", "maybe"}})),
                        doctest::Contains("'bias' must be true or false"), op_error);
-  CHECK_THROWS_WITH_AS(make_op("linear", attrs({{"out", "4"}, {"init_std", "-1"}})),
+  CHECK_THROWS_WITH_AS(make_op("linear", attr_map({{"out", "4"}, {"init_std", "-1"}})),
                        doctest::Contains("'init_std' must be >= 0"), op_error);
 }
 
@@ -124,7 +122,7 @@ TEST_CASE("ops/linear: params follow the PyTorch layout and init_std") {
   CHECK(ps[1].init == param_init::zeros);
   CHECK_FALSE(ps[1].decay);
   CHECK(linear_op(5, false)->params(in).size() == 1);
-  auto scaled = make_op("linear", attrs({{"out", "5"}, {"init_std", "0.005"}}))->params(in);
+  auto scaled = make_op("linear", attr_map({{"out", "5"}, {"init_std", "0.005"}}))->params(in);
   CHECK(scaled[0].stddev == doctest::Approx(0.005));
 }
 

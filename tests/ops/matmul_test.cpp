@@ -15,11 +15,9 @@ using fusion::test::random_f64;
 
 namespace {
 
-// Braced single-pair maps are ambiguous for attr_map's constructor; go through std::map.
-attr_map attrs(std::map<std::string, std::string> m) { return attr_map(std::move(m)); }
 
 std::unique_ptr<op> matmul_op(bool transpose_b) {
-  return make_op("matmul", attrs({{"transpose_b", transpose_b ? "true" : "false"}}));
+  return make_op("matmul", attr_map({{"transpose_b", transpose_b ? "true" : "false"}}));
 }
 
 shape_t infer(const op& o, std::vector<shape_t> s, std::vector<dtype> t) { return o.infer_shape(s, t); }
@@ -111,7 +109,7 @@ TEST_CASE("ops/matmul: shape and dtype errors") {
   CHECK_THROWS_WITH_AS(infer(*o, {{3, 4}, {4, 5}}, {dtype::f32, dtype::i32}),
                        doctest::Contains("input 1 must be f32 or f64"), op_error);
   CHECK_THROWS_WITH_AS(infer(*o, {{3, 4}}, {dtype::f32}), doctest::Contains("expects 2 inputs"), op_error);
-  CHECK_THROWS_WITH_AS(make_op("matmul", attrs({{"transpose_b", "yes"}})),
+  CHECK_THROWS_WITH_AS(make_op("matmul", attr_map({{"transpose_b", "yes"}})),
                        doctest::Contains("matmul: attribute 'transpose_b' must be true or false"), op_error);
 }
 
