@@ -125,8 +125,7 @@ void drain_backward(self_ptr self, uint64_t step) {
     ++st.next_bwd;
     if (st.next_bwd == st.run.micro_batches) {
       double sq = 0;
-      for (auto& g : st.grads)
-        for (int64_t k = 0; k < g.numel(); ++k) sq += static_cast<double>(g.f32()[k]) * g.f32()[k];
+      for (auto& g : st.grads) sq += sum_of_squares(g.f32(), g.numel());
       st.next_bwd = 0;
       self->send(st.coordinator, grads_atom::value, step, static_cast<int32_t>(st.spec.id), sq);
     }
@@ -159,7 +158,7 @@ void run_forward(self_ptr self, uint64_t step, uint32_t mb, pass_mode mode, std:
     std::vector<const tensor*> in_ptrs, p_ptrs;
     for (auto& t : inputs) shapes.push_back(t.shape()), types.push_back(t.type()), in_ptrs.push_back(&t);
     for (auto& t : st.params) p_ptrs.push_back(&t);
-    out = tensor(st.impl->infer_shape(shapes, types), dtype::f32);
+    out = tensor::uninitialized(st.impl->infer_shape(shapes, types), dtype::f32);
     st.impl->forward({in_ptrs, p_ptrs, &out, &aux});
     st.compute_seconds += seconds_since(t0);
   }

@@ -113,7 +113,7 @@ context=$(result_field "$tmp/flops.txt" context)
 tokens_per_step=$((batch * context))
 
 # ---- one run of each -----------------------------------------------------------------------------
-# peak_rss_kib FILE: "Maximum resident set size" from a /usr/bin/time -v report.
+# peak_rss_mib FILE: "Maximum resident set size" from a /usr/bin/time -v report, in MiB.
 peak_rss_mib() { awk -F: '/Maximum resident set size/ { printf "%.0f", $2 / 1024 }' "$1"; }
 
 run_sgemm() {  # $1 round
@@ -128,7 +128,8 @@ run_sgemm() {  # $1 round
 run_ours() {  # $1 round
   local args=(--config "$config" --train.steps="$total" --train.eval-batches=0 --train.eval-every=0
               --output.sample-chars=0 --output.metrics="\"$tmp/metrics$1.jsonl\"" --output.checkpoint="\"\"")
-  [[ -n $data_override ]] && args+=(--data.file="\"$data\"")
+  # A corpus given with --data gets its own vocabulary, built from it, not the config's file.
+  [[ -n $data_override ]] && args+=(--data.file="\"$data\"" --data.vocab="\"$tmp/data.vocab\"")
   [[ -n $micro_batches ]] && args+=(--train.micro-batches="$micro_batches")
   [[ -n $threads ]] && args+=(--runtime.threads="$threads")
   [[ -n $blas_threads ]] && args+=(--runtime.blas-threads="$blas_threads")

@@ -45,6 +45,12 @@ tensor::tensor(shape_t shape, dtype t) : shape_(std::move(shape)), numel_(numel_
   if (nbytes()) std::memset(data_.get(), 0, nbytes());
 }
 
+tensor::tensor(shape_t shape, dtype t, no_init_t) : shape_(std::move(shape)), numel_(numel_of(shape_)), dtype_(t) {
+  allocate();
+}
+
+tensor tensor::uninitialized(shape_t shape, dtype t) { return tensor(std::move(shape), t, no_init_t{}); }
+
 void tensor::allocate() {
   size_t n = nbytes();
   // Round up so aligned_alloc's size requirement holds; keep one line for empty tensors too,

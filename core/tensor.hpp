@@ -50,6 +50,8 @@ class tensor {
   tensor(tensor&&) noexcept = default;
   tensor& operator=(tensor&&) noexcept = default;
 
+  /// Storage left uninitialised: for outputs that the producer overwrites entirely.
+  static tensor uninitialized(shape_t shape, dtype t = dtype::f32);
   /// A tensor holding a copy of `values` with the given shape (sizes must agree).
   static tensor from(shape_t shape, std::span<const float> values);
   static tensor from_i32(shape_t shape, std::span<const int32_t> values);
@@ -95,6 +97,8 @@ class tensor {
   struct aligned_free {
     void operator()(std::byte* p) const noexcept;
   };
+  struct no_init_t {};
+  tensor(shape_t shape, dtype t, no_init_t);
   void allocate();
   void check_type(dtype want) const;
 

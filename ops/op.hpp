@@ -81,7 +81,8 @@ struct op_cost {
 struct forward_args {
   std::span<const tensor* const> inputs;
   std::span<const tensor* const> params;
-  tensor* output;               ///< already allocated with the inferred shape, zero-filled
+  tensor* output;               ///< allocated with the inferred shape, contents undefined:
+                                ///< forward must write every element (tests poison it with NaN)
   std::vector<tensor>* saved;   ///< kept by the actor for this micro-batch until backward
 };
 

@@ -8,6 +8,7 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <limits>
 #include <random>
 #include <string>
 #include <vector>
@@ -43,11 +44,16 @@ inline tensor run_forward(const op& o, const std::vector<tensor>& inputs, const 
   std::vector<shape_t> shapes;
   std::vector<dtype> types;
   for (auto& t : inputs) shapes.push_back(t.shape()), types.push_back(t.type());
+  // Poisoned: an element forward forgets to write stays NaN and fails every comparison.
   tensor out(o.infer_shape(shapes, types), dtype::f64);
+  std::fill_n(out.f64(), out.numel(), std::numeric_limits<double>::quiet_NaN());
   std::vector<const tensor*> in_ptrs, p_ptrs;
   for (auto& t : inputs) in_ptrs.push_back(&t);
   for (auto& t : params) p_ptrs.push_back(&t);
   o.forward({in_ptrs, p_ptrs, &out, saved});
+  int64_t unwritten = 0;
+  for (int64_t i = 0; i < out.numel(); ++i) unwritten += std::isnan(out.f64()[i]) ? 1 : 0;
+  CHECK_MESSAGE(unwritten == 0, std::string(o.kind()) << ": forward left " << unwritten << " output elements unwritten (NaN)");
   return out;
 }
 
@@ -123,10 +129,13 @@ inline double f32_vs_f64_forward(const op& o, const std::vector<tensor>& inputs,
   std::vector<dtype> types;
   for (auto& t : in32) shapes.push_back(t.shape()), types.push_back(t.type());
   tensor y32(o.infer_shape(shapes, types), dtype::f32);
+  y32.fill(std::numeric_limits<float>::quiet_NaN());
   std::vector<const tensor*> in_ptrs, p_ptrs;
   for (auto& t : in32) in_ptrs.push_back(&t);
   for (auto& t : p32) p_ptrs.push_back(&t);
   o.forward({in_ptrs, p_ptrs, &y32, &saved32});
+  for (int64_t i = 0; i < y32.numel(); ++i)
+    if (std::isnan(y32.f32()[i])) return std::numeric_limits<double>::infinity();  // unwritten element
   return max_rel_diff(y32, y64);
 }
 
