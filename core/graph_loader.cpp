@@ -186,7 +186,7 @@ class loader {
       fail(line, who, "unknown op '" + src.op() + "'" + did_you_mean(src.op(), ops_.kinds) + "; known ops: " +
                           known_ops());
     who += " (" + src.op() + ")";
-    const auto* known = graph_known_attrs(src.op());
+    const auto* known = op_attributes(src.op());  // null for kinds outside the registry
     for (int a = 0; a < src.attr_size(); ++a) {
       const auto& at = src.attr(a);
       int aline = line_of(tree, d, "attr", a);
@@ -277,23 +277,6 @@ class loader {
 }  // namespace
 
 graph_op_table default_op_table() { return {make_op, op_kinds()}; }
-
-const std::vector<std::string>* graph_known_attrs(const std::string& kind) {
-  static const std::map<std::string, std::vector<std::string>> table = {
-      {"add", {}},
-      {"attention", {"heads", "causal"}},
-      {"cross_entropy", {}},
-      {"gelu", {}},
-      {"layernorm", {"eps"}},
-      {"linear", {"out", "in", "bias", "init_std"}},
-      {"matmul", {"transpose_b"}},
-      {"position_embedding", {"max_len", "dim"}},
-      {"relu", {}},
-      {"token_embedding", {"vocab", "dim"}},
-  };
-  auto it = table.find(kind);
-  return it == table.end() ? nullptr : &it->second;
-}
 
 graph parse_graph_with(const std::string& text, const std::string& path, int64_t batch, const graph_op_table& ops) {
   return loader(path, batch, ops).run(text);

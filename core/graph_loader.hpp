@@ -28,8 +28,4 @@ graph_op_table default_op_table();
 graph parse_graph_with(const std::string& text, const std::string& path, int64_t batch,
                        const graph_op_table& ops);
 
-/// Known attribute names per op kind, for the "unknown attribute" check (a typo like init_sdt is
-/// an error instead of silently using the default). Kinds missing from the table skip the check.
-const std::vector<std::string>* graph_known_attrs(const std::string& kind);
-
 }  // namespace fusion

@@ -122,4 +122,7 @@ std::unique_ptr<op> make_op(const std::string& kind, const attr_map& attrs);
 /// Every registered op kind, sorted (for error messages and docs).
 std::vector<std::string> op_kinds();
 
+/// The attribute names op `kind` accepts (the loader rejects any other), or null for an unknown kind.
+const std::vector<std::string>* op_attributes(const std::string& kind);
+
 }  // namespace fusion

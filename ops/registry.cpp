@@ -23,18 +23,24 @@ namespace {
 
 using factory = std::unique_ptr<op> (*)(const attr_map&);
 
-const std::vector<std::pair<std::string, factory>>& table() {
-  static const std::vector<std::pair<std::string, factory>> t = {
-      {"add", make_add_op},
-      {"attention", make_attention_op},
-      {"cross_entropy", make_cross_entropy_op},
-      {"gelu", make_gelu_op},
-      {"layernorm", make_layernorm_op},
-      {"linear", make_linear_op},
-      {"matmul", make_matmul_op},
-      {"position_embedding", make_position_embedding_op},
-      {"relu", make_relu_op},
-      {"token_embedding", make_token_embedding_op},
+struct op_entry {
+  std::string kind;
+  factory make;
+  std::vector<std::string> attributes;  // every attribute the factory reads
+};
+
+const std::vector<op_entry>& table() {
+  static const std::vector<op_entry> t = {
+      {"add", make_add_op, {}},
+      {"attention", make_attention_op, {"heads", "causal"}},
+      {"cross_entropy", make_cross_entropy_op, {}},
+      {"gelu", make_gelu_op, {}},
+      {"layernorm", make_layernorm_op, {"eps"}},
+      {"linear", make_linear_op, {"out", "in", "bias", "init_std"}},
+      {"matmul", make_matmul_op, {"transpose_b"}},
+      {"position_embedding", make_position_embedding_op, {"max_len", "dim"}},
+      {"relu", make_relu_op, {}},
+      {"token_embedding", make_token_embedding_op, {"vocab", "dim"}},
   };
   return t;
 }
@@ -42,8 +48,8 @@ const std::vector<std::pair<std::string, factory>>& table() {
 }  // namespace
 
 std::unique_ptr<op> make_op(const std::string& kind, const attr_map& attrs) {
-  for (auto& [name, make] : table())
-    if (name == kind) return make(attrs);
+  for (auto& e : table())
+    if (e.kind == kind) return e.make(attrs);
   std::string known;
   for (auto& k : op_kinds()) known += (known.empty() ? "" : ", ") + k;
   throw op_error("unknown op '" + kind + "' (known: " + known + ")");
@@ -51,8 +57,14 @@ std::unique_ptr<op> make_op(const std::string& kind, const attr_map& attrs) {
 
 std::vector<std::string> op_kinds() {
   std::vector<std::string> out;
-  for (auto& [name, make] : table()) out.push_back(name);
+  for (auto& e : table()) out.push_back(e.kind);
   return out;
+}
+
+const std::vector<std::string>* op_attributes(const std::string& kind) {
+  for (auto& e : table())
+    if (e.kind == kind) return &e.attributes;
+  return nullptr;
 }
 
 }  // namespace fusion

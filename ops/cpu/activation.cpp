@@ -1,10 +1,9 @@
-// Elementwise activations: GELU (tanh approximation, as GPT-2 / PyTorch approximate='tanh') and ReLU.
+// Elementwise activations (GELU, ReLU): CPU kernels (contract in ops/activation.hpp) and op.
 //
-// Shape legend: any shape; n = number of elements. out has the input's shape.
-//   gelu(x) = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
-//   relu(x) = max(x, 0)
 // The loops are plain passes over contiguous memory so the compiler vectorises them; for float,
 // tanh is a rational approximation (libm's tanhf does not vectorise without -ffast-math).
+#include "ops/activation.hpp"
+
 #include <cmath>
 #include <string>
 
@@ -42,7 +41,6 @@ constexpr double gelu_k0 = 0.7978845608028654;  // sqrt(2 / pi)
 constexpr double gelu_k1 = 0.044715;
 }  // namespace
 
-/// out[i] = gelu(in[i]).
 template <class T>
 void gelu_forward_cpu(T* out, const T* in, int64_t n) {
   const T k0 = T(gelu_k0), k1 = T(gelu_k1);
@@ -53,7 +51,6 @@ void gelu_forward_cpu(T* out, const T* in, int64_t n) {
   }
 }
 
-/// din[i] += gelu'(in[i]) * dout[i]; recomputes tanh instead of saving it (one tensor less to keep).
 template <class T>
 void gelu_backward_cpu(T* din, const T* in, const T* dout, int64_t n) {
   const T k0 = T(gelu_k0), k1 = T(gelu_k1);
@@ -68,13 +65,11 @@ void gelu_backward_cpu(T* din, const T* in, const T* dout, int64_t n) {
   }
 }
 
-/// out[i] = max(in[i], 0).
 template <class T>
 void relu_forward_cpu(T* out, const T* in, int64_t n) {
   for (int64_t i = 0; i < n; ++i) out[i] = in[i] > T(0) ? in[i] : T(0);
 }
 
-/// din[i] += in[i] > 0 ? dout[i] : 0 (the subgradient at 0 is taken as 0, like PyTorch).
 template <class T>
 void relu_backward_cpu(T* din, const T* in, const T* dout, int64_t n) {
   for (int64_t i = 0; i < n; ++i) din[i] += in[i] > T(0) ? dout[i] : T(0);

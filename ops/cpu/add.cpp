@@ -1,7 +1,6 @@
-// Residual add of two tensors of identical shape (no broadcasting).
-//
-// Shape legend: any shape, typically (B, T, C); n = number of elements.
-//   out = a + b;  da += dout;  db += dout
+// Residual add (no broadcasting): CPU kernels (contract in ops/add.hpp) and op.
+#include "ops/add.hpp"
+
 #include <string>
 
 #include "ops/cpu/common.hpp"
@@ -9,13 +8,11 @@
 
 namespace fusion::cpu {
 
-/// out[i] = a[i] + b[i].
 template <class T>
 void add_forward_cpu(T* out, const T* a, const T* b, int64_t n) {
   for (int64_t i = 0; i < n; ++i) out[i] = a[i] + b[i];
 }
 
-/// din[i] += dout[i]; called once per input that wants a gradient.
 template <class T>
 void add_backward_cpu(T* din, const T* dout, int64_t n) {
   for (int64_t i = 0; i < n; ++i) din[i] += dout[i];

@@ -1,11 +1,8 @@
-// Multi-head self-attention (GPT-2 / llm.c attention, before the output projection), CPU kernels and op.
+// Multi-head self-attention: CPU kernels (contract in ops/attention.hpp) and op.
 //
-// Shapes: B batch, T time, C channels, NH heads, HS = C / NH head size.
-//   in qkv (B, T, 3C) = [q | k | v] along the last dim, head h of q at columns [h*HS, (h+1)*HS)
-//   out (B, T, C): the heads' outputs concatenated, out[b, t, h*HS + d]
-//   saved P (B, NH, T, T): softmax probabilities; with the causal mask P[.., t, j] = 0 for j > t
-// Per (b, h):  S = Q K^T / sqrt(HS) (masked),  P = softmax_rows(S),  O = P V.
 // Q, K and V are read in place through gemm leading dimensions (lda = 3C), so nothing is gathered.
+#include "ops/attention.hpp"
+
 #include <algorithm>
 #include <cmath>
 #include <string>
@@ -35,7 +32,6 @@ void softmax_row(T* row, int64_t n, int64_t T_) {
 
 }  // namespace
 
-/// out (B,T,C) = attention of qkv (B,T,3C) with NH heads; writes probabilities to att (B,NH,T,T).
 template <class T>
 void attention_forward_cpu(T* out, T* att, const T* qkv, int64_t B, int64_t T_, int64_t C, int64_t NH,
                            bool causal) {
@@ -61,7 +57,6 @@ void attention_forward_cpu(T* out, T* att, const T* qkv, int64_t B, int64_t T_, 
   }
 }
 
-/// Accumulates (+=) dqkv (B,T,3C) from dout (B,T,C), the input qkv and the saved probabilities att.
 template <class T>
 void attention_backward_cpu(T* dqkv, const T* dout, const T* qkv, const T* att, int64_t B, int64_t T_,
                             int64_t C, int64_t NH, bool causal) {

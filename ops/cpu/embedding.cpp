@@ -1,8 +1,6 @@
-// Token and position embeddings (GPT-2 wte / wpe, llm.c encoder split in two ops).
-//
-// Shape legend: B batch, T time, C channels, V vocabulary, L max_len (rows of the position table).
-//   token_embedding:    ids (B,T) i32, weight (V,C)        -> out (B,T,C) = weight[ids]
-//   position_embedding: in (B,T,C),    weight (L,C), T<=L  -> out[b,t,:] = in[b,t,:] + weight[t,:]
+// Token and position embeddings: CPU kernels (contract in ops/embedding.hpp) and ops.
+#include "ops/embedding.hpp"
+
 #include <string>
 
 #include "ops/cpu/common.hpp"
@@ -19,7 +17,6 @@ namespace {
 
 }  // namespace
 
-/// out[n,:] = weight[ids[n],:] for n < N (N = B*T); throws op_error on an id outside [0, V).
 template <class T>
 void token_embedding_forward_cpu(T* out, const int32_t* ids, const T* weight, int64_t N, int64_t C, int64_t V) {
   for (int64_t n = 0; n < N; ++n) {
@@ -31,7 +28,6 @@ void token_embedding_forward_cpu(T* out, const int32_t* ids, const T* weight, in
   }
 }
 
-/// dweight[ids[n],:] += dout[n,:]; a repeated id accumulates every occurrence.
 template <class T>
 void token_embedding_backward_cpu(T* dweight, const int32_t* ids, const T* dout, int64_t N, int64_t C, int64_t V) {
   for (int64_t n = 0; n < N; ++n) {
@@ -43,7 +39,6 @@ void token_embedding_backward_cpu(T* dweight, const int32_t* ids, const T* dout,
   }
 }
 
-/// out[b,t,:] = in[b,t,:] + weight[t,:].
 template <class T>
 void position_embedding_forward_cpu(T* out, const T* in, const T* weight, int64_t B, int64_t Tn, int64_t C) {
   const int64_t row = Tn * C;  // weight rows 0..T-1 are contiguous, so each batch adds one block
@@ -54,7 +49,6 @@ void position_embedding_forward_cpu(T* out, const T* in, const T* weight, int64_
   }
 }
 
-/// din[b,t,:] += dout[b,t,:] (if din); dweight[t,:] += sum_b dout[b,t,:] (if dweight).
 template <class T>
 void position_embedding_backward_cpu(T* din, T* dweight, const T* dout, int64_t B, int64_t Tn, int64_t C) {
   const int64_t row = Tn * C;

@@ -1,8 +1,6 @@
-// Layer normalisation over the last dimension (GPT-2 / llm.c layernorm), CPU kernels and op.
-//
-// Shapes: in (..., C) viewed as (rows, C) with rows = numel / C; weight (C), bias (C);
-// out like in; saved mean (rows) and rstd (rows), the per-row statistics backward reuses.
-//   out = (in - mean) * rstd * weight + bias,  rstd = 1 / sqrt(var + eps), var biased (/C).
+// Layer normalisation over the last dimension: CPU kernels (contract in ops/layernorm.hpp) and op.
+#include "ops/layernorm.hpp"
+
 #include <cmath>
 #include <string>
 
@@ -12,7 +10,6 @@
 
 namespace fusion::cpu {
 
-/// Normalises each of `rows` rows of length C; writes out, and mean/rstd per row.
 template <class T>
 void layernorm_forward_cpu(T* out, T* mean, T* rstd, const T* in, const T* w, const T* b,
                            int64_t rows, int64_t C, T eps) {
@@ -29,7 +26,6 @@ void layernorm_forward_cpu(T* out, T* mean, T* rstd, const T* in, const T* w, co
   }
 }
 
-/// Accumulates (+=) the gradients of in, weight and bias; any of din/dw/db may be null.
 template <class T>
 void layernorm_backward_cpu(T* din, T* dw, T* db, const T* dout, const T* in, const T* w,
                             const T* mean, const T* rstd, int64_t rows, int64_t C) {

@@ -1,9 +1,9 @@
-// Fully connected layer, PyTorch layout: y = x W^T + b.
+// Fully connected layer y = x W^T + b: CPU kernels (contract in ops/linear.hpp) and op.
 //
-// Shape legend: M rows (product of all leading dims, e.g. B*T), K input features, N output features.
-//   in (..., K), weight (N,K), bias (N) -> out (..., N)
 // Forward is one gemm; backward is two gemms (dx += dy W, dW += dy^T x) plus a column sum for db,
 // all accumulating (beta = 1) into the gradients the actor holds.
+#include "ops/linear.hpp"
+
 #include <string>
 
 #include "ops/cpu/blas.hpp"
@@ -14,7 +14,6 @@ namespace fusion::cpu {
 
 constexpr const char* linear_name = "linear";
 
-/// out(M,N) = in(M,K) weight(N,K)^T + bias(N); `bias` may be null.
 template <class T>
 void linear_forward_cpu(T* out, const T* in, const T* weight, const T* bias, int64_t M, int64_t K, int64_t N) {
   if (M == 0) return;
@@ -31,8 +30,6 @@ void linear_forward_cpu(T* out, const T* in, const T* weight, const T* bias, int
   gemm(false, true, m, n, k, T(1), in, k, weight, k, beta, out, n);
 }
 
-/// din(M,K) += dout(M,N) weight(N,K); dweight(N,K) += dout^T in; dbias(N) += column sums of dout.
-/// Any of din, dweight, dbias may be null (no gradient wanted).
 template <class T>
 void linear_backward_cpu(T* din, T* dweight, T* dbias, const T* dout, const T* in, const T* weight, int64_t M,
                          int64_t K, int64_t N) {

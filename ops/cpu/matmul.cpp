@@ -1,9 +1,8 @@
-// Batched matrix product of two activations (no parameters).
+// Batched matrix product of two activations: CPU kernels (contract in ops/matmul.hpp) and op.
 //
-// Shape legend: Z batch (product of the leading dims, e.g. B*NH), M rows, K inner, N columns.
-//   a (..., M, K), b (..., K, N)                 -> out (..., M, N)   (transpose_b = false)
-//   a (..., M, K), b (..., N, K)                 -> out (..., M, N)   (transpose_b = true)
-// Both inputs carry the same leading dims; one gemm per batch matrix.
+// One gemm per batch matrix.
+#include "ops/matmul.hpp"
+
 #include <algorithm>
 #include <string>
 
@@ -15,7 +14,6 @@ namespace fusion::cpu {
 
 constexpr const char* matmul_name = "matmul";
 
-/// out[z](M,N) = a[z](M,K) op(b[z]) for z < Z; op(b) = b (K,N) or b^T when b is (N,K).
 template <class T>
 void matmul_forward_cpu(T* out, const T* a, const T* b, int64_t Z, int64_t M, int64_t K, int64_t N,
                         bool transpose_b) {
@@ -30,8 +28,6 @@ void matmul_forward_cpu(T* out, const T* a, const T* b, int64_t Z, int64_t M, in
          out + z * M * N, n);
 }
 
-/// da[z] += dout[z] op(b[z])^T; db[z] += a[z]^T dout[z] (or dout[z]^T a[z] when transposed).
-/// `da` or `db` may be null.
 template <class T>
 void matmul_backward_cpu(T* da, T* db, const T* dout, const T* a, const T* b, int64_t Z, int64_t M, int64_t K,
                          int64_t N, bool transpose_b) {

@@ -1,0 +1,21 @@
+// Residual add of two tensors of identical shape (no broadcasting). The CPU kernels, defined and
+// instantiated for T = float and double in ops/cpu/add.cpp.
+//
+// Shape legend: any shape, typically (B, T, C); n = number of elements.
+//   out = a + b;  da += dout;  db += dout
+// Forward overwrites `out`; backward ACCUMULATES (+=) into `din`.
+#pragma once
+
+#include <cstdint>
+
+namespace fusion::cpu {
+
+/// out[i] = a[i] + b[i].
+template <class T>
+void add_forward_cpu(T* out, const T* a, const T* b, int64_t n);
+
+/// din[i] += dout[i]; called once per input that wants a gradient.
+template <class T>
+void add_backward_cpu(T* din, const T* dout, int64_t n);
+
+}  // namespace fusion::cpu
