@@ -1,6 +1,7 @@
 #include "core/tensor.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -61,7 +62,14 @@ void tensor::allocate() {
   data_.reset(p);
 }
 
+namespace {
+std::atomic<uint64_t> copy_counter{0};
+}  // namespace
+
+uint64_t tensor::copies() noexcept { return copy_counter.load(std::memory_order_relaxed); }
+
 tensor::tensor(const tensor& other) : shape_(other.shape_), numel_(other.numel_), dtype_(other.dtype_) {
+  copy_counter.fetch_add(1, std::memory_order_relaxed);
   if (other.data_) {
     allocate();
     std::memcpy(data_.get(), other.data_.get(), nbytes());

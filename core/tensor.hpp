@@ -50,6 +50,10 @@ class tensor {
   tensor(tensor&&) noexcept = default;
   tensor& operator=(tensor&&) noexcept = default;
 
+  /// Process-wide number of deep copies made so far (copy construction and copy assignment).
+  /// Tests use it to show that activations move between local actors instead of being copied.
+  static uint64_t copies() noexcept;
+
   /// Storage left uninitialised: for outputs that the producer overwrites entirely.
   static tensor uninitialized(shape_t shape, dtype t = dtype::f32);
   /// A tensor holding a copy of `values` with the given shape (sizes must agree).
