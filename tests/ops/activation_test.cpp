@@ -11,11 +11,10 @@
 using namespace fusion;
 using fusion::test::f32_vs_f64_forward;
 using fusion::test::gradcheck;
+using fusion::test::infer;
 using fusion::test::random_f64;
 
 namespace {
-
-shape_t infer(const op& o, std::vector<shape_t> s, std::vector<dtype> t) { return o.infer_shape(s, t); }
 
 // Reference GELU (PyTorch approximate='tanh') and its derivative, in double with libm.
 double gelu_ref(double x) { return 0.5 * x * (1 + std::tanh(std::sqrt(2 / M_PI) * (x + 0.044715 * x * x * x))); }

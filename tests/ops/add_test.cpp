@@ -10,11 +10,10 @@
 using namespace fusion;
 using fusion::test::f32_vs_f64_forward;
 using fusion::test::gradcheck;
+using fusion::test::infer;
 using fusion::test::random_f64;
 
 namespace {
-
-shape_t infer(const op& o, std::vector<shape_t> s, std::vector<dtype> t) { return o.infer_shape(s, t); }
 
 }  // namespace
 

@@ -11,6 +11,7 @@
 using namespace fusion;
 using fusion::test::f32_vs_f64_forward;
 using fusion::test::gradcheck;
+using fusion::test::infer;
 using fusion::test::random_f64;
 using fusion::test::random_ids;
 
@@ -22,8 +23,6 @@ std::unique_ptr<op> token_op(int V, int C) {
 }
 
 std::unique_ptr<op> pos_op(int L) { return make_op("position_embedding", attr_map({{"max_len", std::to_string(L)}})); }
-
-shape_t infer(const op& o, std::vector<shape_t> s, std::vector<dtype> t) { return o.infer_shape(s, t); }
 
 }  // namespace
 

@@ -17,6 +17,11 @@
 
 namespace fusion::test {
 
+/// infer_shape with owning vectors, so tests can pass braced lists.
+inline shape_t infer(const op& o, std::vector<shape_t> shapes, std::vector<dtype> types) {
+  return o.infer_shape(shapes, types);
+}
+
 /// Random f64 tensor with values in [-scale, scale].
 inline tensor random_f64(const shape_t& s, std::mt19937& rng, double scale = 1.0) {
   tensor t(s, dtype::f64);

@@ -11,6 +11,7 @@
 using namespace fusion;
 using fusion::test::f32_vs_f64_forward;
 using fusion::test::gradcheck;
+using fusion::test::infer;
 using fusion::test::random_f64;
 
 namespace {
@@ -19,8 +20,6 @@ namespace {
 std::unique_ptr<op> linear_op(int N, bool bias = true) {
   return make_op("linear", attr_map({{"out", std::to_string(N)}, {"bias", bias ? "true" : "false"}}));
 }
-
-shape_t infer(const op& o, std::vector<shape_t> s, std::vector<dtype> t) { return o.infer_shape(s, t); }
 
 }  // namespace
 

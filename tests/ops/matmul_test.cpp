@@ -11,6 +11,7 @@
 using namespace fusion;
 using fusion::test::f32_vs_f64_forward;
 using fusion::test::gradcheck;
+using fusion::test::infer;
 using fusion::test::random_f64;
 
 namespace {
@@ -19,8 +20,6 @@ namespace {
 std::unique_ptr<op> matmul_op(bool transpose_b) {
   return make_op("matmul", attr_map({{"transpose_b", transpose_b ? "true" : "false"}}));
 }
-
-shape_t infer(const op& o, std::vector<shape_t> s, std::vector<dtype> t) { return o.infer_shape(s, t); }
 
 }  // namespace
 
