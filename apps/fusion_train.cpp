@@ -16,6 +16,7 @@
 #include <variant>
 
 #include "actors/trainer.hpp"
+#include "core/graph_names.hpp"
 #include "core/ini_check.hpp"
 
 namespace {
@@ -176,6 +177,27 @@ void print_help(const train_app_config& cfg) {
   std::cout << "\nsee docs/training.md for details, metrics and checkpoints" << std::endl;
 }
 
+/// CAF reports "parser_error(not_an_option, ({"argument" = "--x=1"}))"; say it in our words and
+/// suggest the closest known option.
+void report_cli_error(const train_app_config& cfg, const std::vector<std::string>& args, const std::string& caf_text) {
+  std::string bad;
+  for (auto& a : args)
+    if (caf_text.find("\"" + a + "\"") != std::string::npos) bad = a;
+  std::string key = bad.substr(0, bad.find('='));
+  std::vector<std::string> known;
+  for (auto& r : cfg.rows) known.push_back(std::string("--") + r.category + "." + r.name);
+  if (bad.empty()) {
+    std::cerr << "fusion-train: bad command line: " << caf_text << "\n";
+  } else if (caf_text.find("not_an_option") != std::string::npos) {
+    std::cerr << "fusion-train: unknown option '" << key << "'" << did_you_mean(key, known) << " (see --help)\n";
+  } else {
+    auto open = caf_text.find('('), comma = caf_text.find(',');
+    std::string reason = open < comma && comma != std::string::npos ? caf_text.substr(open + 1, comma - open - 1) : caf_text;
+    std::replace(reason.begin(), reason.end(), '_', ' ');
+    std::cerr << "fusion-train: bad value in '" << bad << "': " << reason << " (see --help for the option's type)\n";
+  }
+}
+
 int run(int argc, char** argv) {
   train_app_config cfg;
   std::string config_file;
@@ -200,7 +222,7 @@ int run(int argc, char** argv) {
   std::stringstream ini;
   if (!config_file.empty()) ini << std::ifstream(config_file).rdbuf();
   if (auto err = cfg.parse(args, ini)) {
-    std::cerr << "fusion-train: bad command line: " << cfg.render(err) << "\n";
+    report_cli_error(cfg, args, cfg.render(err));
     return 2;
   }
   if (cfg.cli_helptext_printed) return 0;

@@ -122,3 +122,14 @@ TEST_CASE("apps/fusion-train: Ctrl-C stops after the step in flight and keeps a 
   CHECK(s.status == 0);
   std::filesystem::remove_all(dir);
 }
+
+TEST_CASE("apps/fusion-train: command-line mistakes name the option and suggest the right one") {
+  auto path = write_temp("cli.ini", base_ini);
+  auto r = run_train("--config " + path + " --train.stepz=5");
+  CHECK(r.status == 2);
+  CHECK(r.output.find("unknown option '--train.stepz'") != std::string::npos);
+  CHECK(r.output.find("--train.steps") != std::string::npos);
+  r = run_train("--config " + path + " --train.steps=abc");
+  CHECK(r.status == 2);
+  CHECK(r.output.find("--train.steps=abc") != std::string::npos);
+}
