@@ -1,5 +1,6 @@
 #include "actors/op_actor.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 
@@ -95,6 +96,9 @@ void drain_backward(self_ptr self, uint64_t step) {
                                                        " without a saved forward");
     tensor dout = std::move(entry.grads[0]);
     for (size_t i = 1; i < entry.grads.size(); ++i) {
+      if (entry.grads[i].shape() != dout.shape())
+        throw std::runtime_error("gradients for micro-batch " + std::to_string(mb) + " disagree in shape: " +
+                                 to_string(entry.grads[i].shape()) + " vs " + to_string(dout.shape()));
       float* d = dout.f32();
       const float* g = entry.grads[i].f32();
       for (int64_t k = 0; k < dout.numel(); ++k) d[k] += g[k];
@@ -114,7 +118,6 @@ void drain_backward(self_ptr self, uint64_t step) {
     for (auto& t : st.params) p_ptrs.push_back(&t);
     for (auto& t : st.grads) g_ptrs.push_back(&t);
     st.impl->backward({in_ptrs, p_ptrs, &dout, &sv->second.aux, din_ptrs, g_ptrs});
-    st.saved.erase(sv);
     st.compute_seconds += seconds_since(t0);
     for (size_t i = 0; i < n_in; ++i) {
       if (st.spec.producer_is_input[i]) continue;
@@ -122,6 +125,7 @@ void drain_backward(self_ptr self, uint64_t step) {
       self->send(st.producers[i], backward_atom::value, step, mb,
                  static_cast<uint32_t>(st.spec.index_at_producer[i]), std::move(din[i]));
     }
+    st.saved.erase(sv);  // after the sends: in_ptrs point into it
     ++st.next_bwd;
     if (st.next_bwd == st.run.micro_batches) {
       double sq = 0;
@@ -213,7 +217,6 @@ named_tensors collect_state(const op_state& st) {
 }
 
 void restore_state(op_state& st, named_tensors& in) {
-  size_t used = 0;
   for (size_t i = 0; i < st.params.size(); ++i) {
     const std::string key = st.spec.name + "/" + st.param_specs[i].name;
     for (auto [suffix, dst] : {std::pair{"", &st.params[i]}, {".m", &st.m[i]}, {".v", &st.v[i]}}) {
@@ -223,7 +226,6 @@ void restore_state(op_state& st, named_tensors& in) {
         throw std::runtime_error("checkpoint tensor '" + key + suffix + "' has shape " +
                                  to_string(it->second.shape()) + ", model expects " + to_string(dst->shape()));
       *dst = std::move(it->second);
-      ++used;
     }
   }
 }
