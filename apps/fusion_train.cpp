@@ -147,7 +147,8 @@ std::vector<std::string> normalise_args(int argc, char** argv, std::string& conf
       out.push_back(alias->second + "=" + (is_string ? "\"" + value + "\"" : value));
       continue;
     }
-    out.push_back(a);
+    // CAF rejects "--key=" outright; an empty string option must be spelled --key="".
+    out.push_back(has_value && value.empty() ? a + "\"\"" : a);
   }
   return out;
 }
