@@ -208,20 +208,19 @@ int run(int argc, char** argv) {
     print_help(cfg);
     return 0;
   }
+  // One read of the file serves both the linter and CAF's parser.
+  std::stringstream ini;
   if (!config_file.empty()) {
     std::ifstream in(config_file);
     if (!in) throw std::runtime_error("cannot open config file " + config_file);
-    std::stringstream text;
-    text << in.rdbuf();
-    auto problems = check_ini(text.str(), config_file, cfg.schema());
+    ini << in.rdbuf();
+    auto problems = check_ini(ini.str(), config_file, cfg.schema());
     if (!problems.empty()) {
       for (auto& p : problems) std::cerr << p.file << ":" << p.line << ": " << p.message << "\n";
       std::cerr << "fusion-train: " << problems.size() << " problem(s) in " << config_file << "\n";
       return 2;
     }
   }
-  std::stringstream ini;
-  if (!config_file.empty()) ini << std::ifstream(config_file).rdbuf();
   if (auto err = cfg.parse(args, ini)) {
     report_cli_error(cfg, args, cfg.render(err));
     return 2;
