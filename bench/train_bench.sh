@@ -50,7 +50,7 @@ for b in "$train_bin" "$sgemm_bin" "$flops_bin"; do
 done
 [[ -f $config ]] || { echo "train_bench: config $config not found" >&2; exit 1; }
 /usr/bin/python3 -c 'import torch' 2>/dev/null ||
-  { echo "train_bench: /usr/bin/python3 cannot import torch: apt-get install python3-torch" >&2; exit 1; }
+  { echo "train_bench: /usr/bin/python3 cannot import torch: run FUSION_SETUP_BENCH=1 scripts/setup.sh (installs python3-torch)" >&2; exit 1; }
 
 # ini_get SECTION KEY DEFAULT: a value from the run config, quotes stripped.
 ini_get() {
