@@ -216,7 +216,7 @@ int run(int argc, char** argv) {
     ini << in.rdbuf();
     auto problems = check_ini(ini.str(), config_file, cfg.schema());
     if (!problems.empty()) {
-      for (auto& p : problems) std::cerr << p.file << ":" << p.line << ": " << p.message << "\n";
+      for (auto& p : problems) std::cerr << to_string(p) << "\n";
       std::cerr << "fusion-train: " << problems.size() << " problem(s) in " << config_file << "\n";
       return 2;
     }

@@ -43,21 +43,30 @@ struct gradcheck_result {
   std::string where;     ///< which tensor and element had it
 };
 
+/// Runs op forward with an output of dtype `type` poisoned with NaN; returns the output and
+/// counts in `unwritten` the elements forward left untouched (still NaN).
+inline tensor forward_poisoned(const op& o, const std::vector<tensor>& inputs, const std::vector<tensor>& params,
+                               std::vector<tensor>* saved, dtype type, int64_t& unwritten) {
+  std::vector<shape_t> shapes;
+  std::vector<dtype> types;
+  std::vector<const tensor*> in_ptrs, p_ptrs;
+  for (auto& t : inputs) shapes.push_back(t.shape()), types.push_back(t.type()), in_ptrs.push_back(&t);
+  for (auto& t : params) p_ptrs.push_back(&t);
+  tensor out(o.infer_shape(shapes, types), type);
+  auto at = [&](int64_t i) { return type == dtype::f64 ? out.f64()[i] : static_cast<double>(out.f32()[i]); };
+  if (type == dtype::f64) std::fill_n(out.f64(), out.numel(), std::numeric_limits<double>::quiet_NaN());
+  else out.fill(std::numeric_limits<float>::quiet_NaN());
+  o.forward({in_ptrs, p_ptrs, &out, saved});
+  unwritten = 0;
+  for (int64_t i = 0; i < out.numel(); ++i) unwritten += std::isnan(at(i)) ? 1 : 0;
+  return out;
+}
+
 /// Runs op forward in f64 with the given inputs (f64 or i32) and params (f64).
 inline tensor run_forward(const op& o, const std::vector<tensor>& inputs, const std::vector<tensor>& params,
                           std::vector<tensor>* saved) {
-  std::vector<shape_t> shapes;
-  std::vector<dtype> types;
-  for (auto& t : inputs) shapes.push_back(t.shape()), types.push_back(t.type());
-  // Poisoned: an element forward forgets to write stays NaN and fails every comparison.
-  tensor out(o.infer_shape(shapes, types), dtype::f64);
-  std::fill_n(out.f64(), out.numel(), std::numeric_limits<double>::quiet_NaN());
-  std::vector<const tensor*> in_ptrs, p_ptrs;
-  for (auto& t : inputs) in_ptrs.push_back(&t);
-  for (auto& t : params) p_ptrs.push_back(&t);
-  o.forward({in_ptrs, p_ptrs, &out, saved});
   int64_t unwritten = 0;
-  for (int64_t i = 0; i < out.numel(); ++i) unwritten += std::isnan(out.f64()[i]) ? 1 : 0;
+  tensor out = forward_poisoned(o, inputs, params, saved, dtype::f64, unwritten);
   CHECK_MESSAGE(unwritten == 0, std::string(o.kind()) << ": forward left " << unwritten << " output elements unwritten (NaN)");
   return out;
 }
@@ -130,17 +139,9 @@ inline double f32_vs_f64_forward(const op& o, const std::vector<tensor>& inputs,
   std::vector<tensor> in32, p32;
   for (auto& t : inputs) in32.push_back(t.type() == dtype::f64 ? t.to(dtype::f32) : t);
   for (auto& t : params) p32.push_back(t.to(dtype::f32));
-  std::vector<shape_t> shapes;
-  std::vector<dtype> types;
-  for (auto& t : in32) shapes.push_back(t.shape()), types.push_back(t.type());
-  tensor y32(o.infer_shape(shapes, types), dtype::f32);
-  y32.fill(std::numeric_limits<float>::quiet_NaN());
-  std::vector<const tensor*> in_ptrs, p_ptrs;
-  for (auto& t : in32) in_ptrs.push_back(&t);
-  for (auto& t : p32) p_ptrs.push_back(&t);
-  o.forward({in_ptrs, p_ptrs, &y32, &saved32});
-  for (int64_t i = 0; i < y32.numel(); ++i)
-    if (std::isnan(y32.f32()[i])) return std::numeric_limits<double>::infinity();  // unwritten element
+  int64_t unwritten = 0;
+  tensor y32 = forward_poisoned(o, in32, p32, &saved32, dtype::f32, unwritten);
+  if (unwritten) return std::numeric_limits<double>::infinity();
   return max_rel_diff(y32, y64);
 }
 
