@@ -1,11 +1,22 @@
 #include "actors/messages.hpp"
 
+#include "actors/edge_actor.hpp"
+#include "actors/op_actor.hpp"
+
 namespace fusion {
 
 void add_fusion_message_types(caf::actor_system_config& cfg) {
   cfg.add_message_type<tensor>("fusion.tensor");
   cfg.add_message_type<named_tensors>("fusion.named_tensors");
   cfg.add_message_type<std::vector<caf::actor>>("fusion.actor_list");
+  cfg.add_message_type<std::vector<double>>("fusion.f64_list");
+  cfg.add_message_type<node_hello>("fusion.node_hello");
+  cfg.add_message_type<wire_chunk>("fusion.wire_chunk");
+  cfg.add_message_type<edge_stat>("fusion.edge_stat");
+  cfg.add_message_type<node_stats>("fusion.node_stats");
+  cfg.add_message_type<node_spec>("fusion.node_spec");
+  cfg.add_message_type<actor_run_params>("fusion.actor_run_params");
+  cfg.add_message_type<edge_config>("fusion.edge_config");
 }
 
 }  // namespace fusion

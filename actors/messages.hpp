@@ -6,13 +6,23 @@
 //   op actor    -> consumer       forward_atom(S, m, slot, mode, activation)       fan-out: one per consumer
 //   loss actor  -> coordinator    loss_atom(S, m, loss)                            then starts backward
 //   op actor    -> producer       backward_atom(S, m, consumer index, gradient)    summed in consumer order
-//   op actor    -> coordinator    grads_atom(S, node id, sum of squared grads)     after its M-th backward
+//   op actor    -> coordinator    grads_atom(S, node id, sum of squared grads, forward seconds per
+//                                 micro-batch, backward seconds per micro-batch)  after its M-th backward
 //   coordinator -> param actors   step_atom(S, lr, clip scale)  -> replies stepped_atom
 // Errors inside an actor never escape: it sends fail_atom(node name, message) to the coordinator.
+//
+// Across processes (actors/node_actor.hpp): a node says hello_atom(node_hello, node actor) to the
+// coordinator, which answers welcome_atom(index, version, refusal); a non-empty refusal says why
+// the node may not join. The coordinator then asks nodes
+// to spawn_atom op actors, edge_atom senders and route_atom receiving ends, polls stats_atom after
+// every step and ends the run with shutdown_atom. Tensors on a cross-process edge travel as
+// wire_chunk messages (a proto/wire.proto header + raw bytes) and are acknowledged chunk by chunk
+// with credit_atom, which bounds the bytes in flight per edge.
 #pragma once
 
 #include <caf/all.hpp>
 
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -35,6 +45,15 @@ using stepped_atom = caf::atom_constant<caf::atom("stepped")>;
 using get_state_atom = caf::atom_constant<caf::atom("getstate")>;
 using set_state_atom = caf::atom_constant<caf::atom("setstate")>;
 using fail_atom = caf::atom_constant<caf::atom("fail")>;
+using hello_atom = caf::atom_constant<caf::atom("hello")>;
+using welcome_atom = caf::atom_constant<caf::atom("welcome")>;
+using spawn_atom = caf::atom_constant<caf::atom("spawn")>;
+using edge_atom = caf::atom_constant<caf::atom("edge")>;
+using route_atom = caf::atom_constant<caf::atom("route")>;
+using wire_atom = caf::atom_constant<caf::atom("wire")>;
+using credit_atom = caf::atom_constant<caf::atom("credit")>;
+using stats_atom = caf::atom_constant<caf::atom("stats")>;
+using shutdown_atom = caf::atom_constant<caf::atom("shutdown")>;
 
 /// Named tensors, the unit of checkpoint state exchanged with op actors.
 using named_tensors = std::vector<std::pair<std::string, tensor>>;
@@ -87,6 +106,90 @@ std::enable_if_t<!std::is_base_of<caf::serializer, Inspector>::value &&
 inspect(Inspector& f, tensor& x) {
   auto shape = x.shape();
   return f(caf::meta::type_name("tensor"), shape);
+}
+
+/// What a node tells the coordinator when it joins.
+struct node_hello {
+  uint32_t version = 0;       ///< wire_protocol_version of the node's build
+  std::string name;           ///< must match a node of the cluster file
+  std::string site;
+  std::string device;         ///< "cpu" or "cuda:N"
+  std::string host;           ///< address peers reach this node's data channel on
+  uint16_t data_port = 0;     ///< 0: no data channel, tensors go over CAF
+  double gflops = 0;          ///< measured sgemm rate of the device
+  uint64_t memory_bytes = 0;  ///< physical memory of the host
+  int32_t pid = 0;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, node_hello& x) {
+  return f(caf::meta::type_name("node_hello"), x.version, x.name, x.site, x.device, x.host, x.data_port, x.gflops,
+           x.memory_bytes, x.pid);
+}
+
+/// One chunk of a tensor on a cross-process edge: the encoded wire header and the raw payload.
+/// The sender side references the bytes of a shared tensor (no copy before serialization); the
+/// receiving side owns the bytes it read. A chunk never exceeds wire_chunk::max_bytes.
+struct wire_chunk {
+  static constexpr uint64_t max_bytes = uint64_t{1} << 30;
+  std::string header;
+  std::shared_ptr<const tensor> source;  ///< sender side: the tensor the bytes come from
+  uint64_t offset = 0, length = 0;       ///< sender side: the byte range of `source`
+  std::vector<std::byte> received;       ///< receiver side
+
+  const std::byte* data() const { return source ? source->bytes() + offset : received.data(); }
+  uint64_t size() const { return source ? length : received.size(); }
+};
+
+inline caf::error inspect(caf::serializer& f, wire_chunk& x) {
+  uint64_t n = x.size();
+  return caf::error::eval([&] { return f(caf::meta::type_name("wire_chunk"), x.header, n); },
+                          [&] { return n ? f.apply_raw(n, const_cast<std::byte*>(x.data())) : caf::error{}; });
+}
+
+/// A length beyond max_bytes is refused before allocating (a corrupt or hostile peer).
+inline caf::error inspect(caf::deserializer& f, wire_chunk& x) {
+  uint64_t n = 0;
+  if (auto err = f(caf::meta::type_name("wire_chunk"), x.header, n)) return err;
+  if (n > wire_chunk::max_bytes) return caf::sec::invalid_argument;
+  x.source.reset();
+  x.received.resize(n);
+  return n ? f.apply_raw(n, x.received.data()) : caf::error{};
+}
+
+template <class Inspector>
+std::enable_if_t<!std::is_base_of<caf::serializer, Inspector>::value &&
+                     !std::is_base_of<caf::deserializer, Inspector>::value,
+                 typename Inspector::result_type>
+inspect(Inspector& f, wire_chunk& x) {
+  return f(caf::meta::type_name("wire_chunk"), x.header);
+}
+
+/// Traffic of one cross-process edge since the last stats_atom poll.
+struct edge_stat {
+  uint64_t edge = 0;
+  uint64_t bytes = 0;      ///< payload bytes of the tensors completed
+  uint64_t tensors = 0;    ///< tensors completed (all chunks acknowledged)
+  double seconds = 0;      ///< summed time from the first chunk sent to the last chunk acknowledged
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, edge_stat& x) {
+  return f(caf::meta::type_name("edge_stat"), x.edge, x.bytes, x.tensors, x.seconds);
+}
+
+/// A node's answer to stats_atom: edge traffic sent from it since the last poll, and the wire
+/// messages it refused since it started.
+struct node_stats {
+  std::vector<edge_stat> edges;
+  uint64_t rejected = 0;
+  std::string last_rejection;
+  uint64_t actors = 0;     ///< op and edge actors hosted
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, node_stats& x) {
+  return f(caf::meta::type_name("node_stats"), x.edges, x.rejected, x.last_rejection, x.actors);
 }
 
 /// Registers every message type above with an actor system config (same names on every node).

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <utility>
 
 #include "actors/messages.hpp"
 #include "core/param_init.hpp"
@@ -19,7 +20,7 @@ node_spec make_node_spec(const graph& g, int id) {
   for (int p : n.inputs) {
     const graph_node& prod = g.nodes[p];
     s.input_shapes.push_back(prod.shape);
-    s.input_types.push_back(prod.type);
+    s.input_types.push_back(static_cast<uint8_t>(prod.type));
     s.producer_is_input.push_back(prod.is_input() ? 1 : 0);
   }
   for (auto& c : n.consumers) s.consumer_slots.push_back(c.slot);
@@ -65,7 +66,7 @@ struct op_state {
   std::map<uint32_t, saved_entry> saved;
   std::map<uint32_t, bwd_entry> pending_bwd;
   uint32_t next_bwd = 0;
-  double compute_seconds = 0;
+  std::vector<double> fwd_seconds, bwd_seconds;  // per micro-batch of the current step
   static inline const char* name = "op_actor";
 };
 
@@ -118,7 +119,7 @@ void drain_backward(self_ptr self, uint64_t step) {
     for (auto& t : st.params) p_ptrs.push_back(&t);
     for (auto& t : st.grads) g_ptrs.push_back(&t);
     st.impl->backward({in_ptrs, p_ptrs, &dout, &sv->second.aux, din_ptrs, g_ptrs});
-    st.compute_seconds += seconds_since(t0);
+    st.bwd_seconds.at(mb) = seconds_since(t0);
     for (size_t i = 0; i < n_in; ++i) {
       if (st.spec.producer_is_input[i]) continue;
       if (din[i].empty()) din[i] = tensor(in_ptrs[i]->shape(), dtype::f32);  // no-grad slot: zeros
@@ -131,7 +132,9 @@ void drain_backward(self_ptr self, uint64_t step) {
       double sq = 0;
       for (auto& g : st.grads) sq += sum_of_squares(g.f32(), g.numel());
       st.next_bwd = 0;
-      self->send(st.coordinator, grads_atom::value, step, static_cast<int32_t>(st.spec.id), sq);
+      self->send(st.coordinator, grads_atom::value, step, static_cast<int32_t>(st.spec.id), sq,
+                 std::exchange(st.fwd_seconds, std::vector<double>(st.run.micro_batches, 0.0)),
+                 std::exchange(st.bwd_seconds, std::vector<double>(st.run.micro_batches, 0.0)));
     }
   }
 }
@@ -164,7 +167,7 @@ void run_forward(self_ptr self, uint64_t step, uint32_t mb, pass_mode mode, std:
     for (auto& t : st.params) p_ptrs.push_back(&t);
     out = tensor::uninitialized(st.impl->infer_shape(shapes, types), dtype::f32);
     st.impl->forward({in_ptrs, p_ptrs, &out, &aux});
-    st.compute_seconds += seconds_since(t0);
+    if (mode == pass_mode::train && mb < st.fwd_seconds.size()) st.fwd_seconds[mb] = seconds_since(t0);
   }
   if (st.spec.is_loss) {
     self->send(st.coordinator, loss_atom::value, step, mb, static_cast<double>(out.f32()[0]));
@@ -234,6 +237,8 @@ caf::behavior op_actor_fn(self_ptr self, node_spec spec, actor_run_params run) {
   auto& st = self->state;
   st.spec = std::move(spec);
   st.run = run;
+  st.fwd_seconds.assign(run.micro_batches, 0.0);
+  st.bwd_seconds.assign(run.micro_batches, 0.0);
   if (st.spec.kind != "input") {
     st.impl = make_op(st.spec.kind, attr_map{st.spec.attrs});
     st.param_specs = st.impl->params(st.spec.input_shapes);

@@ -22,7 +22,7 @@ struct node_spec {
   std::string kind;                               ///< op kind, or "input"
   std::map<std::string, std::string> attrs;
   std::vector<shape_t> input_shapes;              ///< shapes at load time (define parameter shapes)
-  std::vector<dtype> input_types;
+  std::vector<uint8_t> input_types;               ///< dtype of each input, as its integer value
   std::vector<int> consumer_slots;                ///< per consumer: the input slot it feeds
   std::vector<int> index_at_producer;             ///< per input slot: our index in the producer's consumers
   std::vector<uint8_t> producer_is_input;         ///< per input slot: the producer is a data input
@@ -36,6 +36,24 @@ struct actor_run_params {
   uint64_t seed = 0;
   optim_config optim;
 };
+
+// Serialization for remote spawning (fusion-node): the same names on every node.
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, node_spec& x) {
+  return f(caf::meta::type_name("node_spec"), x.id, x.name, x.kind, x.attrs, x.input_shapes, x.input_types,
+           x.consumer_slots, x.index_at_producer, x.producer_is_input, x.is_loss, x.is_logits);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, optim_config& x) {
+  return f(caf::meta::type_name("optim_config"), x.kind, x.lr, x.min_lr, x.beta1, x.beta2, x.eps, x.weight_decay,
+           x.momentum, x.grad_clip, x.warmup_steps, x.total_steps);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, actor_run_params& x) {
+  return f(caf::meta::type_name("actor_run_params"), x.micro_batches, x.seed, x.optim);
+}
 
 /// Builds the spec of node `id` of a loaded graph.
 node_spec make_node_spec(const graph& g, int id);

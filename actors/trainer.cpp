@@ -11,8 +11,15 @@
 #include <random>
 #include <sstream>
 
+#include <caf/io/all.hpp>
+
+#include "actors/edge_actor.hpp"
 #include "actors/messages.hpp"
+#include "actors/node_actor.hpp"
 #include "actors/op_actor.hpp"
+#include "core/cluster.hpp"
+#include "core/wire.hpp"
+#include "scheduler/placement.hpp"
 #include "core/checkpoint.hpp"
 #include "core/data.hpp"
 #include "core/graph.hpp"
@@ -64,6 +71,58 @@ struct actor_group {
   size_t size() const { return list.size(); }
 };
 
+/// What the coordinator knows about one cross-process edge.
+struct edge_info {
+  int producer = -1, consumer = -1;
+  bool forward = true;
+  int from = -1, to = -1;  // cluster node indices
+};
+
+// The fusion-node processes of a run. Ends them with shutdown_atom when destroyed, so nodes exit
+// cleanly also when the session constructor throws after they joined.
+struct node_group {
+  caf::scoped_actor* self = nullptr;
+  std::vector<caf::actor> list;        // by cluster node index; empty handle: not joined
+  std::vector<node_hello> hellos;
+  ~node_group() {
+    if (!self) return;
+    for (auto& n : list) {
+      if (!n) continue;
+      (*self)->request(n, std::chrono::seconds(5), shutdown_atom::value).receive([](bool) {}, [](caf::error&) {});
+    }
+  }
+};
+
+// {"step": N, "ops": {"h0.fc": {"fwd_ms": [..], "bwd_ms": [..]}, ...}, "edges": [...]}: the
+// measurements of one step, per micro-batch for ops and per edge for cross-process traffic.
+std::string measurement_json(const step_record& rec, const graph& g) {
+  std::string out = "{\"step\": " + std::to_string(rec.step) + ", \"ops\": {";
+  char buf[64];
+  auto list = [&](const std::vector<double>& v) {
+    std::string s = "[";
+    for (size_t i = 0; i < v.size(); ++i) {
+      std::snprintf(buf, sizeof buf, "%s%.3f", i ? ", " : "", v[i] * 1e3);
+      s += buf;
+    }
+    return s + "]";
+  };
+  for (size_t i = 0; i < rec.ops.size(); ++i) {
+    auto& m = rec.ops[i];
+    out += (i ? ", \"" : "\"") + g.nodes[m.node].name + "\": {\"fwd_ms\": " + list(m.forward_s) +
+           ", \"bwd_ms\": " + list(m.backward_s) + "}";
+  }
+  out += "}, \"edges\": [";
+  for (size_t i = 0; i < rec.edges.size(); ++i) {
+    auto& e = rec.edges[i];
+    std::snprintf(buf, sizeof buf, "%.6f", e.seconds);
+    out += std::string(i ? ", " : "") + "{\"from\": \"" + e.from_node + "\", \"to\": \"" + e.to_node +
+           "\", \"edge\": \"" + g.nodes[e.producer].name + "->" + g.nodes[e.consumer].name + "\", \"dir\": \"" +
+           (e.forward ? "fwd" : "bwd") + "\", \"bytes\": " + std::to_string(e.bytes) +
+           ", \"tensors\": " + std::to_string(e.tensors) + ", \"seconds\": " + buf + "}";
+  }
+  return out + "]}";
+}
+
 struct session::impl {
   train_config cfg;
   caf::actor_system_config sys_cfg;
@@ -72,7 +131,12 @@ struct session::impl {
   graph model;
   char_tokenizer tokenizer;
   std::unique_ptr<text_dataset> data;
+  node_group nodes;                    // cluster mode only; destroyed after the actors are stopped
   actor_group actors;                  // by node id; declared after sys, so destroyed first
+  cluster_spec cluster;                // cluster mode only
+  fusion::placement place;             // cluster mode only
+  std::map<uint64_t, edge_info> edges; // cluster mode only: by edge id
+  std::string last_checkpoint;         // "FILE at step N" once one was written
   std::vector<int> compute_nodes;      // non-input node ids (they run backward and step)
   int64_t step = 0;
   int64_t micro_rows = 0;              // rows per micro-batch
@@ -108,20 +172,30 @@ struct session::impl {
     int threads = cfg.threads > 0 ? cfg.threads : static_cast<int>(std::max(1L, sysconf(_SC_NPROCESSORS_ONLN)));
     sys_cfg.set("scheduler.max-threads", static_cast<int64_t>(threads));
     add_fusion_message_types(sys_cfg);
+    if (!cfg.cluster_file.empty()) {
+      cluster = load_cluster(cfg.cluster_file);
+      place = place_ops(model, cluster);
+      set_liveness(sys_cfg, cfg.heartbeat_ms, cfg.peer_timeout_ms);
+      sys_cfg.load<caf::io::middleman>();
+    }
     sys = std::make_unique<caf::actor_system>(sys_cfg);
     self = std::make_unique<caf::scoped_actor>(*sys);
 
     actor_run_params run{static_cast<uint32_t>(cfg.micro_batches), cfg.seed, cfg.optim};
-    for (auto& n : model.nodes) {
-      actors.list.push_back(spawn_op_actor(*sys, make_node_spec(model, n.id), run));
+    for (auto& n : model.nodes)
       if (!n.is_input()) compute_nodes.push_back(n.id);
-    }
-    for (auto& n : model.nodes) {
-      std::vector<caf::actor> consumers, producers;
-      for (auto& c : n.consumers) consumers.push_back(actors[c.node]);
-      for (int p : n.inputs) producers.push_back(actors[p]);
-      (*self)->send(actors[n.id], connect_atom::value, std::move(consumers), std::move(producers),
-                    caf::actor_cast<caf::actor>(*self));
+    if (cfg.cluster_file.empty()) {
+      for (auto& n : model.nodes) actors.list.push_back(spawn_op_actor(*sys, make_node_spec(model, n.id), run));
+      for (auto& n : model.nodes) {
+        std::vector<caf::actor> consumers, producers;
+        for (auto& c : n.consumers) consumers.push_back(actors[c.node]);
+        for (int p : n.inputs) producers.push_back(actors[p]);
+        (*self)->send(actors[n.id], connect_atom::value, std::move(consumers), std::move(producers),
+                      caf::actor_cast<caf::actor>(*self));
+      }
+    } else {
+      join_nodes();
+      spawn_on_nodes(run);
     }
     if (!cfg.resume_from.empty()) load(cfg.resume_from);
     if (!cfg.metrics_file.empty()) {
@@ -129,6 +203,154 @@ struct session::impl {
       metrics.open(cfg.metrics_file, std::ios::app);
       if (!metrics) throw std::runtime_error("cannot open metrics file " + cfg.metrics_file);
     }
+  }
+
+  // ---- cluster mode: nodes join, op actors are spawned on them and wired through edges ----
+
+  std::string node_label(size_t i) const {
+    return "node '" + cluster.nodes[i].name + "' (site " + cluster.nodes[i].site + ")";
+  }
+
+  void on_down(const caf::down_msg& dm) {
+    for (size_t i = 0; i < nodes.list.size(); ++i) {
+      if (!nodes.list[i] || nodes.list[i].address() != dm.source) continue;
+      nodes.list[i] = nullptr;  // nothing to shut down there any more
+      if (failure.empty())
+        failure = node_label(i) + " is gone (" + caf::to_string(dm.reason) +
+                  "): it was killed, crashed or stopped answering heartbeats for " +
+                  std::to_string(cfg.peer_timeout_ms) + " ms";
+    }
+  }
+
+  // Publishes the coordinator and waits until every node of the cluster file has said hello.
+  void join_nodes() {
+    std::string host = cluster.coordinator_host;
+    uint16_t port = static_cast<uint16_t>(cluster.coordinator_port);
+    if (!cfg.listen.empty()) {
+      auto colon = cfg.listen.rfind(':');
+      if (colon == std::string::npos) throw std::runtime_error("cluster.listen: expected HOST:PORT, got " + cfg.listen);
+      host = cfg.listen.substr(0, colon);
+      port = static_cast<uint16_t>(std::stoi(cfg.listen.substr(colon + 1)));
+    }
+    auto me = caf::actor_cast<caf::actor>(*self);
+    auto bound = sys->middleman().publish(me, port, host.c_str(), true);
+    if (!bound)
+      throw std::runtime_error("cannot listen for nodes on " + host + ":" + std::to_string(port) + ": " +
+                               sys->render(bound.error()));
+    nodes.self = self.get();
+    nodes.list.assign(cluster.nodes.size(), nullptr);
+    nodes.hellos.assign(cluster.nodes.size(), {});
+    if (cfg.progress)
+      std::fprintf(stderr, "fusion-train: waiting for %zu node(s) of %s on %s:%u\n", cluster.nodes.size(),
+                   cluster.file.c_str(), host.c_str(), static_cast<unsigned>(*bound));
+    if (cfg.on_listening) cfg.on_listening(*bound);
+    size_t joined = 0;
+    auto deadline = clock_type::now() + std::chrono::duration<double>(cfg.join_timeout_s);
+    while (joined < cluster.nodes.size() && failure.empty()) {
+      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - clock_type::now());
+      if (left.count() <= 0) break;
+      (*self)->receive(
+          [&](hello_atom, node_hello& h, caf::actor& node) -> caf::message {
+            std::string why;
+            int idx = cluster.find_node(h.name);
+            if (h.version != wire_protocol_version)
+              why = "node '" + h.name + "' speaks protocol version " + std::to_string(h.version) +
+                    ", this coordinator speaks " + std::to_string(wire_protocol_version) + ": run the same build";
+            else if (idx < 0)
+              why = "node '" + h.name + "' is not in cluster file " + cluster.file;
+            else if (nodes.list[idx])
+              why = "node '" + h.name + "' has already joined";
+            if (!why.empty()) {
+              std::fprintf(stderr, "fusion-train: refused a node: %s\n", why.c_str());
+              return caf::make_message(welcome_atom::value, int32_t{-1}, wire_protocol_version, why);
+            }
+            nodes.list[idx] = node;
+            nodes.hellos[idx] = h;
+            (*self)->monitor(node);
+            ++joined;
+            if (cfg.progress)
+              std::fprintf(stderr, "fusion-train: %s joined: %s, %.0f GFLOP/s, %.1f GiB, pid %d (%zu/%zu)\n",
+                           node_label(idx).c_str(), h.device.c_str(), h.gflops,
+                           static_cast<double>(h.memory_bytes) / (1 << 30), h.pid, joined, cluster.nodes.size());
+            return caf::make_message(welcome_atom::value, static_cast<int32_t>(idx), wire_protocol_version,
+                                     std::string{});
+          },
+          [&](caf::down_msg& dm) { on_down(dm); }, caf::after(left) >> [] {});
+    }
+    if (!failure.empty()) throw std::runtime_error(failure);
+    if (joined < cluster.nodes.size()) {
+      std::string missing;
+      for (size_t i = 0; i < cluster.nodes.size(); ++i)
+        if (!nodes.list[i]) missing += (missing.empty() ? "" : ", ") + cluster.nodes[i].name;
+      throw std::runtime_error("node(s) " + missing + " of " + cluster.file + " did not join within " +
+                               std::to_string(static_cast<int>(cfg.join_timeout_s)) +
+                               " s (cluster.join-timeout); start them with fusion-node --config configs/nodes/...");
+    }
+  }
+
+  template <class T, class... Ts>
+  T ask_node(size_t node, const char* what, Ts&&... xs) {
+    T out{};
+    std::string err;
+    (*self)->request(nodes.list.at(node), std::chrono::seconds(60), std::forward<Ts>(xs)...)
+        .receive([&](T& v) { out = std::move(v); }, [&](caf::error& e) { err = sys->render(e); });
+    if (!err.empty()) throw std::runtime_error(std::string(what) + " on " + node_label(node) + ": " + err);
+    return out;
+  }
+
+  // Spawns every op actor on its node and wires the graph. An edge between two nodes becomes two
+  // edge senders: the activation one on the producer's node, the gradient one on the consumer's.
+  void spawn_on_nodes(const actor_run_params& run) {
+    const auto& where = place.node_of_op;
+    for (auto& n : model.nodes)
+      actors.list.push_back(ask_node<caf::actor>(where[n.id], "spawning op actor", spawn_atom::value,
+                                                 make_node_spec(model, n.id), run));
+    edge_config ec{cfg.window, cfg.chunk_bytes};
+    std::vector<std::vector<caf::actor>> consumers(model.nodes.size()), producers(model.nodes.size());
+    for (auto& n : model.nodes) producers[n.id].resize(n.inputs.size());
+    uint64_t next_edge = 1;
+    for (auto& n : model.nodes) {
+      for (auto& c : n.consumers) {
+        int a = where[n.id], b = where[c.node];
+        if (a == b) {
+          consumers[n.id].push_back(actors[c.node]);
+          producers[c.node][c.slot] = actors[n.id];
+          continue;
+        }
+        auto link = [&](int from, int to, int target, bool forward) {
+          uint64_t id = next_edge++;
+          auto sender = ask_node<caf::actor>(from, "creating an edge sender", edge_atom::value, id, nodes.list[to], ec);
+          ask_node<bool>(to, "routing an edge", route_atom::value, id, actors[target], sender);
+          edges[id] = edge_info{n.id, c.node, forward, from, to};
+          return sender;
+        };
+        consumers[n.id].push_back(link(a, b, c.node, true));
+        producers[c.node][c.slot] = link(b, a, n.id, false);
+      }
+    }
+    for (auto& n : model.nodes)
+      (*self)->send(actors[n.id], connect_atom::value, std::move(consumers[n.id]), std::move(producers[n.id]),
+                    caf::actor_cast<caf::actor>(*self));
+    if (cfg.progress)
+      std::fprintf(stderr, "fusion-train: placement (%s):\n%s", placement_policy_names()[static_cast<int>(cluster.placement.policy)].c_str(),
+                   format_placement(model, cluster, place).c_str());
+  }
+
+  // Edge traffic of the step that just ended, from every node.
+  std::vector<edge_measurement> poll_edge_traffic() {
+    std::vector<edge_measurement> out;
+    for (size_t i = 0; i < nodes.list.size(); ++i) {
+      if (!nodes.list[i]) continue;
+      auto st = ask_node<node_stats>(i, "reading traffic", stats_atom::value);
+      for (auto& e : st.edges) {
+        auto it = edges.find(e.edge);
+        if (it == edges.end()) continue;
+        const auto& info = it->second;
+        out.push_back({info.producer, info.consumer, info.forward, cluster.nodes[info.from].name,
+                       cluster.nodes[info.to].name, e.bytes, e.tensors, e.seconds});
+      }
+    }
+    return out;
   }
 
   // Splits a (rows, T) batch into micro-batches and sends tokens and targets to the inputs.
@@ -155,11 +377,16 @@ struct session::impl {
       (*self)->receive(
           handlers...,
           [&](fail_atom, std::string& node, std::string& msg) {
-            if (failure.empty()) failure = "op actor '" + node + "' failed: " + msg;
+            if (failure.empty()) failure = (node.rfind("node ", 0) == 0 ? node : "op actor '" + node + "'") +
+                                           " failed: " + msg;
           },
+          [&](caf::down_msg& dm) { on_down(dm); },
           caf::after(left) >> [] {});
     }
-    if (!failure.empty()) throw std::runtime_error(failure);
+    if (!failure.empty()) {
+      if (!last_checkpoint.empty()) failure += " (last checkpoint: " + last_checkpoint + ")";
+      throw std::runtime_error(failure);
+    }
     if (!done())
       throw std::runtime_error(std::string("timed out after ") + std::to_string(cfg.step_timeout_s) +
                                " s waiting for " + what + " (runtime.step-timeout)");
@@ -175,14 +402,18 @@ struct session::impl {
 
     std::vector<double> losses(M, NAN), sq(model.nodes.size(), 0.0);
     size_t n_loss = 0, n_grads = 0;
+    step_record rec;
     wait_until([&] { return n_loss == static_cast<size_t>(M) && n_grads == compute_nodes.size(); },
                "forward/backward of the step",
                [&](loss_atom, uint64_t, uint32_t mb, double l) { losses.at(mb) = l, ++n_loss; },
-               [&](grads_atom, uint64_t, int32_t id, double v) { sq.at(id) = v, ++n_grads; });
+               [&](grads_atom, uint64_t, int32_t id, double v, std::vector<double>& fwd, std::vector<double>& bwd) {
+                 sq.at(id) = v, ++n_grads;
+                 rec.ops.push_back({id, std::move(fwd), std::move(bwd)});
+               });
     double loss = 0, norm2 = 0;
     for (double l : losses) loss += l;  // micro-batch order: deterministic
     for (double v : sq) norm2 += v;     // node order: deterministic
-    step_record rec;
+    std::sort(rec.ops.begin(), rec.ops.end(), [](auto& a, auto& b) { return a.node < b.node; });
     rec.step = step + 1;
     rec.loss = loss / static_cast<double>(M);
     rec.grad_norm = std::sqrt(norm2);
@@ -197,6 +428,7 @@ struct session::impl {
                [&](stepped_atom, int32_t) { ++n_stepped; });
     ++step;
     rec.tokens_per_s = static_cast<double>(B * T) / seconds_between(t0, clock_type::now());
+    if (!nodes.list.empty()) rec.edges = poll_edge_traffic();
     return rec;
   }
 
@@ -265,6 +497,7 @@ struct session::impl {
     }
     make_parent_dirs(path);
     fusion::save_checkpoint(path, ck);
+    last_checkpoint = path + " at step " + std::to_string(step);
   }
 
   void load(const std::string& path) {
@@ -331,6 +564,7 @@ train_result session::train() {
                   "\"elapsed_s\": %.3f}",
                   static_cast<long long>(rec.step), rec.loss, rec.lr, rec.grad_norm, rec.tokens_per_s, elapsed);
     d.log_metrics(buf);
+    if (d.metrics.is_open()) d.log_metrics(measurement_json(rec, d.model));
     if (d.cfg.progress && (tty || d.step % std::max<int64_t>(1, d.cfg.log_every) == 0 || d.step == d.cfg.steps)) {
       double eta = static_cast<double>(d.cfg.steps - d.step) * tokens_per_step / std::max(avg_tps, 1e-9);
       std::fprintf(stderr, "%sstep %lld/%lld | loss %.4f | lr %.2e | %.0f tok/s | ETA %s%s",
@@ -357,6 +591,12 @@ std::string session::sample(int n, const std::string& prompt, double temperature
 void session::save_checkpoint(const std::string& path) { impl_->save(path); }
 void session::load_checkpoint(const std::string& path) { impl_->load(path); }
 int64_t session::step() const { return impl_->step; }
+std::vector<std::string> session::cluster_nodes() const {
+  std::vector<std::string> out;
+  for (auto& n : impl_->cluster.nodes) out.push_back(n.name);
+  return out;
+}
+std::vector<int> session::placement() const { return impl_->place.node_of_op; }
 int64_t session::param_count() const { return impl_->model.param_count(); }
 size_t session::actor_count() const { return impl_->actors.size(); }
 double session::unigram_entropy() const {

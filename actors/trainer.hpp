@@ -37,9 +37,36 @@ struct train_config {
   int blas_threads = 1;                    ///< OpenBLAS threads inside each op call
   double step_timeout_s = 600;             ///< a step that takes longer is a hang: abort
   bool progress = true;                    ///< progress lines on stderr
+  // ---- several processes (docs/cluster.md) ----
+  std::string cluster_file;                ///< cluster file: op actors run on fusion-node processes
+  std::string listen;                      ///< "HOST:PORT" to wait for nodes on (default: the cluster file's)
+  double join_timeout_s = 60;              ///< every node of the cluster file must join within this
+  int64_t heartbeat_ms = 250;              ///< CAF middleman heartbeat between processes
+  int64_t peer_timeout_ms = 2000;          ///< a peer silent this long is dead (hung or gone)
+  uint32_t window = 4;                     ///< chunks in flight per cross-process edge
+  uint64_t chunk_bytes = uint64_t{4} << 20;  ///< largest chunk of a tensor on a cross-process edge
+  /// Called once the coordinator listens, with its port (tests start their nodes from here).
+  std::function<void(uint16_t port)> on_listening;
   /// When set (e.g. by a SIGINT handler), train() stops after the step in flight, writes the
   /// checkpoint (if configured) and returns with `interrupted` set.
   const std::atomic<bool>* stop_flag = nullptr;
+};
+
+/// Measured work of one operator in one step (kept for the scheduler, written to the metrics).
+struct op_measurement {
+  int node = -1;                       ///< graph node id
+  std::vector<double> forward_s;       ///< per micro-batch
+  std::vector<double> backward_s;      ///< per micro-batch
+};
+
+/// Measured traffic of one cross-process edge in one step.
+struct edge_measurement {
+  int producer = -1, consumer = -1;    ///< graph node ids
+  bool forward = true;                 ///< activation (true) or gradient (false)
+  std::string from_node, to_node;      ///< cluster node names
+  uint64_t bytes = 0;
+  uint64_t tensors = 0;
+  double seconds = 0;                  ///< summed send-to-acknowledge time of those tensors
 };
 
 /// One optimizer step's record.
@@ -49,6 +76,8 @@ struct step_record {
   double lr = 0;
   double grad_norm = 0;    ///< before clipping
   double tokens_per_s = 0; ///< of this step
+  std::vector<op_measurement> ops;     ///< every compute op
+  std::vector<edge_measurement> edges; ///< every cross-process edge that carried data
 };
 
 /// What a call to session::train returns.
@@ -83,6 +112,10 @@ class session {
   int64_t param_count() const;
   /// Number of op actors (one per OP-DAG node, inputs included).
   size_t actor_count() const;
+  /// Nodes of the cluster file this session runs on (empty without one), and where each graph
+  /// node was placed (index into that list, by graph node id).
+  std::vector<std::string> cluster_nodes() const;
+  std::vector<int> placement() const;
   /// Entropy of the training split's character distribution, in nats.
   double unigram_entropy() const;
 

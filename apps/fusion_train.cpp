@@ -16,8 +16,7 @@
 #include <variant>
 
 #include "actors/trainer.hpp"
-#include "core/graph_names.hpp"
-#include "core/ini_check.hpp"
+#include "apps/app_options.hpp"
 
 namespace {
 
@@ -35,35 +34,19 @@ struct sample_options {
   int64_t after_training = 200;
 };
 
-/// One row of the option table: the single source for CAF's parser, --help and the INI linter.
-struct option_row {
-  const char* category;
-  const char* name;
-  const char* help;
-  std::variant<bool*, int64_t*, uint64_t*, double*, std::string*> target;
-};
-
-ini_option::kind kind_of(const option_row& r) {
-  switch (r.target.index()) {
-    case 0: return ini_option::kind::boolean;
-    case 1: return ini_option::kind::integer;
-    case 2: return ini_option::kind::unsigned_integer;
-    case 3: return ini_option::kind::real;
-    default: return ini_option::kind::string;
-  }
-}
-
-struct train_app_config : caf::actor_system_config {
+struct train_app_config : table_config {
   train_config run;
   sample_options sample;
   uint64_t threads = 0, blas_threads = 1;
   double step_timeout_s = 600;
   bool quiet = false;
-  std::vector<option_row> rows;
+  uint64_t window = 0, chunk_kib = 0;
 
   train_app_config() {
     auto& o = run.optim;
-    rows = {
+    window = run.window;
+    chunk_kib = run.chunk_bytes >> 10;
+    add_rows({
         {"model", "file", "OP-DAG model file (.pbtxt); --model FILE for short", &run.model_file},
         {"data", "file", "training text (default data/kjv.txt from scripts/get-data.sh)", &run.data_file},
         {"data", "vocab", "character vocabulary file: read if present, else built from the corpus and written",
@@ -100,132 +83,44 @@ struct train_app_config : caf::actor_system_config {
         {"runtime", "threads", "actor scheduler threads (0: one per core)", &threads},
         {"runtime", "blas-threads", "OpenBLAS threads per op call", &blas_threads},
         {"runtime", "step-timeout", "seconds before a stuck step aborts the run", &step_timeout_s},
-          {"runtime", "quiet", "no progress lines", &quiet},
-    };
+        {"runtime", "quiet", "no progress lines", &quiet},
+        {"cluster", "file", "cluster file: run the operators on fusion-node processes (empty: all in this process)",
+         &run.cluster_file},
+        {"cluster", "listen", "HOST:PORT this coordinator listens on for nodes (default: the cluster file's)",
+         &run.listen},
+        {"cluster", "join-timeout", "seconds to wait for every node of the cluster file to join", &run.join_timeout_s},
+        {"cluster", "heartbeat-ms", "heartbeat interval between processes in milliseconds", &run.heartbeat_ms},
+        {"cluster", "peer-timeout-ms", "a process silent this long is declared dead (milliseconds)",
+         &run.peer_timeout_ms},
+        {"flow", "window", "chunks in flight per cross-process edge", &window},
+        {"flow", "chunk-kib", "largest chunk of a tensor on a cross-process edge, KiB", &chunk_kib},
+    });
     o.total_steps = 0;
-    for (auto& r : rows) {
-      caf::config_option_adder group{custom_options_, r.category};
-      std::visit([&](auto* p) { group.add(*p, r.name, r.help); }, r.target);
-    }
-  }
-
-  std::vector<ini_option> schema() const {
-    std::vector<ini_option> out;
-    for (auto& r : rows) out.push_back({r.category, r.name, kind_of(r)});
-    return out;
   }
 };
 
-/// Rewrites "--model F", "--sample N", "--prompt P", "--resume F" into CAF's --key=value form
-/// and pulls out "--config F".
-std::vector<std::string> normalise_args(int argc, char** argv, std::string& config_file) {
-  static const std::vector<std::pair<std::string, std::string>> aliases = {
-      {"--model", "--model.file"}, {"--sample", "--sample.count"}, {"--prompt", "--sample.prompt"},
-      {"--resume", "--train.resume"}, {"--steps", "--train.steps"}};
-  std::vector<std::string> out;
-  for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    auto eq = a.find('=');
-    std::string key = a.substr(0, eq);
-    bool has_value = eq != std::string::npos;
-    std::string value = has_value ? a.substr(eq + 1) : "";
-    auto take_value = [&]() -> bool {
-      if (has_value) return true;
-      if (i + 1 >= argc) return false;
-      value = argv[++i];
-      return true;
-    };
-    if (key == "--config") {
-      if (!take_value()) throw std::runtime_error("--config needs a file name");
-      config_file = value;
-      continue;
-    }
-    auto alias = std::find_if(aliases.begin(), aliases.end(), [&](auto& kv) { return kv.first == key; });
-    if (alias != aliases.end()) {
-      if (!take_value()) throw std::runtime_error(key + " needs a value");
-      bool is_string = alias->second != "--sample.count" && alias->second != "--train.steps";
-      out.push_back(alias->second + "=" + (is_string ? "\"" + value + "\"" : value));
-      continue;
-    }
-    // CAF rejects "--key=" outright; an empty string option must be spelled --key="".
-    out.push_back(has_value && value.empty() ? a + "\"\"" : a);
-  }
-  return out;
-}
-
-const char* kind_name(ini_option::kind k) {
-  switch (k) {
-    case ini_option::kind::boolean: return "bool";
-    case ini_option::kind::integer: return "int";
-    case ini_option::kind::unsigned_integer: return "uint";
-    case ini_option::kind::real: return "real";
-    default: return "string";
-  }
-}
-
-void print_help(const train_app_config& cfg) {
-  std::cout << "usage: fusion-train --config FILE.ini [--model FILE] [--steps N] [--resume CKPT]\n"
-               "                    [--sample N [--prompt TEXT]] [--category.key=value ...]\n\n"
-               "Trains an OP-DAG model, one CAF actor per operator, on a text corpus. Settings are\n"
-               "[category] key=value lines of the INI file; the command line overrides any of them as\n"
-               "--category.key=value (e.g. --train.steps=50 --optim.lr=3.0e-4). INI reals need a decimal\n"
-               "point and strings double quotes; the file is checked and every problem is reported.\n\n"
-               "options:\n";
-  for (auto& r : cfg.rows) {
-    std::string key = std::string("--") + r.category + "." + r.name + "=<" + kind_name(kind_of(r)) + ">";
-    std::printf("  %-36s %s\n", key.c_str(), r.help);
-  }
-  std::cout << "\nsee docs/training.md for details, metrics and checkpoints" << std::endl;
-}
-
-/// CAF reports "parser_error(not_an_option, ({"argument" = "--x=1"}))"; say it in our words and
-/// suggest the closest known option.
-void report_cli_error(const train_app_config& cfg, const std::vector<std::string>& args, const std::string& caf_text) {
-  std::string bad;
-  for (auto& a : args)
-    if (caf_text.find("\"" + a + "\"") != std::string::npos) bad = a;
-  std::string key = bad.substr(0, bad.find('='));
-  std::vector<std::string> known;
-  for (auto& r : cfg.rows) known.push_back(std::string("--") + r.category + "." + r.name);
-  if (bad.empty()) {
-    std::cerr << "fusion-train: bad command line: " << caf_text << "\n";
-  } else if (caf_text.find("not_an_option") != std::string::npos) {
-    std::cerr << "fusion-train: unknown option '" << key << "'" << did_you_mean(key, known) << " (see --help)\n";
-  } else {
-    auto open = caf_text.find('('), comma = caf_text.find(',');
-    std::string reason = open < comma && comma != std::string::npos ? caf_text.substr(open + 1, comma - open - 1) : caf_text;
-    std::replace(reason.begin(), reason.end(), '_', ' ');
-    std::cerr << "fusion-train: bad value in '" << bad << "': " << reason << " (see --help for the option's type)\n";
-  }
-}
+const char* usage =
+    "usage: fusion-train --config FILE.ini [--model FILE] [--steps N] [--resume CKPT] [--cluster FILE]\n"
+    "                    [--sample N [--prompt TEXT]] [--category.key=value ...]\n\n"
+    "Trains an OP-DAG model, one CAF actor per operator, on a text corpus: in this process, or on the\n"
+    "fusion-node processes of a cluster file (--cluster). Settings are [category] key=value lines of\n"
+    "the INI file; the command line overrides any of them as --category.key=value (e.g.\n"
+    "--train.steps=50 --optim.lr=3.0e-4). INI reals need a decimal point and strings double quotes;\n"
+    "the file is checked and every problem is reported. See docs/training.md and docs/cluster.md.\n";
 
 int run(int argc, char** argv) {
   train_app_config cfg;
-  std::string config_file;
-  auto args = normalise_args(argc, argv, config_file);
-  bool help = std::find_if(args.begin(), args.end(), [](auto& a) { return a == "-h" || a == "--help"; }) != args.end();
-  if (help) {
-    print_help(cfg);
-    return 0;
+  static const std::vector<option_alias> aliases = {{"--model", "model.file", true},
+                                                    {"--sample", "sample.count", false},
+                                                    {"--prompt", "sample.prompt", true},
+                                                    {"--resume", "train.resume", true},
+                                                    {"--steps", "train.steps", false},
+                                                    {"--cluster", "cluster.file", true}};
+  switch (load_options("fusion-train", usage, cfg, argc, argv, aliases)) {
+    case load_result::exit_ok: return 0;
+    case load_result::exit_usage: return 2;
+    case load_result::run: break;
   }
-  // One read of the file serves both the linter and CAF's parser.
-  std::stringstream ini;
-  if (!config_file.empty()) {
-    std::ifstream in(config_file);
-    if (!in) throw std::runtime_error("cannot open config file " + config_file);
-    ini << in.rdbuf();
-    auto problems = check_ini(ini.str(), config_file, cfg.schema());
-    if (!problems.empty()) {
-      for (auto& p : problems) std::cerr << to_string(p) << "\n";
-      std::cerr << "fusion-train: " << problems.size() << " problem(s) in " << config_file << "\n";
-      return 2;
-    }
-  }
-  if (auto err = cfg.parse(args, ini)) {
-    report_cli_error(cfg, args, cfg.render(err));
-    return 2;
-  }
-  if (cfg.cli_helptext_printed) return 0;
   if (cfg.run.model_file.empty())
     throw std::runtime_error("no model file: set [model] file in the config or pass --model FILE");
   if (cfg.run.optim.total_steps == 0) cfg.run.optim.total_steps = cfg.run.steps;
@@ -233,6 +128,8 @@ int run(int argc, char** argv) {
   cfg.run.blas_threads = static_cast<int>(cfg.blas_threads);
   cfg.run.step_timeout_s = cfg.step_timeout_s;
   cfg.run.progress = !cfg.quiet;
+  cfg.run.window = static_cast<uint32_t>(std::max<uint64_t>(1, cfg.window));
+  cfg.run.chunk_bytes = std::max<uint64_t>(1, cfg.chunk_kib) << 10;
 
   if (cfg.sample.count > 0) {
     if (cfg.run.resume_from.empty()) cfg.run.resume_from = cfg.run.checkpoint_file;

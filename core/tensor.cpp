@@ -39,27 +39,50 @@ const char* to_string(dtype t) {
 
 size_t dtype_size(dtype t) { return t == dtype::f64 ? 8 : 4; }
 
-void tensor::aligned_free::operator()(std::byte* p) const noexcept { std::free(p); }
-
-tensor::tensor(shape_t shape, dtype t) : shape_(std::move(shape)), numel_(numel_of(shape_)), dtype_(t) {
-  allocate();
-  if (nbytes()) std::memset(data_.get(), 0, nbytes());
+void tensor::storage_free::operator()(std::byte* p) const noexcept {
+  if (device == device_kind::cpu) {
+    std::free(p);
+  } else if (const device_hooks* h = find_device_hooks(device)) {
+    h->free(p);
+  }
+  // No hooks: the storage could not have been allocated, nothing to release.
 }
 
-tensor::tensor(shape_t shape, dtype t, no_init_t) : shape_(std::move(shape)), numel_(numel_of(shape_)), dtype_(t) {
+tensor::tensor(shape_t shape, dtype t) : tensor(std::move(shape), t, device_kind::cpu) {}
+
+tensor::tensor(shape_t shape, dtype t, device_kind d)
+    : shape_(std::move(shape)), numel_(numel_of(shape_)), dtype_(t), device_(d) {
+  allocate();
+  if (device_ == device_kind::cpu) {
+    if (nbytes()) std::memset(data_.get(), 0, nbytes());
+  } else if (nbytes()) {
+    device_hooks_for(device_).memset_zero(data_.get(), nbytes());
+  }
+}
+
+tensor::tensor(shape_t shape, dtype t, device_kind d, no_init_t)
+    : shape_(std::move(shape)), numel_(numel_of(shape_)), dtype_(t), device_(d) {
   allocate();
 }
 
-tensor tensor::uninitialized(shape_t shape, dtype t) { return tensor(std::move(shape), t, no_init_t{}); }
+tensor tensor::uninitialized(shape_t shape, dtype t) { return tensor(std::move(shape), t, device_kind::cpu, no_init_t{}); }
+
+tensor tensor::uninitialized(shape_t shape, dtype t, device_kind d) {
+  return tensor(std::move(shape), t, d, no_init_t{});
+}
 
 void tensor::allocate() {
   size_t n = nbytes();
   // Round up so aligned_alloc's size requirement holds; keep one line for empty tensors too,
   // so that a scalar-shaped or empty tensor still reads as non-empty.
   size_t padded = std::max<size_t>(64, (n + 63) / 64 * 64);
-  auto* p = static_cast<std::byte*>(std::aligned_alloc(64, padded));
+  std::byte* p = nullptr;
+  if (device_ == device_kind::cpu)
+    p = static_cast<std::byte*>(std::aligned_alloc(64, padded));
+  else
+    p = static_cast<std::byte*>(device_hooks_for(device_).alloc(padded));
   if (!p) throw std::bad_alloc();
-  data_.reset(p);
+  data_ = std::unique_ptr<std::byte[], storage_free>(p, storage_free{device_});
 }
 
 namespace {
@@ -68,11 +91,15 @@ std::atomic<uint64_t> copy_counter{0};
 
 uint64_t tensor::copies() noexcept { return copy_counter.load(std::memory_order_relaxed); }
 
-tensor::tensor(const tensor& other) : shape_(other.shape_), numel_(other.numel_), dtype_(other.dtype_) {
+tensor::tensor(const tensor& other)
+    : shape_(other.shape_), numel_(other.numel_), dtype_(other.dtype_), device_(other.device_) {
   copy_counter.fetch_add(1, std::memory_order_relaxed);
   if (other.data_) {
     allocate();
-    std::memcpy(data_.get(), other.data_.get(), nbytes());
+    if (device_ == device_kind::cpu)
+      std::memcpy(data_.get(), other.data_.get(), nbytes());
+    else if (nbytes())
+      device_hooks_for(device_).copy_d2d(data_.get(), other.data_.get(), nbytes());
   }
 }
 
@@ -82,6 +109,36 @@ tensor& tensor::operator=(const tensor& other) {
     *this = std::move(tmp);
   }
   return *this;
+}
+
+tensor tensor::to_device(device_kind d) const& {
+  if (d == device_) return tensor(*this);
+  tensor out;
+  out.shape_ = shape_;
+  out.numel_ = numel_;
+  out.dtype_ = dtype_;
+  out.device_ = d;
+  if (!data_) return out;
+  out.allocate();
+  if (nbytes() == 0) return out;
+  if (d == device_kind::cpu)
+    device_hooks_for(device_).copy_d2h(out.data_.get(), data_.get(), nbytes());
+  else if (device_ == device_kind::cpu)
+    device_hooks_for(d).copy_h2d(out.data_.get(), data_.get(), nbytes());
+  else
+    throw std::logic_error(std::string("tensor::to_device: ") + to_string(device_) + " -> " + to_string(d));
+  return out;
+}
+
+tensor tensor::to_device(device_kind d) && {
+  if (d == device_) return std::move(*this);
+  return static_cast<const tensor&>(*this).to_device(d);
+}
+
+void tensor::check_cpu(const char* what) const {
+  if (device_ != device_kind::cpu)
+    throw std::logic_error(std::string("tensor::") + what + " on a " + fusion::to_string(device_) +
+                           " tensor: move it to the CPU first (to_cpu())");
 }
 
 tensor tensor::from(shape_t shape, std::span<const float> values) {
@@ -117,6 +174,7 @@ void tensor::check_type(dtype want) const {
 
 tensor tensor::to(dtype t) const {
   if (t == dtype_) return *this;
+  check_cpu("to(dtype)");
   tensor out(shape_, t);
   if (dtype_ == dtype::f32 && t == dtype::f64)
     std::copy_n(f32(), numel_, out.f64());
@@ -128,10 +186,20 @@ tensor tensor::to(dtype t) const {
 }
 
 void tensor::zero() {
-  if (data_) std::memset(data_.get(), 0, nbytes());
+  if (!data_ || nbytes() == 0) return;
+  if (device_ == device_kind::cpu)
+    std::memset(data_.get(), 0, nbytes());
+  else
+    device_hooks_for(device_).memset_zero(data_.get(), nbytes());
 }
 
-void tensor::fill(float v) { std::fill_n(f32(), numel_, v); }
+void tensor::fill(float v) {
+  if (device_ == device_kind::cpu) {
+    std::fill_n(f32(), numel_, v);
+  } else if (numel_ > 0) {
+    device_hooks_for(device_).fill_f32(f32(), numel_, v);
+  }
+}
 
 void tensor::reshape(shape_t s) {
   if (numel_of(s) != numel_)
@@ -139,8 +207,14 @@ void tensor::reshape(shape_t s) {
   shape_ = std::move(s);
 }
 
-double max_rel_diff(const tensor& a, const tensor& b) {
-  if (a.shape() != b.shape()) throw std::invalid_argument("max_rel_diff: shapes differ");
+double max_rel_diff(const tensor& a_any, const tensor& b_any) {
+  if (a_any.shape() != b_any.shape()) throw std::invalid_argument("max_rel_diff: shapes differ");
+  // Device tensors are compared on a host copy; CPU tensors are used in place.
+  tensor a_host, b_host;
+  if (a_any.is_cuda()) a_host = a_any.to_cpu();
+  if (b_any.is_cuda()) b_host = b_any.to_cpu();
+  const tensor& a = a_any.is_cuda() ? a_host : a_any;
+  const tensor& b = b_any.is_cuda() ? b_host : b_any;
   auto at = [](const tensor& t, int64_t i) -> double {
     return t.type() == dtype::f64 ? t.f64()[i] : t.f32()[i];
   };

@@ -1,7 +1,11 @@
-// Dense tensor: shape, element type, owned 64-byte aligned storage and a device tag.
+// Dense tensor: shape, element type and owned storage on one device (core/device.hpp).
 //
 // Tensors are the payload of every forward and backward message. They are deep-copyable (CAF
 // messages are copy-on-write, so a copy happens only when a message fans out) and cheap to move.
+// CPU storage is 64-byte aligned host memory. CUDA storage is device memory reached through the
+// hook table of core/device.hpp (so this header needs no CUDA); for a CUDA tensor, data<T>(),
+// f32(), bytes() and friends return DEVICE pointers, which host code must not dereference:
+// move the tensor with to_cpu() / to_device() (or a backend's upload/download) first.
 #pragma once
 
 #include <cstddef>
@@ -10,6 +14,8 @@
 #include <span>
 #include <string>
 #include <vector>
+
+#include "core/device.hpp"
 
 namespace fusion {
 
@@ -23,9 +29,6 @@ template <> constexpr dtype dtype_of<float>() { return dtype::f32; }
 template <> constexpr dtype dtype_of<double>() { return dtype::f64; }
 template <> constexpr dtype dtype_of<int32_t>() { return dtype::i32; }
 
-/// Where a tensor's storage lives.
-enum class device_kind : uint8_t { cpu = 0, cuda = 1 };
-
 using shape_t = std::vector<int64_t>;
 
 /// Number of elements of a shape (1 for a scalar shape `{}`).
@@ -38,24 +41,29 @@ const char* to_string(dtype t);
 /// Size in bytes of one element.
 size_t dtype_size(dtype t);
 
-/// A dense, row-major tensor on the CPU.
+/// A dense, row-major tensor on the CPU or on a CUDA device.
 class tensor {
  public:
   tensor() = default;
-  /// Zero-initialised tensor of the given shape.
+  /// Zero-initialised CPU tensor of the given shape.
   explicit tensor(shape_t shape, dtype t = dtype::f32);
+  /// Zero-initialised tensor on device `d` (std::runtime_error when `d` has no runtime registered).
+  tensor(shape_t shape, dtype t, device_kind d);
 
   tensor(const tensor& other);
   tensor& operator=(const tensor& other);
   tensor(tensor&&) noexcept = default;
   tensor& operator=(tensor&&) noexcept = default;
 
-  /// Process-wide number of deep copies made so far (copy construction and copy assignment).
-  /// Tests use it to show that activations move between local actors instead of being copied.
+  /// Process-wide number of deep copies made so far (copy construction and copy assignment, on
+  /// any device). Tests use it to show that activations move between local actors instead of
+  /// being copied. Transfers between devices (to_device, to_cpu) are not counted.
   static uint64_t copies() noexcept;
 
   /// Storage left uninitialised: for outputs that the producer overwrites entirely.
   static tensor uninitialized(shape_t shape, dtype t = dtype::f32);
+  /// Same on device `d`.
+  static tensor uninitialized(shape_t shape, dtype t, device_kind d);
   /// A tensor holding a copy of `values` with the given shape (sizes must agree).
   static tensor from(shape_t shape, std::span<const float> values);
   static tensor from_i32(shape_t shape, std::span<const int32_t> values);
@@ -67,10 +75,22 @@ class tensor {
   int64_t numel() const noexcept { return numel_; }
   size_t nbytes() const noexcept { return numel_ * dtype_size(dtype_); }
   dtype type() const noexcept { return dtype_; }
-  device_kind device() const noexcept { return device_kind::cpu; }
+  /// Where the storage lives (device_kind::cpu for a default-constructed tensor).
+  device_kind device() const noexcept { return device_; }
+  bool is_cuda() const noexcept { return device_ == device_kind::cuda; }
   bool empty() const noexcept { return data_ == nullptr; }
 
+  /// A copy of this tensor on device `d` (a deep copy, counted by copies(), when already there).
+  /// CPU -> CUDA and CUDA -> CPU copies synchronise with work queued on the device.
+  tensor to_device(device_kind d) const&;
+  /// Same, but moves instead of copying when the tensor is already on `d`.
+  tensor to_device(device_kind d) &&;
+  /// to_device(device_kind::cpu).
+  tensor to_cpu() const& { return to_device(device_kind::cpu); }
+  tensor to_cpu() && { return std::move(*this).to_device(device_kind::cpu); }
+
   /// Typed element access; throws std::logic_error when T does not match type().
+  /// On a CUDA tensor the pointer is a device pointer (for kernels, cuBLAS and the hooks only).
   template <class T> T* data() {
     check_type(dtype_of<T>());
     return reinterpret_cast<T*>(data_.get());
@@ -85,34 +105,43 @@ class tensor {
   const int32_t* i32() const { return data<int32_t>(); }
   double* f64() { return data<double>(); }
   const double* f64() const { return data<double>(); }
-  /// A copy converted to another floating type (f32 <-> f64).
+  /// A copy converted to another floating type (f32 <-> f64); CPU tensors only (std::logic_error).
   tensor to(dtype t) const;
   std::byte* bytes() noexcept { return data_.get(); }
   const std::byte* bytes() const noexcept { return data_.get(); }
   std::span<float> f32_span() { return {f32(), static_cast<size_t>(numel_)}; }
   std::span<const float> f32_span() const { return {f32(), static_cast<size_t>(numel_)}; }
 
+  /// Sets every byte to zero (on any device).
   void zero();
+  /// Sets every element of an f32 tensor to v (on any device).
   void fill(float v);
   /// Reinterprets the same elements under another shape of equal element count.
   void reshape(shape_t s);
 
  private:
-  struct aligned_free {
+  // Frees host memory with std::free and device memory through the device's hooks.
+  struct storage_free {
+    storage_free() noexcept : device(device_kind::cpu) {}
+    explicit storage_free(device_kind d) noexcept : device(d) {}
     void operator()(std::byte* p) const noexcept;
+    device_kind device;
   };
   struct no_init_t {};
-  tensor(shape_t shape, dtype t, no_init_t);
+  tensor(shape_t shape, dtype t, device_kind d, no_init_t);
   void allocate();
   void check_type(dtype want) const;
+  void check_cpu(const char* what) const;
 
   shape_t shape_;
   int64_t numel_ = 0;
   dtype dtype_ = dtype::f32;
-  std::unique_ptr<std::byte[], aligned_free> data_;
+  device_kind device_ = device_kind::cpu;
+  std::unique_ptr<std::byte[], storage_free> data_;
 };
 
 /// Largest |a-b| / max(1, |b|) over all elements of two floating tensors; shapes must agree.
+/// CUDA tensors are copied to the host first.
 double max_rel_diff(const tensor& a, const tensor& b);
 
 }  // namespace fusion

@@ -8,7 +8,8 @@
 //
 // Precision: floating inputs, params, gradients and the output of one call all share one dtype,
 // the dtype of `output`: f32 in training, f64 when tests check gradients by finite differences.
-// CPU kernels are therefore templates over the element type.
+// CPU kernels are therefore templates over the element type. CUDA ops (ops/cuda/) take f32
+// only, with every tensor of the call in device memory, and throw op_error otherwise.
 //
 // Shape legend used across ops/: B batch (micro-batch), T time/context, C channels,
 // V vocabulary, NH heads, HS head size (C / NH), K/N linear input/output features.
@@ -84,6 +85,10 @@ struct forward_args {
   tensor* output;               ///< allocated with the inferred shape, contents undefined:
                                 ///< forward must write every element (tests poison it with NaN)
   std::vector<tensor>* saved;   ///< kept by the actor for this micro-batch until backward
+  /// Stream and library handles of the calling actor (core/backend.hpp backend::context()).
+  /// CPU ops ignore it; CUDA ops queue their kernels on its stream, or on the calling thread's
+  /// default context when it is null.
+  const exec_context* ctx = nullptr;
 };
 
 /// Arguments of a backward call. Every gradient pointer is accumulated into (+=), never
@@ -95,6 +100,7 @@ struct backward_args {
   const std::vector<tensor>* saved;
   std::span<tensor* const> input_grads;
   std::span<tensor* const> param_grads;
+  const exec_context* ctx = nullptr;  ///< as forward_args::ctx
 };
 
 /// The per-op interface: shape inference, parameters, forward, backward and cost.
@@ -116,7 +122,7 @@ class op {
   virtual op_cost cost(std::span<const shape_t> inputs) const = 0;
 };
 
-/// Creates the CPU implementation of `kind`; throws op_error for an unknown kind or bad attributes.
+/// Creates the CPU implementation of `kind` (CUDA ops come from a backend, core/backend.hpp); throws op_error for an unknown kind or bad attributes.
 std::unique_ptr<op> make_op(const std::string& kind, const attr_map& attrs);
 
 /// Every registered op kind, sorted (for error messages and docs).

@@ -14,4 +14,8 @@ void gemm(bool trans_a, bool trans_b, int m, int n, int k, double alpha, const d
 void set_blas_threads(int n);
 int blas_threads();
 
+/// Measured sgemm rate in GFLOP/s on square n x n matrices, timed over at least `min_seconds`
+/// (a node reports it to the coordinator as its device profile).
+double measure_sgemm_gflops(int n = 512, double min_seconds = 0.2);
+
 }  // namespace fusion::cpu

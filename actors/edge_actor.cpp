@@ -1,0 +1,134 @@
+#include "actors/edge_actor.hpp"
+
+#include <chrono>
+#include <deque>
+#include <vector>
+
+#include "actors/messages.hpp"
+#include "core/wire.hpp"
+
+namespace fusion {
+
+namespace {
+
+using clock_type = std::chrono::steady_clock;
+
+struct outgoing {
+  std::shared_ptr<const tensor> value;
+  std::vector<wire_header> chunks;
+  size_t sent = 0, acked = 0;
+  clock_type::time_point first_sent;
+};
+
+struct edge_state {
+  uint64_t edge = 0;
+  caf::actor peer, reporter;
+  edge_config cfg;
+  std::shared_ptr<data_link> link;
+  std::deque<outgoing> queue;  // tensors not yet fully acknowledged, in send order
+  uint32_t in_flight = 0;
+  static inline const char* name = "edge_sender";
+};
+
+using edge_ptr = caf::stateful_actor<edge_state>*;
+
+// Sends chunks while the window has room, oldest tensor first (order matters: the receiver
+// acknowledges in arrival order and the consumer expects micro-batches in order per edge).
+void pump(edge_ptr self) {
+  auto& st = self->state;
+  for (auto& t : st.queue) {
+    while (t.sent < t.chunks.size()) {
+      if (st.in_flight >= st.cfg.window) return;
+      const wire_header& h = t.chunks[t.sent];
+      if (t.sent == 0) t.first_sent = clock_type::now();
+      if (st.link) {
+        st.link->send(encode_wire_header(h), t.value, h.offset, h.chunk_bytes);
+      } else {
+        wire_chunk c;
+        c.header = encode_wire_header(h);
+        c.source = t.value;
+        c.offset = h.offset;
+        c.length = h.chunk_bytes;
+        self->send(st.peer, wire_atom::value, std::move(c));
+      }
+      ++t.sent;
+      ++st.in_flight;
+    }
+  }
+}
+
+void enqueue(edge_ptr self, wire_header base, tensor value) {
+  auto& st = self->state;
+  base.edge = st.edge;
+  base.type = value.type();
+  base.shape = value.shape();
+  base.total_bytes = value.empty() ? 0 : value.nbytes();
+  outgoing o;
+  o.chunks = split_into_chunks(base, st.cfg.chunk_bytes);
+  o.value = std::make_shared<const tensor>(std::move(value));
+  st.queue.push_back(std::move(o));
+  pump(self);
+}
+
+void acknowledge(edge_ptr self, uint32_t n) {
+  auto& st = self->state;
+  st.in_flight -= std::min(n, st.in_flight);
+  while (n > 0 && !st.queue.empty()) {
+    auto& t = st.queue.front();
+    uint32_t take = static_cast<uint32_t>(std::min<size_t>(n, t.sent - t.acked));
+    if (take == 0) break;  // more credits than chunks sent: ignore the excess
+    t.acked += take;
+    n -= take;
+    if (t.acked == t.chunks.size()) {
+      edge_stat s;
+      s.edge = st.edge;
+      s.bytes = t.chunks.front().total_bytes;
+      s.tensors = 1;
+      s.seconds = std::chrono::duration<double>(clock_type::now() - t.first_sent).count();
+      if (st.reporter) self->send(st.reporter, stats_atom::value, s);
+      st.queue.pop_front();
+    }
+  }
+  pump(self);
+}
+
+caf::behavior edge_sender_fn(edge_ptr self, uint64_t edge, caf::actor peer, edge_config cfg, caf::actor reporter,
+                             std::shared_ptr<data_link> link) {
+  auto& st = self->state;
+  st.edge = edge;
+  st.peer = std::move(peer);
+  st.reporter = std::move(reporter);
+  st.cfg = cfg;
+  if (st.cfg.window == 0) st.cfg.window = 1;
+  if (st.cfg.chunk_bytes == 0 || st.cfg.chunk_bytes > wire_chunk::max_bytes) st.cfg.chunk_bytes = wire_chunk::max_bytes;
+  st.link = std::move(link);
+  return {
+      [=](forward_atom, uint64_t step, uint32_t mb, uint32_t slot, uint8_t mode, tensor& value) {
+        wire_header h;
+        h.dir = wire_direction::forward;
+        h.step = step;
+        h.micro_batch = mb;
+        h.slot = slot;
+        h.mode = mode;
+        enqueue(self, std::move(h), std::move(value));
+      },
+      [=](backward_atom, uint64_t step, uint32_t mb, uint32_t consumer, tensor& grad) {
+        wire_header h;
+        h.dir = wire_direction::backward;
+        h.step = step;
+        h.micro_batch = mb;
+        h.slot = consumer;
+        enqueue(self, std::move(h), std::move(grad));
+      },
+      [=](credit_atom, uint64_t, uint32_t n) { acknowledge(self, n); },
+  };
+}
+
+}  // namespace
+
+caf::actor spawn_edge_sender(caf::actor_system& sys, uint64_t edge, caf::actor peer, edge_config cfg,
+                             caf::actor reporter, std::shared_ptr<data_link> link) {
+  return sys.spawn(edge_sender_fn, edge, std::move(peer), cfg, std::move(reporter), std::move(link));
+}
+
+}  // namespace fusion

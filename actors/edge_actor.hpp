@@ -1,0 +1,48 @@
+// The sending end of a cross-process edge of the OP-DAG. To the op actor upstream it looks like
+// any neighbour: it accepts the same forward_atom / backward_atom messages. It splits each tensor
+// into wire chunks (core/wire.hpp), ships them to the node actor at the receiving end and keeps
+// at most `window` chunks unacknowledged (credit_atom), so a slow link holds back the sender
+// instead of piling up unbounded bytes inside CAF's buffers, which have no back-pressure. It
+// measures every tensor it sends, from the first chunk out to the last chunk acknowledged, and
+// reports it to its node (stats_atom).
+#pragma once
+
+#include <caf/all.hpp>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "core/tensor.hpp"
+
+namespace fusion {
+
+/// Flow-control settings of cross-process edges ([flow] in the run config).
+struct edge_config {
+  uint32_t window = 4;                     ///< chunks sent but not yet acknowledged, per edge
+  uint64_t chunk_bytes = uint64_t{4} << 20;  ///< largest chunk (far below CAF's 4 GiB message ceiling)
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, edge_config& x) {
+  return f(caf::meta::type_name("edge_config"), x.window, x.chunk_bytes);
+}
+
+/// A byte path to the receiving node that bypasses CAF's serialization (the TCP data channel).
+/// The edge actor still counts credits; the link only moves bytes.
+class data_link {
+ public:
+  virtual ~data_link() = default;
+  /// Queues header + `length` bytes of `source` at `offset`; must not block for long and must
+  /// keep `source` alive until the bytes are written. An error ends the run through `on_error`.
+  virtual void send(std::string header, std::shared_ptr<const tensor> source, uint64_t offset,
+                    uint64_t length) = 0;
+};
+
+/// Spawns the sending end of edge `edge`. Chunks go to `peer` (the receiving node actor) as
+/// wire_atom messages, or through `link` when it is set. Completed tensors are reported to
+/// `reporter` as stats_atom(edge_stat); errors as fail_atom("edge N", message).
+caf::actor spawn_edge_sender(caf::actor_system& sys, uint64_t edge, caf::actor peer, edge_config cfg,
+                             caf::actor reporter, std::shared_ptr<data_link> link = nullptr);
+
+}  // namespace fusion

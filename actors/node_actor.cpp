@@ -1,0 +1,153 @@
+#include "actors/node_actor.hpp"
+
+#include <cstring>
+#include <iostream>
+#include <map>
+#include <vector>
+
+#include "actors/edge_actor.hpp"
+#include "actors/messages.hpp"
+#include "actors/op_actor.hpp"
+#include "core/wire.hpp"
+
+namespace fusion {
+
+namespace {
+
+struct route {
+  caf::actor target;  // the local op actor the tensors are for
+  caf::actor sender;  // the edge sender that gets the credits
+};
+
+struct node_state {
+  node_identity id;
+  std::shared_ptr<std::atomic<int>> exit_code;
+  caf::actor coordinator;
+  std::vector<caf::actor> hosted;
+  std::map<uint64_t, route> routes;
+  wire_assembler assembler;
+  std::map<uint64_t, edge_stat> traffic;  // since the last poll
+  uint64_t rejected = 0;
+  std::string last_rejection;
+  bool shutting_down = false;
+  static inline const char* name = "node_actor";
+};
+
+using node_ptr = caf::stateful_actor<node_state>*;
+
+void stop_hosted(node_ptr self) {
+  for (auto& a : self->state.hosted) self->send_exit(a, caf::exit_reason::user_shutdown);
+  self->state.hosted.clear();
+}
+
+// A refused message is counted and logged, and the coordinator hears of it: a chunk missing on
+// a real edge would otherwise surface only as a step timeout.
+void reject(node_ptr self, const std::string& why) {
+  auto& st = self->state;
+  ++st.rejected;
+  st.last_rejection = why;
+  std::cerr << "fusion-node " << st.id.name << ": rejected wire message: " << why << std::endl;
+  if (st.coordinator) self->send(st.coordinator, fail_atom::value, "node " + st.id.name, "rejected wire message: " + why);
+}
+
+void receive_chunk(node_ptr self, const wire_chunk& c) {
+  auto& st = self->state;
+  wire_header h;
+  if (auto err = decode_wire_header(c.header, c.size(), h); !err.empty()) return reject(self, err);
+  auto r = st.routes.find(h.edge);
+  if (r == st.routes.end()) return reject(self, "no edge " + std::to_string(h.edge) + " ends at this node");
+  std::byte* dst = nullptr;
+  std::string err;
+  if (!st.assembler.begin_chunk(h, dst, err)) return reject(self, err);
+  if (c.size() > 0) std::memcpy(dst, c.data(), c.size());
+  self->send(r->second.sender, credit_atom::value, h.edge, uint32_t{1});
+  auto whole = st.assembler.end_chunk(h);
+  if (!whole) return;
+  if (h.dir == wire_direction::forward)
+    self->send(r->second.target, forward_atom::value, h.step, h.micro_batch, h.slot, h.mode, std::move(*whole));
+  else
+    self->send(r->second.target, backward_atom::value, h.step, h.micro_batch, h.slot, std::move(*whole));
+}
+
+caf::behavior node_actor_fn(node_ptr self, node_identity id, std::shared_ptr<std::atomic<int>> exit_code) {
+  self->state.id = std::move(id);
+  self->state.exit_code = std::move(exit_code);
+  self->set_down_handler([=](caf::down_msg& dm) {
+    auto& st = self->state;
+    if (dm.source != st.coordinator.address()) return;
+    if (!st.shutting_down) {
+      std::cerr << "fusion-node " << st.id.name << ": lost the coordinator (" << caf::to_string(dm.reason)
+                << "), stopping" << std::endl;
+      st.exit_code->store(1);
+    }
+    stop_hosted(self);
+    self->quit();
+  });
+  return {
+      [=](welcome_atom, caf::actor& coordinator) {
+        self->state.coordinator = coordinator;
+        self->monitor(coordinator);
+      },
+      [=](spawn_atom, node_spec& spec, actor_run_params& run) -> caf::result<caf::actor> {
+        try {
+          auto a = spawn_op_actor(self->system(), std::move(spec), std::move(run));
+          self->state.hosted.push_back(a);
+          return a;
+        } catch (const std::exception& e) {
+          return caf::make_error(caf::sec::cannot_spawn_actor_from_arguments,
+                                 "node " + self->state.id.name + ": " + e.what());
+        }
+      },
+      [=](edge_atom, uint64_t edge, caf::actor& peer, edge_config& cfg) {
+        auto a = spawn_edge_sender(self->system(), edge, peer, cfg, caf::actor_cast<caf::actor>(self));
+        self->state.hosted.push_back(a);
+        return a;
+      },
+      [=](route_atom, uint64_t edge, caf::actor& target, caf::actor& sender) {
+        self->state.routes[edge] = route{target, sender};
+        return true;
+      },
+      [=](wire_atom, const wire_chunk& c) { receive_chunk(self, c); },
+      [=](stats_atom, const edge_stat& s) {
+        auto& t = self->state.traffic[s.edge];
+        t.edge = s.edge;
+        t.bytes += s.bytes;
+        t.tensors += s.tensors;
+        t.seconds += s.seconds;
+      },
+      [=](stats_atom) {
+        auto& st = self->state;
+        node_stats out;
+        for (auto& [edge, t] : st.traffic) out.edges.push_back(t);
+        st.traffic.clear();
+        out.rejected = st.rejected;
+        out.last_rejection = st.last_rejection;
+        out.actors = st.hosted.size();
+        return out;
+      },
+      [=](shutdown_atom) {
+        auto& st = self->state;
+        st.shutting_down = true;
+        st.exit_code->store(0);
+        stop_hosted(self);
+        self->quit();
+        return true;
+      },
+  };
+}
+
+}  // namespace
+
+void set_liveness(caf::actor_system_config& cfg, int64_t heartbeat_ms, int64_t timeout_ms) {
+  if (heartbeat_ms <= 0 || timeout_ms <= heartbeat_ms)
+    throw std::runtime_error("heartbeat-ms (" + std::to_string(heartbeat_ms) + ") must be > 0 and below " +
+                             "peer-timeout-ms (" + std::to_string(timeout_ms) + ")");
+  cfg.set("middleman.heartbeat-interval", caf::timespan{std::chrono::milliseconds(heartbeat_ms)});
+  cfg.set("middleman.connection-timeout", caf::timespan{std::chrono::milliseconds(timeout_ms)});
+}
+
+caf::actor spawn_node_actor(caf::actor_system& sys, node_identity id, std::shared_ptr<std::atomic<int>> exit_code) {
+  return sys.spawn(node_actor_fn, std::move(id), std::move(exit_code));
+}
+
+}  // namespace fusion

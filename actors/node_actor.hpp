@@ -1,0 +1,33 @@
+// The node actor: one per fusion-node process (one device of one site). After the process has
+// said hello to the coordinator, this actor spawns and hosts the op actors placed on the node,
+// creates the sending ends of cross-process edges (actors/edge_actor.hpp), receives wire chunks
+// for the edges that end here, validates and reassembles them and hands the tensors to the local
+// op actors, acknowledging every chunk to its sender. It reports edge traffic when polled and
+// stops everything it hosts when the coordinator ends the run or goes away.
+#pragma once
+
+#include <caf/all.hpp>
+
+#include <atomic>
+#include <memory>
+#include <string>
+
+namespace fusion {
+
+/// Who a node is (from its config file).
+struct node_identity {
+  std::string name;
+  std::string site;
+  std::string device = "cpu";
+};
+
+/// Sets CAF's middleman heartbeat and connection timeout, on both ends of every connection, so
+/// a peer that dies or hangs (SIGSTOP) is declared down after `timeout_ms`. Throws
+/// std::runtime_error unless 0 < heartbeat_ms < timeout_ms.
+void set_liveness(caf::actor_system_config& cfg, int64_t heartbeat_ms, int64_t timeout_ms);
+
+/// Spawns the node actor. `exit_code` is set to 0 when the coordinator ends the run with
+/// shutdown_atom and to 1 when the coordinator disappears first.
+caf::actor spawn_node_actor(caf::actor_system& sys, node_identity id, std::shared_ptr<std::atomic<int>> exit_code);
+
+}  // namespace fusion

@@ -1,0 +1,119 @@
+// fusion-probe: link throughput probe over the bulk data channel (no CAF).
+//
+//   fusion-probe serve [--host H] [--port P]          prints "port=<bound port>", serves until killed
+//   fusion-probe measure HOST:PORT [--seconds S] [--warmup S] [--frame-kib K]
+//                                                     prints "mbit=<value>" and a human line
+//
+// Used by the multi-site tests (network namespaces + tc) to compare measured link rates with
+// the cluster file's configured ones.
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <iostream>
+#include <string>
+
+#include "net/frame_channel.hpp"
+#include "net/link_probe.hpp"
+
+namespace {
+
+int usage(const char* why) {
+  if (why && *why) std::cerr << "fusion-probe: " << why << "\n";
+  std::cerr << "usage: fusion-probe serve [--host H] [--port P]\n"
+               "       fusion-probe measure HOST:PORT [--seconds S] [--warmup S] [--frame-kib K]\n";
+  return 2;
+}
+
+// Parses a non-negative number or reports which flag was bad.
+bool parse_number(const std::string& flag, const std::string& text, double& out) {
+  char* end = nullptr;
+  out = std::strtod(text.c_str(), &end);
+  if (text.empty() || *end != '\0' || !(out >= 0)) {
+    std::cerr << "fusion-probe: " << flag << " expects a non-negative number, got '" << text << "'\n";
+    return false;
+  }
+  return true;
+}
+
+int serve(int argc, char** argv) {
+  fusion::net::frame_server_options opts;
+  opts.host = "0.0.0.0";
+  for (int i = 2; i < argc; ++i) {
+    std::string a = argv[i];
+    if ((a == "--host" || a == "--port") && i + 1 >= argc) return usage((a + " needs a value").c_str());
+    double v = 0;
+    if (a == "--host") {
+      opts.host = argv[++i];
+    } else if (a == "--port") {
+      if (!parse_number(a, argv[++i], v) || v > 65535) return 2;
+      opts.port = static_cast<uint16_t>(v);
+    } else {
+      return usage(("unknown option " + a).c_str());
+    }
+  }
+  // Block the stop signals before any thread starts so that only sigwait below sees them.
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGINT);
+  sigaddset(&stop_signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+  auto server = fusion::net::frame_server::start(
+      opts,
+      // A probe server has no tensor consumers: data frames are refused (and drained).
+      [](fusion::net::incoming_frame&) { return fusion::net::frame_target::refuse("probe server takes probe frames only"); },
+      [](const fusion::net::channel_error& e) { std::cerr << "fusion-probe: " << e.message << "\n"; });
+  if (!server) {
+    std::cerr << "fusion-probe: " << server.error() << "\n";
+    return 1;
+  }
+  std::cout << "port=" << (*server)->port() << std::endl;
+  int sig = 0;
+  sigwait(&stop_signals, &sig);
+  (*server)->stop();
+  auto s = (*server)->stats();
+  std::cerr << "fusion-probe: stopped; " << s.connections << " connections, " << s.probe_bytes
+            << " probe bytes\n";
+  return 0;
+}
+
+int measure(int argc, char** argv) {
+  if (argc < 3) return usage("measure needs HOST:PORT");
+  auto ep = fusion::net::parse_endpoint(argv[2]);
+  if (!ep) return usage((std::string("bad endpoint '") + argv[2] + "' (expected HOST:PORT)").c_str());
+  fusion::net::probe_options opts;
+  for (int i = 3; i < argc; ++i) {
+    std::string a = argv[i];
+    if (i + 1 >= argc) return usage((a + " needs a value").c_str());
+    double v = 0;
+    if (!parse_number(a, argv[++i], v)) return 2;
+    if (a == "--seconds") {
+      opts.duration = std::chrono::milliseconds(static_cast<int64_t>(v * 1000));
+    } else if (a == "--warmup") {
+      opts.warmup = std::chrono::milliseconds(static_cast<int64_t>(v * 1000));
+    } else if (a == "--frame-kib") {
+      opts.frame_bytes = static_cast<size_t>(v * 1024);
+    } else {
+      return usage(("unknown option " + a).c_str());
+    }
+  }
+  auto r = fusion::net::probe_link(ep->first, ep->second, opts);
+  if (!r) {
+    std::cerr << "fusion-probe: " << r.error() << "\n";
+    return 1;
+  }
+  std::printf("mbit=%.3f\n", r->mbit_per_s);
+  std::printf("%s: %.1f Mbit/s (%.2f MiB in %.3f s after %.1f s warm-up), rtt %.3f ms\n", argv[2],
+              r->mbit_per_s, r->bytes / 1048576.0, r->seconds, opts.warmup.count() / 1000.0, r->rtt_ms);
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2) return usage("");
+  std::string cmd = argv[1];
+  if (cmd == "serve") return serve(argc, argv);
+  if (cmd == "measure") return measure(argc, argv);
+  if (cmd == "--help" || cmd == "-h") return usage("") == 2 ? 0 : 0;
+  return usage(("unknown command '" + cmd + "'").c_str());
+}

@@ -1,0 +1,325 @@
+// Cluster file loader: protobuf text format -> validated cluster_spec.
+//
+// Every check throws cluster_error "FILE:LINE: message" on the first problem, with the line of
+// the offending field when the file has it (else the line of its entry), and a did-you-mean for
+// misspelt site, node and policy names. Format reference: docs/cluster.md.
+#include "core/cluster.hpp"
+
+#include <google/protobuf/io/tokenizer.h>
+#include <google/protobuf/text_format.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cerrno>
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <limits>
+#include <map>
+#include <sstream>
+
+#include "cluster.pb.h"
+#include "core/graph_names.hpp"
+
+namespace fusion {
+
+const std::vector<std::string>& placement_policy_names() {
+  static const std::vector<std::string> names{"even", "explicit"};
+  return names;
+}
+
+int cluster_spec::find_site(const std::string& n) const {
+  for (size_t i = 0; i < sites.size(); ++i)
+    if (sites[i].name == n) return static_cast<int>(i);
+  return -1;
+}
+
+int cluster_spec::find_node(const std::string& n) const {
+  for (size_t i = 0; i < nodes.size(); ++i)
+    if (nodes[i].name == n) return static_cast<int>(i);
+  return -1;
+}
+
+double cluster_spec::link_mbit(const std::string& site_a, const std::string& site_b) const {
+  for (auto* s : {&site_a, &site_b})
+    if (find_site(*s) < 0) throw cluster_error(file + ": link_mbit: unknown site '" + *s + "'");
+  if (site_a == site_b) return std::numeric_limits<double>::infinity();
+  for (auto& l : links)
+    if ((l.a == site_a && l.b == site_b) || (l.a == site_b && l.b == site_a)) return l.mbit;
+  return std::numeric_limits<double>::infinity();
+}
+
+double cluster_spec::node_link_mbit(int node_a, int node_b) const {
+  return link_mbit(nodes.at(node_a).site, nodes.at(node_b).site);
+}
+
+namespace {
+
+namespace gp = google::protobuf;
+using info_tree = gp::TextFormat::ParseInfoTree;
+
+struct first_error_collector : gp::io::ErrorCollector {
+  int line = 0;
+  int column = 0;
+  std::string message;
+  void AddError(int l, gp::io::ColumnNumber c, const std::string& m) override {
+    if (message.empty()) {
+      line = l + 1;  // protobuf counts from 0
+      column = c + 1;
+      message = m;
+    }
+  }
+};
+
+// 1-based line of `field` (index-th value when repeated) in `tree`, or `fallback` when absent.
+int line_of(const info_tree* tree, const gp::Descriptor* d, const char* field, int index = -1, int fallback = 0) {
+  if (tree == nullptr) return fallback;
+  int l = tree->GetLocation(d->FindFieldByName(field), index).line;
+  return l < 0 ? fallback : l + 1;
+}
+
+const info_tree* nested(const info_tree* tree, const gp::Descriptor* d, const char* field, int index = -1) {
+  return tree == nullptr ? nullptr : tree->GetTreeForNested(d->FindFieldByName(field), index);
+}
+
+// Site and node names end up in namespace names, shell words and actor names: letters, digits,
+// '_' and '-', starting with a letter or '_'.
+bool is_cluster_name(const std::string& n) {
+  if (n.empty() || n.size() > 32 || !(std::isalpha(static_cast<unsigned char>(n[0])) || n[0] == '_')) return false;
+  return std::all_of(n.begin(), n.end(),
+                     [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-'; });
+}
+
+// "cpu" -> -1, "cuda:N" -> N, anything else -> -2.
+int parse_device(const std::string& d) {
+  if (d == "cpu") return -1;
+  if (d.rfind("cuda:", 0) != 0 || d.size() == 5 || d.size() > 8) return -2;
+  for (size_t i = 5; i < d.size(); ++i)
+    if (!std::isdigit(static_cast<unsigned char>(d[i]))) return -2;
+  return std::stoi(d.substr(5));
+}
+
+class cluster_loader {
+ public:
+  explicit cluster_loader(const std::string& path) : path_(path) {}
+
+  cluster_spec run(const std::string& text) {
+    parse(text);
+    spec_.file = path_;
+    spec_.name = file_.name();
+    coordinator();
+    sites();
+    nodes();
+    links();
+    placement();
+    return std::move(spec_);
+  }
+
+ private:
+  [[noreturn]] void fail(int line, const std::string& msg) const {
+    throw cluster_error(path_ + ":" + std::to_string(line) + ": " + msg);
+  }
+
+  void parse(const std::string& text) {
+    first_error_collector errors;
+    gp::TextFormat::Parser parser;
+    parser.RecordErrorsTo(&errors);
+    parser.WriteLocationsTo(&tree_);
+    if (!parser.ParseFromString(text, &file_)) {
+      if (errors.message.empty()) errors.message = "cannot parse the cluster file";
+      throw cluster_error(path_ + ":" + std::to_string(errors.line) + ":" + std::to_string(errors.column) +
+                          ": parse error: " + errors.message);
+    }
+  }
+
+  void coordinator() {
+    if (!file_.has_coordinator()) return;
+    auto* d = pb::cluster::descriptor();
+    auto* cd = pb::cluster_coordinator::descriptor();
+    int line = line_of(&tree_, d, "coordinator", -1, 1);
+    auto* t = nested(&tree_, d, "coordinator");
+    const auto& c = file_.coordinator();
+    if (!c.host().empty()) {
+      bool blank = std::any_of(c.host().begin(), c.host().end(), [](char ch) { return std::isspace(static_cast<unsigned char>(ch)); });
+      if (blank) fail(line_of(t, cd, "host", -1, line), "coordinator host '" + c.host() + "' contains white space");
+      spec_.coordinator_host = c.host();
+    }
+    if (c.port() < 0 || c.port() > 65535)
+      fail(line_of(t, cd, "port", -1, line),
+           "coordinator port must be 0 (any free port) or 1..65535, got " + std::to_string(c.port()));
+    spec_.coordinator_port = c.port();
+  }
+
+  void sites() {
+    auto* d = pb::cluster::descriptor();
+    if (file_.site_size() == 0) fail(1, "no sites: add at least one site { name: \"...\" }");
+    for (int i = 0; i < file_.site_size(); ++i) {
+      const auto& s = file_.site(i);
+      int line = line_of(&tree_, d, "site", i, 1);
+      check_name(s.name(), "site", line);
+      if (int prev = spec_.find_site(s.name()); prev >= 0)
+        fail(line, "site '" + s.name() + "' defined twice (first at line " + std::to_string(spec_.sites[prev].line) + ")");
+      spec_.sites.push_back({s.name(), line});
+    }
+  }
+
+  void nodes() {
+    auto* d = pb::cluster::descriptor();
+    auto* nd = pb::cluster_node::descriptor();
+    if (file_.node_size() == 0) fail(1, "no nodes: add at least one node { name: \"...\" site: \"...\" }");
+    for (int i = 0; i < file_.node_size(); ++i) {
+      const auto& n = file_.node(i);
+      int line = line_of(&tree_, d, "node", i, 1);
+      auto* t = nested(&tree_, d, "node", i);
+      check_name(n.name(), "node", line);
+      std::string who = "node '" + n.name() + "': ";
+      if (int prev = spec_.find_node(n.name()); prev >= 0)
+        fail(line, "node '" + n.name() + "' defined twice (first at line " + std::to_string(spec_.nodes[prev].line) + ")");
+      cluster_node out;
+      out.name = n.name();
+      out.line = line;
+      out.site = n.site();
+      out.site_index = site_ref(n.site(), line_of(t, nd, "site", -1, line), who + "site");
+      if (!n.device().empty()) {
+        out.cuda_device = parse_device(n.device());
+        if (out.cuda_device == -2)
+          fail(line_of(t, nd, "device", -1, line),
+               who + "bad device '" + n.device() + "' (use \"cpu\" or \"cuda:N\", e.g. \"cuda:0\")");
+        out.device = n.device();
+      }
+      spec_.nodes.push_back(std::move(out));
+    }
+  }
+
+  void links() {
+    auto* d = pb::cluster::descriptor();
+    auto* ld = pb::cluster_link::descriptor();
+    std::map<std::pair<std::string, std::string>, int> seen;  // sorted site pair -> line
+    for (int i = 0; i < file_.link_size(); ++i) {
+      const auto& l = file_.link(i);
+      int line = line_of(&tree_, d, "link", i, 1);
+      auto* t = nested(&tree_, d, "link", i);
+      site_ref(l.a(), line_of(t, ld, "a", -1, line), "link: a");
+      site_ref(l.b(), line_of(t, ld, "b", -1, line), "link: b");
+      if (l.a() == l.b()) fail(line, "link from site '" + l.a() + "' to itself (traffic inside a site is unshaped)");
+      auto key = std::minmax(l.a(), l.b());
+      auto [it, fresh] = seen.emplace(std::pair{key.first, key.second}, line);
+      if (!fresh)
+        fail(line, "link between '" + l.a() + "' and '" + l.b() + "' defined twice (first at line " +
+                       std::to_string(it->second) + "); links are symmetric");
+      int mline = line_of(t, ld, "mbit", -1, line);
+      if (line_of(t, ld, "mbit") == 0) fail(line, "link '" + l.a() + "' - '" + l.b() + "': missing 'mbit' (Mbit/s, e.g. mbit: 100)");
+      if (!(l.mbit() > 0) || !std::isfinite(l.mbit())) {
+        std::ostringstream v;
+        v << l.mbit();
+        fail(mline, "link '" + l.a() + "' - '" + l.b() + "': mbit must be > 0, got " + v.str() +
+                        " (leave a site pair without a link for unshaped)");
+      }
+      spec_.links.push_back({l.a(), l.b(), l.mbit(), line});
+    }
+  }
+
+  void placement() {
+    auto* d = pb::cluster::descriptor();
+    auto* pd = pb::cluster_placement::descriptor();
+    auto* ad = pb::cluster_assign::descriptor();
+    if (!file_.has_placement()) return;
+    const auto& p = file_.placement();
+    int line = line_of(&tree_, d, "placement", -1, 1);
+    auto* t = nested(&tree_, d, "placement");
+    spec_.placement.line = line;
+    const auto& names = placement_policy_names();
+    if (!p.policy().empty()) {
+      auto it = std::find(names.begin(), names.end(), p.policy());
+      if (it == names.end())
+        fail(line_of(t, pd, "policy", -1, line), "unknown placement policy '" + p.policy() + "'" +
+                                                     did_you_mean(p.policy(), names) + "; known: " + join(names));
+      spec_.placement.policy = static_cast<placement_policy>(it - names.begin());
+    }
+    bool is_explicit = spec_.placement.policy == placement_policy::explicit_ops;
+    if (!is_explicit && p.assign_size() > 0)
+      fail(line_of(t, pd, "assign", 0, line), "'assign' entries need policy: \"explicit\" (policy is '" +
+                                                  names[static_cast<int>(spec_.placement.policy)] + "')");
+    if (is_explicit && p.assign_size() == 0)
+      fail(line, "policy \"explicit\" needs assign { node: \"...\" ops: \"...\" } entries");
+    for (int i = 0; i < p.assign_size(); ++i) {
+      const auto& a = p.assign(i);
+      int aline = line_of(t, pd, "assign", i, line);
+      auto* at = nested(t, pd, "assign", i);
+      cluster_assign out;
+      out.node = a.node();
+      out.line = aline;
+      int nline = line_of(at, ad, "node", -1, aline);
+      if (a.node().empty()) fail(aline, "assign: missing 'node'");
+      out.node_index = spec_.find_node(a.node());
+      if (out.node_index < 0)
+        fail(nline, "assign: unknown node '" + a.node() + "'" + did_you_mean(a.node(), node_names()) +
+                        "; nodes: " + join(node_names()));
+      for (auto& prev : spec_.placement.assigns)
+        if (prev.node == a.node())
+          fail(aline, "assign: node '" + a.node() + "' already has an assign at line " + std::to_string(prev.line) +
+                          "; list all its ops in one assign");
+      if (a.ops_size() == 0) fail(aline, "assign for node '" + a.node() + "' has no ops (ops: \"NAME\" or a glob like \"h0.*\")");
+      for (int k = 0; k < a.ops_size(); ++k) {
+        int oline = line_of(at, ad, "ops", k, aline);
+        if (a.ops(k).empty()) fail(oline, "assign for node '" + a.node() + "': empty ops entry");
+        out.ops.push_back(a.ops(k));
+        out.op_lines.push_back(oline);
+      }
+      spec_.placement.assigns.push_back(std::move(out));
+    }
+  }
+
+  void check_name(const std::string& n, const char* what, int line) const {
+    if (n.empty()) fail(line, std::string(what) + ": missing 'name'");
+    if (!is_cluster_name(n))
+      fail(line, std::string(what) + " '" + n + "': bad name (1-32 letters, digits, '_' and '-', starting with a letter or '_')");
+  }
+
+  // Index of site `name` referenced from `who`, or fail with a did-you-mean.
+  int site_ref(const std::string& name, int line, const std::string& who) const {
+    if (name.empty()) fail(line, who + ": missing site name");
+    int s = spec_.find_site(name);
+    if (s < 0) fail(line, who + ": unknown site '" + name + "'" + did_you_mean(name, site_names()) + "; sites: " + join(site_names()));
+    return s;
+  }
+
+  std::vector<std::string> site_names() const {
+    std::vector<std::string> out;
+    for (auto& s : spec_.sites) out.push_back(s.name);
+    return out;
+  }
+
+  std::vector<std::string> node_names() const {
+    std::vector<std::string> out;
+    for (auto& n : spec_.nodes) out.push_back(n.name);
+    return out;
+  }
+
+  static std::string join(const std::vector<std::string>& v) {
+    std::string out;
+    for (auto& s : v) out += (out.empty() ? "" : ", ") + s;
+    return out;
+  }
+
+  std::string path_;
+  pb::cluster file_;
+  info_tree tree_;
+  cluster_spec spec_;
+};
+
+}  // namespace
+
+cluster_spec parse_cluster(const std::string& text, const std::string& path) {
+  return cluster_loader(path).run(text);
+}
+
+cluster_spec load_cluster(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw cluster_error("cannot open cluster file '" + path + "': " + std::strerror(errno));
+  std::stringstream text;
+  text << in.rdbuf();
+  return parse_cluster(text.str(), path);
+}
+
+}  // namespace fusion

@@ -1,0 +1,98 @@
+// The cluster: sites, nodes (one process per device) at each site, site-to-site link bandwidth,
+// the coordinator address and the placement policy, loaded from a protobuf text cluster file
+// (schema: proto/cluster.proto, reference: docs/cluster.md).
+#pragma once
+
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace fusion {
+
+/// A cluster-file error; what() reads "FILE:LINE: message".
+struct cluster_error : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+/// A group of nodes on one fast network.
+struct cluster_site {
+  std::string name;
+  int line = 0;                 ///< line of the site in the cluster file
+};
+
+/// One node process and the device it drives.
+struct cluster_node {
+  std::string name;             ///< the name the node registers under
+  std::string site;             ///< name of its site
+  int site_index = -1;          ///< index into cluster_spec::sites
+  std::string device = "cpu";   ///< "cpu" or "cuda:N"
+  int cuda_device = -1;         ///< N of "cuda:N", -1 for "cpu"
+  int line = 0;
+};
+
+/// A symmetric site-to-site link: each direction carries `mbit` Mbit/s.
+struct cluster_link {
+  std::string a;                ///< site name
+  std::string b;                ///< site name, != a
+  double mbit = 0;              ///< > 0
+  int line = 0;
+};
+
+/// How operators are placed on nodes. A new policy adds a value here, its name in
+/// placement_policy_names() and its placer in scheduler/placement.cpp.
+enum class placement_policy {
+  even,          ///< contiguous stages of equal estimated FLOPs, one per node, in file order
+  explicit_ops,  ///< "explicit": the assign entries say which node runs which op
+};
+
+/// The policy names accepted in `placement { policy: ... }`, indexed by placement_policy.
+const std::vector<std::string>& placement_policy_names();
+
+/// One explicit assignment: op names or glob patterns ('*' any run, '?' one character).
+struct cluster_assign {
+  std::string node;             ///< cluster node name
+  int node_index = -1;          ///< index into cluster_spec::nodes
+  std::vector<std::string> ops; ///< names or patterns
+  std::vector<int> op_lines;    ///< line of each entry of `ops`
+  int line = 0;                 ///< line of the assign
+};
+
+/// The placement section.
+struct cluster_placement {
+  placement_policy policy = placement_policy::even;
+  std::vector<cluster_assign> assigns;  ///< only for placement_policy::explicit_ops
+  int line = 0;                 ///< line of `placement` (0 when absent)
+};
+
+/// A loaded, validated cluster file.
+struct cluster_spec {
+  std::string name;
+  std::string file;             ///< path it was loaded from (error messages name it)
+  std::string coordinator_host = "127.0.0.1";
+  int coordinator_port = 0;     ///< 0: any free port
+  std::vector<cluster_site> sites;   ///< file order
+  std::vector<cluster_node> nodes;   ///< file order; stage k of an even placement runs on nodes[k]
+  std::vector<cluster_link> links;   ///< file order
+  cluster_placement placement;
+
+  /// Site index by name, or -1.
+  int find_site(const std::string& name) const;
+  /// Node index by name, or -1.
+  int find_node(const std::string& name) const;
+  /// Bandwidth between two sites in Mbit/s, either order. Infinity means unshaped: the same
+  /// site, or a pair without a link. Throws cluster_error for an unknown site name.
+  double link_mbit(const std::string& site_a, const std::string& site_b) const;
+  /// Bandwidth between the sites of two nodes (by index), as link_mbit.
+  double node_link_mbit(int node_a, int node_b) const;
+};
+
+/// Loads and validates a cluster file. Throws cluster_error "FILE:LINE: message" for: parse
+/// errors, bad, unknown or duplicate site and node names, a node on an unknown site, a bad
+/// device, links to unknown sites or to the same site, duplicate links, mbit <= 0, a bad
+/// coordinator, an unknown placement policy and bad explicit assignments.
+cluster_spec load_cluster(const std::string& path);
+
+/// Same, from text already in memory; `path` is used only in messages.
+cluster_spec parse_cluster(const std::string& text, const std::string& path);
+
+}  // namespace fusion

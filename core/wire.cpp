@@ -1,0 +1,121 @@
+#include "core/wire.hpp"
+
+#include <algorithm>
+
+#include "wire.pb.h"
+
+namespace fusion {
+
+std::string encode_wire_header(const wire_header& h) {
+  pb::wire_header m;
+  m.set_version(h.version);
+  m.set_dir(h.dir == wire_direction::forward ? pb::wire_header::FORWARD : pb::wire_header::BACKWARD);
+  m.set_edge(h.edge);
+  m.set_step(h.step);
+  m.set_micro_batch(h.micro_batch);
+  m.set_slot(h.slot);
+  m.set_mode(h.mode);
+  m.set_dtype(static_cast<uint32_t>(h.type));
+  for (auto d : h.shape) m.add_shape(d);
+  m.set_total_bytes(h.total_bytes);
+  m.set_offset(h.offset);
+  m.set_chunk_bytes(h.chunk_bytes);
+  return m.SerializeAsString();
+}
+
+std::string decode_wire_header(std::string_view bytes, uint64_t payload_bytes, wire_header& out) {
+  pb::wire_header m;
+  if (!m.ParseFromArray(bytes.data(), static_cast<int>(bytes.size())))
+    return "unreadable wire header (" + std::to_string(bytes.size()) + " bytes)";
+  if (m.version() != wire_protocol_version)
+    return "wire protocol version " + std::to_string(m.version()) + ", this node speaks " +
+           std::to_string(wire_protocol_version);
+  if (m.dir() != pb::wire_header::FORWARD && m.dir() != pb::wire_header::BACKWARD)
+    return "wire header without a direction (forward or backward)";
+  if (m.dtype() > static_cast<uint32_t>(dtype::f64)) return "unknown dtype " + std::to_string(m.dtype());
+  if (m.mode() > 255) return "unknown pass mode " + std::to_string(m.mode());
+  wire_header h;
+  h.version = m.version();
+  h.dir = m.dir() == pb::wire_header::FORWARD ? wire_direction::forward : wire_direction::backward;
+  h.edge = m.edge();
+  h.step = m.step();
+  h.micro_batch = m.micro_batch();
+  h.slot = m.slot();
+  h.mode = static_cast<uint8_t>(m.mode());
+  h.type = static_cast<dtype>(m.dtype());
+  h.shape.assign(m.shape().begin(), m.shape().end());
+  h.total_bytes = m.total_bytes();
+  h.offset = m.offset();
+  h.chunk_bytes = m.chunk_bytes();
+  // The shape's byte size, computed without overflow.
+  uint64_t need = dtype_size(h.type);
+  for (auto d : h.shape) {
+    if (d < 0) return "negative dimension in shape " + to_string(h.shape);
+    if (d > 0 && need > wire_max_tensor_bytes / static_cast<uint64_t>(d))
+      return "shape " + to_string(h.shape) + " is larger than the " + std::to_string(wire_max_tensor_bytes >> 30) +
+             " GiB limit";
+    need *= static_cast<uint64_t>(d);
+  }
+  if (need != h.total_bytes)
+    return "shape " + to_string(h.shape) + " of " + to_string(h.type) + " needs " + std::to_string(need) +
+           " bytes, header says " + std::to_string(h.total_bytes);
+  if (h.offset > h.total_bytes || h.chunk_bytes > h.total_bytes - h.offset)
+    return "chunk at offset " + std::to_string(h.offset) + " of " + std::to_string(h.chunk_bytes) +
+           " bytes lies outside the " + std::to_string(h.total_bytes) + "-byte tensor";
+  if (payload_bytes != h.chunk_bytes)
+    return (payload_bytes < h.chunk_bytes ? "truncated payload: header announces " : "oversized payload: header announces ") +
+           std::to_string(h.chunk_bytes) + " bytes, " + std::to_string(payload_bytes) + " arrived";
+  out = std::move(h);
+  return {};
+}
+
+std::vector<wire_header> split_into_chunks(const wire_header& base, uint64_t chunk_limit) {
+  std::vector<wire_header> out;
+  chunk_limit = std::max<uint64_t>(chunk_limit, 1);
+  uint64_t off = 0;
+  do {
+    wire_header h = base;
+    h.offset = off;
+    h.chunk_bytes = std::min(chunk_limit, base.total_bytes - off);
+    off += h.chunk_bytes;
+    out.push_back(std::move(h));
+  } while (off < base.total_bytes);
+  return out;
+}
+
+bool wire_assembler::begin_chunk(const wire_header& h, std::byte*& dst, std::string& error) {
+  dst = nullptr;
+  key_t key{h.edge, static_cast<uint8_t>(h.dir), h.step, h.micro_batch};
+  auto it = partial_.find(key);
+  if (it == partial_.end()) {
+    partial p;
+    p.value = tensor::uninitialized(h.shape, h.type);
+    it = partial_.emplace(key, std::move(p)).first;
+  }
+  auto& p = it->second;
+  if (p.value.shape() != h.shape || p.value.type() != h.type) {
+    error = "chunk of edge " + std::to_string(h.edge) + " micro-batch " + std::to_string(h.micro_batch) +
+            " has shape " + to_string(h.shape) + ", earlier chunks had " + to_string(p.value.shape());
+    return false;
+  }
+  if (!p.offsets.insert(h.offset).second) {
+    error = "chunk at offset " + std::to_string(h.offset) + " of edge " + std::to_string(h.edge) + " micro-batch " +
+            std::to_string(h.micro_batch) + " arrived twice";
+    return false;
+  }
+  if (!p.value.empty()) dst = p.value.bytes() + h.offset;
+  return true;
+}
+
+std::optional<tensor> wire_assembler::end_chunk(const wire_header& h) {
+  key_t key{h.edge, static_cast<uint8_t>(h.dir), h.step, h.micro_batch};
+  auto it = partial_.find(key);
+  if (it == partial_.end()) return std::nullopt;
+  it->second.received += h.chunk_bytes;
+  if (it->second.received < h.total_bytes) return std::nullopt;
+  tensor out = std::move(it->second.value);
+  partial_.erase(it);
+  return out;
+}
+
+}  // namespace fusion

@@ -1,0 +1,88 @@
+// The wire format of tensors that cross a process boundary: a versioned header
+// (proto/wire.proto) followed by the tensor's raw bytes, split into chunks far below any
+// transport's message limit. This file is transport-free: the CAF path (actors/edge_actor.cpp)
+// and the TCP data channel (net/) both frame bytes with it, and both validate with it.
+//
+// A receiver must never trust a header: decode_wire_header checks the version, the dtype, that
+// the shape's byte size equals total_bytes and that the chunk lies inside the tensor and matches
+// the payload that actually arrived. wire_assembler then writes chunks in place into one tensor.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <string_view>
+#include <tuple>
+#include <vector>
+
+#include "core/tensor.hpp"
+
+namespace fusion {
+
+/// Version of the wire header and of the node protocol; nodes refuse peers that speak another.
+inline constexpr uint32_t wire_protocol_version = 1;
+
+/// Largest tensor a header may announce (16 GiB); anything larger is a corrupt header.
+inline constexpr uint64_t wire_max_tensor_bytes = uint64_t{1} << 34;
+
+enum class wire_direction : uint8_t { forward = 1, backward = 2 };
+
+/// The decoded form of pb::wire_header.
+struct wire_header {
+  uint32_t version = wire_protocol_version;
+  wire_direction dir = wire_direction::forward;
+  uint64_t edge = 0;
+  uint64_t step = 0;
+  uint32_t micro_batch = 0;
+  uint32_t slot = 0;         ///< forward: input slot of the consumer; backward: index at the producer
+  uint8_t mode = 0;          ///< pass_mode of the forward pass
+  dtype type = dtype::f32;
+  shape_t shape;
+  uint64_t total_bytes = 0;
+  uint64_t offset = 0;
+  uint64_t chunk_bytes = 0;
+};
+
+/// Serializes a header (protobuf binary).
+std::string encode_wire_header(const wire_header& h);
+
+/// Parses `bytes` into `out` and validates it against the `payload_bytes` that arrived with it.
+/// Returns an empty string when valid, else a message that says what is wrong, e.g.
+/// "wire protocol version 7, this node speaks 1" or "truncated payload: header announces
+/// 4096 bytes, 4000 arrived".
+std::string decode_wire_header(std::string_view bytes, uint64_t payload_bytes, wire_header& out);
+
+/// Chunk headers for sending a tensor of `base.total_bytes` bytes in pieces of at most
+/// `chunk_limit` bytes (one chunk for an empty tensor).
+std::vector<wire_header> split_into_chunks(const wire_header& base, uint64_t chunk_limit);
+
+/// Reassembles chunked tensors in place. Keyed by (edge, direction, step, micro-batch), so chunks
+/// of different messages may interleave. Not thread-safe: one assembler per receiving thread or
+/// actor.
+class wire_assembler {
+ public:
+  /// Sets `dst` to where the payload of chunk `h` (already validated) must be written,
+  /// allocating the tensor on its first chunk (`dst` is null for an empty tensor). Returns false
+  /// and sets `error` when the chunk disagrees with earlier chunks of the same tensor (shape,
+  /// dtype) or repeats an offset.
+  bool begin_chunk(const wire_header& h, std::byte*& dst, std::string& error);
+
+  /// After the payload of `h` was written: the whole tensor when this was its last chunk.
+  std::optional<tensor> end_chunk(const wire_header& h);
+
+  /// Tensors with some but not all chunks received.
+  size_t partial_count() const { return partial_.size(); }
+
+ private:
+  using key_t = std::tuple<uint64_t, uint8_t, uint64_t, uint32_t>;
+  struct partial {
+    tensor value;
+    uint64_t received = 0;
+    std::set<uint64_t> offsets;
+  };
+  std::map<key_t, partial> partial_;
+};
+
+}  // namespace fusion

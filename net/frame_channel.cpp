@@ -1,0 +1,241 @@
+// Preamble encoding and the sending side of the frame channel (frame_server.cpp has the rest).
+#include "net/frame_channel.hpp"
+
+#include <sys/uio.h>
+
+#include <cstdio>
+#include <cstring>
+#include <exception>
+#include <vector>
+
+namespace fusion::net {
+
+namespace {
+
+template <class T>
+void put_le(std::byte* out, T v) {
+  for (size_t i = 0; i < sizeof(T); ++i) out[i] = static_cast<std::byte>((v >> (8 * i)) & 0xff);
+}
+
+template <class T>
+T get_le(const std::byte* in) {
+  T v = 0;
+  for (size_t i = 0; i < sizeof(T); ++i) v |= static_cast<T>(std::to_integer<uint8_t>(in[i])) << (8 * i);
+  return v;
+}
+
+// A writer may batch this many small frames into one sendmsg; 3 iovecs each stays below IOV_MAX.
+constexpr size_t max_batch = 64;
+
+}  // namespace
+
+void encode_preamble(const preamble& p, std::byte* out) {
+  put_le<uint32_t>(out, frame_magic);
+  out[4] = static_cast<std::byte>(frame_version);
+  out[5] = static_cast<std::byte>(p.flags);
+  put_le<uint16_t>(out + 6, 0);
+  put_le<uint32_t>(out + 8, p.meta_size);
+  put_le<uint64_t>(out + 12, p.payload_size);
+}
+
+result<preamble> decode_preamble(const std::byte* in, uint32_t max_meta, uint64_t max_payload) {
+  auto magic = get_le<uint32_t>(in);
+  if (magic != frame_magic) {
+    char buf[16];
+    std::snprintf(buf, sizeof(buf), "0x%08x", magic);
+    return net_error{std::string("bad magic ") + buf + " (expected 0x4b4e4c46 \"FLNK\"; not a FusionLLM data channel?)"};
+  }
+  auto version = std::to_integer<uint8_t>(in[4]);
+  if (version != frame_version)
+    return net_error{"unsupported channel protocol version " + std::to_string(version) + " (this build speaks " +
+                     std::to_string(frame_version) + ")"};
+  preamble p;
+  p.flags = std::to_integer<uint8_t>(in[5]);
+  if (p.flags & ~known_flags) return net_error{"unknown preamble flags " + std::to_string(p.flags)};
+  if (get_le<uint16_t>(in + 6) != 0) return net_error{"reserved preamble bytes are not zero"};
+  p.meta_size = get_le<uint32_t>(in + 8);
+  p.payload_size = get_le<uint64_t>(in + 12);
+  if (p.meta_size > max_meta)
+    return net_error{"meta length " + std::to_string(p.meta_size) + " exceeds the limit of " + std::to_string(max_meta)};
+  if (p.payload_size > max_payload)
+    return net_error{"payload length " + std::to_string(p.payload_size) + " exceeds the limit of " +
+                     std::to_string(max_payload)};
+  return p;
+}
+
+const char* to_string(send_status s) {
+  switch (s) {
+    case send_status::queued: return "queued";
+    case send_status::queue_full: return "queue full";
+    case send_status::closed: return "sender closed";
+    case send_status::too_large: return "frame too large";
+  }
+  return "?";
+}
+
+result<std::unique_ptr<frame_sender>> frame_sender::connect(const std::string& host, uint16_t port,
+                                                            frame_sender_options options) {
+  auto sock = connect_tcp(host, port, options.connect_timeout);
+  if (!sock) return net_error{sock.error()};
+  if (options.socket_buffer_bytes > 0) set_buffer_sizes(sock->fd(), options.socket_buffer_bytes);
+  return std::unique_ptr<frame_sender>(new frame_sender(std::move(*sock), endpoint_name(host, port), options));
+}
+
+frame_sender::frame_sender(socket sock, std::string peer, frame_sender_options options)
+    : socket_(std::move(sock)), peer_(std::move(peer)), options_(options) {
+  if (options_.max_queued_frames == 0) options_.max_queued_frames = 1;
+  writer_ = std::thread([this] { writer_loop(); });
+}
+
+frame_sender::~frame_sender() { abort(); }
+
+send_status frame_sender::send(std::string meta, const std::byte* data, size_t n,
+                               std::shared_ptr<const void> keep_alive, send_done done) {
+  return enqueue(std::move(meta), data, n, std::move(keep_alive), std::move(done), true);
+}
+
+send_status frame_sender::try_send(std::string meta, const std::byte* data, size_t n,
+                                   std::shared_ptr<const void> keep_alive, send_done done) {
+  return enqueue(std::move(meta), data, n, std::move(keep_alive), std::move(done), false);
+}
+
+send_status frame_sender::enqueue(std::string meta, const std::byte* data, size_t n,
+                                  std::shared_ptr<const void> keep_alive, send_done done, bool block) {
+  if (meta.size() > max_meta_bytes || n > max_payload_bytes) return send_status::too_large;
+  std::unique_lock lock(mutex_);
+  auto stopped = [&] { return closing_ || aborted_ || failed_; };
+  if (block) space_cv_.wait(lock, [&] { return stopped() || queue_.size() < options_.max_queued_frames; });
+  if (stopped()) return send_status::closed;
+  if (queue_.size() >= options_.max_queued_frames) return send_status::queue_full;
+  item& it = queue_.emplace_back();
+  encode_preamble({0, static_cast<uint32_t>(meta.size()), n}, it.preamble);
+  it.meta = std::move(meta);
+  it.data = data;
+  it.size = n;
+  it.keep_alive = std::move(keep_alive);
+  it.done = std::move(done);
+  lock.unlock();
+  work_cv_.notify_one();
+  return send_status::queued;
+}
+
+void frame_sender::writer_loop() {
+  std::deque<item> batch;
+  std::vector<iovec> iov;
+  for (;;) {
+    {
+      std::unique_lock lock(mutex_);
+      work_cv_.wait(lock, [&] { return !queue_.empty() || closing_ || aborted_; });
+      if (aborted_ || queue_.empty()) break;
+      // Several small frames go out in one system call; a big payload is one writev anyway.
+      while (!queue_.empty() && batch.size() < max_batch) {
+        batch.push_back(std::move(queue_.front()));
+        queue_.pop_front();
+      }
+      in_flight_ = batch.size();
+    }
+    space_cv_.notify_all();
+    iov.clear();
+    uint64_t payload = 0;
+    for (auto& it : batch) {
+      iov.push_back({it.preamble, preamble_size});
+      iov.push_back({it.meta.data(), it.meta.size()});
+      iov.push_back({const_cast<std::byte*>(it.data), it.size});
+      payload += it.size;
+    }
+    auto st = writev_all(socket_.fd(), iov.data(), static_cast<int>(iov.size()));
+    if (!st) {
+      std::string err;
+      {
+        std::lock_guard lock(mutex_);
+        err = aborted_ ? "send to " + peer_ + " aborted" : "send to " + peer_ + " failed: " + st.error();
+        if (error_.empty()) error_ = err;
+        failed_ = true;
+      }
+      fail_all(batch, err);
+      break;
+    }
+    frames_sent_ += batch.size();
+    bytes_sent_ += payload;
+    for (auto& it : batch) {
+      try {
+        if (it.done) it.done(std::string());
+      } catch (const std::exception&) {
+        // A throwing completion must not kill the writer; the frame itself was delivered.
+      }
+    }
+    batch.clear();  // releases the keep_alive handles before close() can return
+    {
+      std::lock_guard lock(mutex_);
+      in_flight_ = 0;
+    }
+    space_cv_.notify_all();
+  }
+  std::deque<item> rest;
+  std::string err;
+  {
+    std::lock_guard lock(mutex_);
+    rest.swap(queue_);
+    failed_ = true;  // later send() calls answer closed
+    err = error_.empty() ? "send to " + peer_ + " aborted" : error_;
+  }
+  fail_all(rest, err);
+  {
+    std::lock_guard lock(mutex_);
+    in_flight_ = 0;
+  }
+  space_cv_.notify_all();
+}
+
+void frame_sender::fail_all(std::deque<item>& items, const std::string& error) {
+  for (auto& it : items) {
+    try {
+      if (it.done) it.done(error);
+    } catch (const std::exception&) {
+    }
+  }
+  items.clear();
+}
+
+void frame_sender::close(std::chrono::milliseconds flush_timeout) {
+  bool drained = true;
+  {
+    std::unique_lock lock(mutex_);
+    closing_ = true;
+    work_cv_.notify_all();
+    drained = space_cv_.wait_for(lock, flush_timeout,
+                                 [&] { return (queue_.empty() && in_flight_ == 0) || failed_ || aborted_; });
+  }
+  if (!drained) {
+    abort();
+    return;
+  }
+  if (writer_.joinable() && writer_.get_id() != std::this_thread::get_id()) writer_.join();
+  socket_.close();
+}
+
+void frame_sender::abort() {
+  {
+    std::lock_guard lock(mutex_);
+    aborted_ = true;
+    closing_ = true;
+  }
+  // shutdown (not close) wakes a writer blocked in sendmsg; the number is released after join.
+  socket_.shutdown();
+  work_cv_.notify_all();
+  space_cv_.notify_all();
+  if (writer_.joinable() && writer_.get_id() != std::this_thread::get_id()) writer_.join();
+  if (!writer_.joinable()) socket_.close();
+}
+
+std::string frame_sender::error() const {
+  std::lock_guard lock(mutex_);
+  return error_;
+}
+
+size_t frame_sender::pending() const {
+  std::lock_guard lock(mutex_);
+  return queue_.size() + in_flight_;
+}
+
+}  // namespace fusion::net

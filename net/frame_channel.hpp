@@ -1,0 +1,267 @@
+// Bulk data channel: length-prefixed frames over one TCP connection per sender.
+//
+// A frame is a 20-byte preamble, `meta` bytes (opaque here; the actor layer puts a serialized
+// header there) and `payload` bytes (tensor contents). The sender writes the payload straight
+// from the caller's memory and the receiver reads it straight into memory the caller supplies,
+// so a tensor crosses the process boundary with no user-space copy on either side. Control
+// messages stay on CAF; see docs/transport.md.
+//
+// Threads: a frame_sender owns one writer thread; a frame_server owns one accept thread and one
+// reader thread per connection. All callbacks run on those threads and must not block for long
+// (forward to an actor, e.g. caf::anon_send, and return). Nothing here throws across threads.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <list>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "net/socket.hpp"
+
+namespace fusion::net {
+
+// ---- wire format ------------------------------------------------------------------------------
+
+/// "FLNK" as the first four bytes on the wire (little-endian u32).
+inline constexpr uint32_t frame_magic = 0x4B4E4C46;
+/// Bumped on any incompatible change of the preamble or of the ack/probe rules.
+inline constexpr uint8_t frame_version = 1;
+inline constexpr size_t preamble_size = 20;
+/// Protocol limits; a preamble above them is rejected before anything is allocated.
+inline constexpr uint32_t max_meta_bytes = 64 * 1024;
+inline constexpr uint64_t max_payload_bytes = uint64_t{1} << 31;
+
+/// Preamble flag bits.
+enum frame_flag : uint8_t {
+  /// Link probe: the server reads and discards the payload, the user never sees it.
+  flag_probe = 1,
+  /// The server answers with an ack frame once the whole frame has been read.
+  flag_ack_request = 2,
+  /// Server -> client acknowledgement; meta = u64 LE payload bytes read on the connection so far.
+  flag_ack = 4,
+};
+inline constexpr uint8_t known_flags = flag_probe | flag_ack_request | flag_ack;
+
+/// Decoded preamble (magic and version are implied).
+struct preamble {
+  uint8_t flags = 0;
+  uint32_t meta_size = 0;
+  uint64_t payload_size = 0;
+};
+
+/// Writes the 20-byte preamble: u32 magic, u8 version, u8 flags, u16 reserved (0),
+/// u32 meta_size, u64 payload_size, all little-endian.
+void encode_preamble(const preamble& p, std::byte* out);
+
+/// Checks magic, version, flags, reserved bits and limits; the error names the bad field.
+result<preamble> decode_preamble(const std::byte* in, uint32_t max_meta = max_meta_bytes,
+                                 uint64_t max_payload = max_payload_bytes);
+
+// ---- sender -----------------------------------------------------------------------------------
+
+/// Completion of one send, on the writer thread: empty string = every byte handed to the kernel.
+using send_done = std::function<void(const std::string& error)>;
+
+/// Outcome of enqueueing. Anything but `queued` means the frame was dropped and `done` will not
+/// be called.
+enum class send_status { queued, queue_full, closed, too_large };
+const char* to_string(send_status s);
+
+struct frame_sender_options {
+  /// Frames waiting for the writer; the payload memory stays the caller's, so this bounds
+  /// pinned memory only through the caller's own credit scheme.
+  size_t max_queued_frames = 64;
+  /// 0 keeps the kernel's buffer auto-tuning (measured best on loopback).
+  int socket_buffer_bytes = 0;
+  std::chrono::milliseconds connect_timeout{5000};
+};
+
+/// One outgoing connection with a writer thread and a bounded queue.
+class frame_sender {
+ public:
+  /// Connects to a frame_server; the error reads "cannot connect to HOST:PORT: reason".
+  static result<std::unique_ptr<frame_sender>> connect(const std::string& host, uint16_t port,
+                                                       frame_sender_options options = {});
+  /// Aborts (does not flush): call close() first to deliver what is queued.
+  ~frame_sender();
+  frame_sender(const frame_sender&) = delete;
+  frame_sender& operator=(const frame_sender&) = delete;
+
+  /// Enqueues a frame without copying the payload: [data, data + n) is written from the
+  /// caller's memory and must stay valid until `done` runs; `keep_alive` (e.g. the tensor) is
+  /// held until then. Blocks while the queue is full. Returns closed after close()/abort() or a
+  /// write failure, too_large when meta or payload exceed the protocol limits.
+  send_status send(std::string meta, const std::byte* data, size_t n,
+                   std::shared_ptr<const void> keep_alive, send_done done = {});
+  /// As send(), but returns queue_full instead of blocking.
+  send_status try_send(std::string meta, const std::byte* data, size_t n,
+                       std::shared_ptr<const void> keep_alive, send_done done = {});
+
+  /// Flushes the queue (waits up to `flush_timeout`, then aborts) and closes. Idempotent.
+  void close(std::chrono::milliseconds flush_timeout = std::chrono::seconds(30));
+  /// Stops now: a write in progress is cut off, every pending frame gets done("... aborted").
+  void abort();
+
+  /// First write error (empty while healthy).
+  std::string error() const;
+  /// "host:port" of the server.
+  const std::string& peer() const noexcept { return peer_; }
+  /// Frames and payload bytes fully written.
+  uint64_t frames_sent() const noexcept { return frames_sent_.load(); }
+  uint64_t bytes_sent() const noexcept { return bytes_sent_.load(); }
+  /// Frames queued and not yet completed.
+  size_t pending() const;
+
+ private:
+  struct item {
+    std::byte preamble[preamble_size];
+    std::string meta;
+    const std::byte* data;
+    size_t size;
+    std::shared_ptr<const void> keep_alive;
+    send_done done;
+  };
+  frame_sender(socket sock, std::string peer, frame_sender_options options);
+  send_status enqueue(std::string meta, const std::byte* data, size_t n,
+                      std::shared_ptr<const void> keep_alive, send_done done, bool block);
+  void writer_loop();
+  void fail_all(std::deque<item>& items, const std::string& error);
+
+  socket socket_;
+  std::string peer_;
+  frame_sender_options options_;
+  mutable std::mutex mutex_;
+  std::condition_variable work_cv_;      // writer waits for frames or close
+  std::condition_variable space_cv_;     // senders wait for queue space; close waits for drain
+  std::deque<item> queue_;
+  size_t in_flight_ = 0;                 // frames taken by the writer, not yet completed
+  bool closing_ = false;
+  bool aborted_ = false;
+  bool failed_ = false;
+  std::string error_;
+  std::atomic<uint64_t> frames_sent_{0};
+  std::atomic<uint64_t> bytes_sent_{0};
+  std::thread writer_;
+};
+
+// ---- server -----------------------------------------------------------------------------------
+
+/// Completion of one received payload: empty string = all bytes are in the destination.
+using receive_done = std::function<void(const std::string& error)>;
+
+/// A frame whose preamble and meta have arrived; the payload has not been read yet.
+struct incoming_frame {
+  uint64_t connection_id = 0;
+  std::string peer;          // "host:port" of the sender
+  std::string meta;          // may be moved out by the handler
+  uint64_t payload_size = 0;
+};
+
+/// The handler's answer: where the payload goes, or why it is refused.
+struct frame_target {
+  /// Payload goes to [data, data + payload_size); `done` runs exactly once, after the last byte
+  /// or with an error if the connection breaks first. The memory must stay valid until then.
+  static frame_target into(std::byte* data, receive_done done) { return {data, std::move(done), {}, false}; }
+  /// The payload is read and discarded; counted as rejected and reported with `reason`.
+  static frame_target refuse(std::string reason) { return {nullptr, {}, std::move(reason), true}; }
+
+  std::byte* data = nullptr;
+  receive_done done;
+  std::string refusal;
+  bool refused = false;
+};
+
+/// Why a frame or connection failed.
+enum class channel_error_kind { refused, bad_preamble, truncated, io_error };
+const char* to_string(channel_error_kind k);
+
+struct channel_error {
+  channel_error_kind kind;
+  uint64_t connection_id;
+  std::string peer;
+  std::string message;  // complete sentence naming the peer, e.g. "frame from 127.0.0.1:4321 ..."
+};
+
+using frame_handler = std::function<frame_target(incoming_frame& frame)>;
+using error_handler = std::function<void(const channel_error& error)>;
+
+struct frame_server_options {
+  std::string host = "127.0.0.1";  // "" or "0.0.0.0" for all interfaces
+  uint16_t port = 0;               // 0 = any free port, see frame_server::port()
+  int backlog = 64;
+  int socket_buffer_bytes = 0;     // 0 keeps kernel auto-tuning
+  uint32_t max_meta = max_meta_bytes;
+  uint64_t max_payload = max_payload_bytes;
+  /// madvise(MADV_HUGEPAGE) on destinations of >= 4 MiB before receiving into them: fresh
+  /// allocations then fault in 2 MiB pages instead of 4 KiB ones (see docs/transport.md).
+  bool hugepage_advice = true;
+};
+
+/// Snapshot of the server's counters.
+struct frame_server_stats {
+  uint64_t frames = 0;              // frames delivered to a handler's destination
+  uint64_t bytes = 0;               // their payload bytes
+  uint64_t rejected = 0;            // refused by the handler or with a bad preamble
+  uint64_t broken_connections = 0;  // closed on a bad preamble, mid-frame drop or I/O error
+  uint64_t connections = 0;         // accepted so far
+  uint64_t probe_frames = 0;
+  uint64_t probe_bytes = 0;
+};
+
+/// Listens, accepts connections and reads frames, one reader thread per connection.
+class frame_server {
+ public:
+  /// Binds and starts accepting. `on_frame` is required; `on_error` may be empty.
+  static result<std::unique_ptr<frame_server>> start(frame_server_options options, frame_handler on_frame,
+                                                     error_handler on_error = {});
+  /// Calls stop().
+  ~frame_server();
+  frame_server(const frame_server&) = delete;
+  frame_server& operator=(const frame_server&) = delete;
+
+  /// The bound port (useful with options.port = 0).
+  uint16_t port() const noexcept { return port_; }
+  /// Stops accepting, cuts every connection (a payload being received gets done(error)) and
+  /// joins all threads. Idempotent; must not be called from a callback.
+  void stop();
+  frame_server_stats stats() const;
+
+ private:
+  struct connection {
+    uint64_t id = 0;
+    socket sock;
+    std::string peer;
+    std::thread thread;
+    std::atomic<bool> finished{false};
+  };
+  frame_server(frame_server_options options, socket listener, frame_handler on_frame, error_handler on_error);
+  void accept_loop();
+  void read_loop(connection& c);
+  bool discard(connection& c, uint64_t n);
+  void report(channel_error_kind kind, const connection& c, std::string message);
+  void reap_finished();
+
+  frame_server_options options_;
+  socket listener_;
+  uint16_t port_ = 0;
+  frame_handler on_frame_;
+  error_handler on_error_;
+  std::atomic<bool> stopping_{false};
+  std::mutex stop_mutex_;
+  std::mutex mutex_;
+  std::list<std::unique_ptr<connection>> connections_;
+  uint64_t next_id_ = 1;
+  std::thread acceptor_;
+  std::atomic<uint64_t> frames_{0}, bytes_{0}, rejected_{0}, broken_{0}, accepted_{0};
+  std::atomic<uint64_t> probe_frames_{0}, probe_bytes_{0};
+};
+
+}  // namespace fusion::net

@@ -1,0 +1,247 @@
+// Receiving side of the frame channel: accept thread, one reader thread per connection.
+#include <sys/mman.h>
+
+#include <algorithm>
+#include <exception>
+#include <vector>
+
+#include "net/frame_channel.hpp"
+
+namespace fusion::net {
+
+namespace {
+
+constexpr size_t hugepage_bytes = size_t{2} << 20;
+constexpr size_t hugepage_min_payload = size_t{4} << 20;
+constexpr size_t discard_chunk = size_t{256} << 10;
+
+// Fresh multi-MiB allocations are mmap'd and untouched; asking for transparent huge pages on
+// the 2 MiB-aligned interior makes the kernel fault them in 512x fewer steps while recv()
+// copies into them. The advice changes no contents and is ignored where THP is off.
+void advise_hugepages(std::byte* data, uint64_t n) {
+  auto begin = (reinterpret_cast<uintptr_t>(data) + hugepage_bytes - 1) & ~(hugepage_bytes - 1);
+  auto end = (reinterpret_cast<uintptr_t>(data) + n) & ~(hugepage_bytes - 1);
+  if (end > begin) madvise(reinterpret_cast<void*>(begin), end - begin, MADV_HUGEPAGE);
+}
+
+void complete(receive_done& done, const std::string& error) {
+  try {
+    if (done) done(error);
+  } catch (const std::exception&) {
+    // A throwing user callback must not take the reader thread (and the process) down.
+  }
+}
+
+}  // namespace
+
+const char* to_string(channel_error_kind k) {
+  switch (k) {
+    case channel_error_kind::refused: return "refused";
+    case channel_error_kind::bad_preamble: return "bad preamble";
+    case channel_error_kind::truncated: return "truncated";
+    case channel_error_kind::io_error: return "i/o error";
+  }
+  return "?";
+}
+
+result<std::unique_ptr<frame_server>> frame_server::start(frame_server_options options, frame_handler on_frame,
+                                                          error_handler on_error) {
+  if (!on_frame) return net_error{"frame_server needs a frame handler"};
+  auto listener = listen_tcp(options.host, options.port, options.backlog);
+  if (!listener) return net_error{listener.error()};
+  return std::unique_ptr<frame_server>(
+      new frame_server(std::move(options), std::move(*listener), std::move(on_frame), std::move(on_error)));
+}
+
+frame_server::frame_server(frame_server_options options, socket listener, frame_handler on_frame,
+                           error_handler on_error)
+    : options_(std::move(options)),
+      listener_(std::move(listener)),
+      on_frame_(std::move(on_frame)),
+      on_error_(std::move(on_error)) {
+  port_ = listener_.local_port();
+  acceptor_ = std::thread([this] { accept_loop(); });
+}
+
+frame_server::~frame_server() { stop(); }
+
+void frame_server::stop() {
+  std::lock_guard stop_lock(stop_mutex_);  // concurrent stop() calls wait for the first
+  stopping_.store(true);
+  // On Linux, shutdown() of a listening socket makes a blocked accept() return EINVAL.
+  listener_.shutdown();
+  if (acceptor_.joinable()) acceptor_.join();
+  std::list<std::unique_ptr<connection>> all;
+  {
+    std::lock_guard lock(mutex_);
+    all.swap(connections_);
+    for (auto& c : all) c->sock.shutdown();
+  }
+  for (auto& c : all)
+    if (c->thread.joinable()) c->thread.join();
+  listener_.close();
+}
+
+frame_server_stats frame_server::stats() const {
+  frame_server_stats s;
+  s.frames = frames_.load();
+  s.bytes = bytes_.load();
+  s.rejected = rejected_.load();
+  s.broken_connections = broken_.load();
+  s.connections = accepted_.load();
+  s.probe_frames = probe_frames_.load();
+  s.probe_bytes = probe_bytes_.load();
+  return s;
+}
+
+void frame_server::accept_loop() {
+  while (!stopping_.load()) {
+    auto sock = accept_tcp(listener_);
+    if (!sock) break;  // listener shut down (stop) or unusable
+    if (options_.socket_buffer_bytes > 0) set_buffer_sizes(sock->fd(), options_.socket_buffer_bytes);
+    reap_finished();
+    std::lock_guard lock(mutex_);
+    if (stopping_.load()) break;  // stop() already took the list; drop this late arrival
+    auto c = std::make_unique<connection>();
+    c->id = next_id_++;
+    c->peer = sock->peer_name();
+    c->sock = std::move(*sock);
+    auto* raw = c.get();
+    connections_.push_back(std::move(c));
+    ++accepted_;
+    raw->thread = std::thread([this, raw] { read_loop(*raw); });
+  }
+}
+
+void frame_server::reap_finished() {
+  std::list<std::unique_ptr<connection>> done;
+  {
+    std::lock_guard lock(mutex_);
+    for (auto it = connections_.begin(); it != connections_.end();) {
+      if ((*it)->finished.load()) {
+        done.push_back(std::move(*it));
+        it = connections_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+  for (auto& c : done)
+    if (c->thread.joinable()) c->thread.join();
+}
+
+void frame_server::report(channel_error_kind kind, const connection& c, std::string message) {
+  if (!on_error_) return;
+  try {
+    on_error_(channel_error{kind, c.id, c.peer, std::move(message)});
+  } catch (const std::exception&) {
+  }
+}
+
+bool frame_server::discard(connection& c, uint64_t n) {
+  std::vector<std::byte> scratch(static_cast<size_t>(std::min<uint64_t>(n, discard_chunk)));
+  while (n > 0) {
+    auto chunk = static_cast<size_t>(std::min<uint64_t>(n, scratch.size()));
+    if (!recv_all(c.sock.fd(), scratch.data(), chunk)) return false;
+    n -= chunk;
+  }
+  return true;
+}
+
+void frame_server::read_loop(connection& c) {
+  const int fd = c.sock.fd();
+  const std::string from = "frame channel connection from " + c.peer;
+  uint64_t received = 0;  // payload bytes read on this connection (echoed in acks)
+  auto broken = [&](channel_error_kind kind, const std::string& why) {
+    if (stopping_.load()) return;  // our own shutdown, not the peer's fault
+    ++broken_;
+    report(kind, c, from + ": " + why);
+  };
+  for (;;) {
+    std::byte raw[preamble_size];
+    size_t got = 0;
+    if (auto st = recv_all(fd, raw, preamble_size, &got); !st) {
+      // EOF exactly between frames is the normal way for a sender to leave.
+      if (got != 0 || st.error() != closed_by_peer)
+        broken(got ? channel_error_kind::truncated : channel_error_kind::io_error,
+               "closed inside a frame preamble after " + std::to_string(got) + " of " +
+                   std::to_string(preamble_size) + " bytes (" + st.error() + ")");
+      break;
+    }
+    auto pre = decode_preamble(raw, options_.max_meta, options_.max_payload);
+    if (pre && (pre->flags & flag_ack)) pre = net_error{"an ack frame was sent to the server"};
+    if (!pre) {
+      // The stream cannot be resynchronised after a bad preamble: drop the connection.
+      ++rejected_;
+      broken(channel_error_kind::bad_preamble, "bad frame preamble, closing the connection: " + pre.error());
+      break;
+    }
+    incoming_frame frame;
+    frame.connection_id = c.id;
+    frame.peer = c.peer;
+    frame.payload_size = pre->payload_size;
+    frame.meta.resize(pre->meta_size);
+    if (auto st = recv_all(fd, frame.meta.data(), frame.meta.size()); !st) {
+      broken(channel_error_kind::truncated, "closed inside the meta of a frame (" + st.error() + ")");
+      break;
+    }
+    bool ok = true;
+    if (pre->flags & flag_probe) {
+      ok = discard(c, pre->payload_size);
+      if (ok) ++probe_frames_, probe_bytes_ += pre->payload_size;
+    } else {
+      frame_target target;
+      try {
+        target = on_frame_(frame);
+      } catch (const std::exception& e) {
+        target = frame_target::refuse(std::string("frame handler threw: ") + e.what());
+      }
+      if (!target.refused && target.data == nullptr && pre->payload_size > 0)
+        target = frame_target::refuse("frame handler gave no destination for " +
+                                      std::to_string(pre->payload_size) + " payload bytes");
+      if (target.refused) {
+        ++rejected_;
+        report(channel_error_kind::refused, c,
+               "frame from " + c.peer + " (" + std::to_string(pre->payload_size) + " payload bytes) refused: " +
+                   target.refusal);
+        ok = discard(c, pre->payload_size);
+      } else {
+        if (options_.hugepage_advice && pre->payload_size >= hugepage_min_payload)
+          advise_hugepages(target.data, pre->payload_size);
+        size_t payload_got = 0;
+        auto st = recv_all(fd, target.data, static_cast<size_t>(pre->payload_size), &payload_got);
+        if (!st) {
+          std::string why = "closed mid-frame after " + std::to_string(payload_got) + " of " +
+                            std::to_string(pre->payload_size) + " payload bytes (" + st.error() + ")";
+          complete(target.done, stopping_.load() ? "frame server stopped during the transfer" : from + ": " + why);
+          broken(channel_error_kind::truncated, why);
+          break;
+        }
+        ++frames_;
+        bytes_ += pre->payload_size;
+        complete(target.done, std::string());
+      }
+    }
+    if (!ok) {
+      broken(channel_error_kind::truncated, "closed while a discarded payload was being read");
+      break;
+    }
+    received += pre->payload_size;
+    if (pre->flags & flag_ack_request) {
+      // Only this thread writes to the socket, so the ack needs no lock.
+      std::byte ack[preamble_size + 8];
+      encode_preamble({flag_ack, 8, 0}, ack);
+      for (size_t i = 0; i < 8; ++i) ack[preamble_size + i] = static_cast<std::byte>((received >> (8 * i)) & 0xff);
+      if (auto st = send_all(fd, ack, sizeof(ack)); !st) {
+        broken(channel_error_kind::io_error, "cannot send ack: " + st.error());
+        break;
+      }
+    }
+  }
+  // shutdown, not close: the peer sees the end now, while the descriptor number stays ours
+  // until the connection is reaped (stop() may still call shutdown on it concurrently).
+  c.sock.shutdown();
+  c.finished.store(true);
+}
+
+}  // namespace fusion::net

@@ -1,0 +1,178 @@
+// Multi-head (causal) self-attention: CUDA kernels and op (CPU twin: ops/cpu/attention.cpp).
+//
+// Shape legend: B batch, T time, C channels, NH heads, HS = C / NH head size, C3 = 3C.
+//   qkv (B, T, 3C) -> out (B, T, C); saved att (B, NH, T, T) softmax probabilities
+// Layout as on the CPU: for batch b, head h, time t, the query is qkv[b, t, h*HS .. h*HS+HS),
+// the key the same at offset C, the value at offset 2C; the head's output goes to
+// out[b, t, h*HS .. h*HS+HS). Scores are S = QK^T / sqrt(HS); masked entries (j > t when
+// causal) of att are exactly 0.
+//
+// Per batch b, one strided-batched cuBLAS GEMM over the NH heads reads Q, K and V in place
+// (leading dimension 3C, head stride HS). The causal mask is applied by the softmax kernel on
+// full T x T scores (the GEMMs compute the masked half too; simpler than the CPU's row blocks).
+#include <cmath>
+#include <string>
+
+#include "ops/cuda/common.cuh"
+
+namespace fusion::cuda {
+
+namespace {
+
+constexpr const char* attention_name = "attention";
+
+// One block per score row (B*NH*T rows of length T; the row's time index is row % T):
+// p = exp(s - max) / sum over the visible columns [0, n), 0 on the rest.
+__global__ void softmax_forward_kernel(float* att, int64_t rows, int64_t T, bool causal) {
+  __shared__ float shared[32];
+  for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
+    float* p = att + row * T;
+    const int64_t n = causal ? row % T + 1 : T;
+    float mx = -INFINITY;
+    for (int64_t j = threadIdx.x; j < n; j += blockDim.x) mx = fmaxf(mx, p[j]);
+    mx = block_max(mx, shared);
+    float s = 0.0f;
+    for (int64_t j = threadIdx.x; j < n; j += blockDim.x) {
+      const float e = expf(p[j] - mx);
+      p[j] = e;  // each thread rereads only the elements it wrote
+      s += e;
+    }
+    const float inv = 1.0f / block_sum(s, shared);
+    for (int64_t j = threadIdx.x; j < T; j += blockDim.x) p[j] = j < n ? p[j] * inv : 0.0f;
+  }
+}
+
+// In place on dS (which holds dP on entry): dS = P .* (dP - rowsum(P .* dP)) on the visible
+// columns, 0 on the masked ones. NH*T rows of one batch; p points at that batch's att.
+__global__ void softmax_backward_kernel(float* ds, const float* att, int64_t rows, int64_t T, bool causal) {
+  __shared__ float shared[32];
+  for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
+    const float* p = att + row * T;
+    float* d = ds + row * T;
+    const int64_t n = causal ? row % T + 1 : T;
+    float dot = 0.0f;
+    for (int64_t j = threadIdx.x; j < n; j += blockDim.x) dot += p[j] * d[j];
+    dot = block_sum(dot, shared);
+    for (int64_t j = threadIdx.x; j < T; j += blockDim.x) d[j] = j < n ? p[j] * (d[j] - dot) : 0.0f;
+  }
+}
+
+struct sizes {
+  int t, hs, c, c3, nh;
+};
+
+sizes sizes_of(int64_t T, int64_t C, int64_t NH) {
+  return {cpu::blas_int(T, attention_name), cpu::blas_int(C / NH, attention_name), cpu::blas_int(C, attention_name),
+          cpu::blas_int(3 * C, attention_name), cpu::blas_int(NH, attention_name)};
+}
+
+}  // namespace
+
+void attention_forward_cuda(float* out, float* att, const float* qkv, int64_t B, int64_t T, int64_t C, int64_t NH,
+                            bool causal, const launch& l) {
+  if (B == 0 || T == 0) return;
+  const sizes z = sizes_of(T, C, NH);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(z.hs));
+  const int64_t TT = T * T;
+  for (int64_t b = 0; b < B; ++b) {
+    const float* q = qkv + b * T * 3 * C;
+    // S_h = scale Q_h K_h^T for every head h at once.
+    gemm_batched(l.blas, false, true, z.t, z.t, z.hs, scale, q, z.c3, z.hs, q + C, z.c3, z.hs, 0.0f, att + b * NH * TT,
+                 z.t, TT, z.nh);
+  }
+  const int64_t rows = B * NH * T;
+  softmax_forward_kernel<<<rows_grid(rows), row_threads(T), 0, l.stream>>>(att, rows, T, causal);
+  CUDA_CHECK_LAUNCH();
+  for (int64_t b = 0; b < B; ++b) {
+    const float* v = qkv + b * T * 3 * C + 2 * C;
+    // O_h = P_h V_h, written to the head's columns of out.
+    gemm_batched(l.blas, false, false, z.t, z.hs, z.t, 1.0f, att + b * NH * TT, z.t, TT, v, z.c3, z.hs, 0.0f,
+                 out + b * T * C, z.c, z.hs, z.nh);
+  }
+}
+
+// `ds` is scratch of NH*T*T floats, reused for every batch (the stream orders the reuse).
+void attention_backward_cuda(float* dqkv, float* ds, const float* dout, const float* qkv, const float* att, int64_t B,
+                             int64_t T, int64_t C, int64_t NH, bool causal, const launch& l) {
+  if (B == 0 || T == 0) return;
+  const sizes z = sizes_of(T, C, NH);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(z.hs));
+  const int64_t TT = T * T;
+  for (int64_t b = 0; b < B; ++b) {
+    const float* q = qkv + b * T * 3 * C;
+    const float* k = q + C;
+    const float* v = q + 2 * C;
+    const float* p = att + b * NH * TT;
+    const float* dout_b = dout + b * T * C;
+    float* dq = dqkv + b * T * 3 * C;
+    float* dk = dq + C;
+    float* dv = dq + 2 * C;
+    // dP = dO V^T and dV += P^T dO.
+    gemm_batched(l.blas, false, true, z.t, z.t, z.hs, 1.0f, dout_b, z.c, z.hs, v, z.c3, z.hs, 0.0f, ds, z.t, TT, z.nh);
+    gemm_batched(l.blas, true, false, z.t, z.hs, z.t, 1.0f, p, z.t, TT, dout_b, z.c, z.hs, 1.0f, dv, z.c3, z.hs, z.nh);
+    const int64_t rows = NH * T;
+    softmax_backward_kernel<<<rows_grid(rows), row_threads(T), 0, l.stream>>>(ds, p, rows, T, causal);
+    CUDA_CHECK_LAUNCH();
+    // S = scale Q K^T:  dQ += scale dS K,  dK += scale dS^T Q.
+    gemm_batched(l.blas, false, false, z.t, z.hs, z.t, scale, ds, z.t, TT, k, z.c3, z.hs, 1.0f, dq, z.c3, z.hs, z.nh);
+    gemm_batched(l.blas, true, false, z.t, z.hs, z.t, scale, ds, z.t, TT, q, z.c3, z.hs, 1.0f, dk, z.c3, z.hs, z.nh);
+  }
+}
+
+namespace {
+
+class attention_op final : public cuda_op {
+ public:
+  explicit attention_op(const attr_map& attrs)
+      : cuda_op(fusion::make_op(attention_name, attrs)),
+        heads_(attrs.get_int("heads")),
+        causal_(attrs.get_bool("causal", true)) {}
+
+  void forward(const forward_args& a) const override {
+    cpu::check_forward_call(attention_name, a, 1, 0);
+    const tensor& in = *a.inputs[0];
+    check_device_f32(attention_name, "qkv", &in);
+    const shape_t out = infer_from(a.inputs);
+    const int64_t B = in.dim(0), T = in.dim(1), C = in.dim(2) / 3;
+    check_f32_call(attention_name, a.output->type());
+    check_device_f32(attention_name, "output", a.output);
+    cpu::check_tensor_shape(attention_name, "output", a.output, out);
+    const launch l = launch_of(a.ctx, attention_name);
+    a.saved->clear();
+    a.saved->push_back(tensor::uninitialized({B, heads_, T, T}, dtype::f32, device_kind::cuda));
+    attention_forward_cuda(a.output->f32(), (*a.saved)[0].f32(), in.f32(), B, T, C, heads_, causal_, l);
+  }
+
+  void backward(const backward_args& a) const override {
+    cpu::check_backward_call(attention_name, a, 1, 0);
+    const tensor& in = *a.inputs[0];
+    check_device_f32(attention_name, "qkv", &in);
+    const shape_t out = infer_from(a.inputs);
+    const int64_t B = in.dim(0), T = in.dim(1), C = in.dim(2) / 3;
+    check_device_f32(attention_name, "output grad", a.output_grad);
+    cpu::check_tensor_shape(attention_name, "output grad", a.output_grad, out);
+    tensor* dqkv = a.input_grads[0];
+    if (dqkv == nullptr) return;  // nothing upstream wants it
+    check_device_f32(attention_name, "input grad", dqkv);
+    cpu::check_tensor_shape(attention_name, "input grad", dqkv, in.shape());
+    if (a.saved == nullptr || a.saved->size() != 1)
+      throw op_error("attention: backward without the probabilities saved by forward");
+    check_device_f32(attention_name, "saved probabilities", &(*a.saved)[0]);
+    cpu::check_tensor_shape(attention_name, "saved probabilities", &(*a.saved)[0], {B, heads_, T, T});
+    const launch l = launch_of(a.ctx, attention_name);
+    // Freed (stream-ordered, core/device.hpp) after the kernels below have run.
+    tensor ds = tensor::uninitialized({heads_, T, T}, dtype::f32, device_kind::cuda);
+    attention_backward_cuda(dqkv->f32(), ds.f32(), a.output_grad->f32(), in.f32(), (*a.saved)[0].f32(), B, T, C,
+                            heads_, causal_, l);
+  }
+
+ private:
+  int64_t heads_;
+  bool causal_;
+};
+
+}  // namespace
+
+std::unique_ptr<op> make_attention_op(const attr_map& attrs) { return std::make_unique<attention_op>(attrs); }
+
+}  // namespace fusion::cuda

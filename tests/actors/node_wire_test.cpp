@@ -1,0 +1,142 @@
+// A fusion-node process receiving malformed wire messages: each is rejected with a clear error,
+// counted, and reported to the coordinator, and the node keeps working. The test plays the
+// coordinator: it accepts the node's hello, has it host an input actor that forwards to the test,
+// and routes an edge to that actor.
+#include <doctest/doctest.h>
+
+#include <caf/all.hpp>
+#include <caf/io/all.hpp>
+
+#include <filesystem>
+
+#include "actors/edge_actor.hpp"
+#include "actors/messages.hpp"
+#include "actors/node_actor.hpp"
+#include "actors/op_actor.hpp"
+#include "core/wire.hpp"
+#include "tests/support/child_process.hpp"
+
+using namespace fusion;
+using fusion::test::child_process;
+using namespace std::chrono_literals;
+
+namespace {
+
+wire_chunk make_chunk(const wire_header& h, size_t payload_bytes) {
+  wire_chunk c;
+  c.header = encode_wire_header(h);
+  c.received.assign(payload_bytes, std::byte{1});
+  return c;
+}
+
+}  // namespace
+
+TEST_CASE("node: malformed wire messages are rejected and counted, and the node stays up") {
+  caf::actor_system_config cfg;
+  add_fusion_message_types(cfg);
+  set_liveness(cfg, 100, 2000);
+  cfg.load<caf::io::middleman>();
+  caf::actor_system sys{cfg};
+  caf::scoped_actor self{sys};
+  auto me = caf::actor_cast<caf::actor>(self);
+  auto port = sys.middleman().publish(me, 0, "127.0.0.1", true);
+  REQUIRE(port);
+  auto log = (std::filesystem::temp_directory_path() / ("fusion_node_wire_" + std::to_string(::getpid()) + ".log"));
+  child_process node({std::string(FUSION_BINARY_DIR) + "/apps/fusion-node", "--config",
+                      std::string(FUSION_SOURCE_DIR) + "/configs/nodes/site-a.ini", "--node.name=w0",
+                      "--node.coordinator=127.0.0.1:" + std::to_string(*port), "--runtime.threads=1"},
+                     log.string());
+  caf::actor node_actor;
+  self->receive(
+      [&](hello_atom, node_hello& h, caf::actor& n) -> caf::message {
+        CHECK(h.name == "w0");
+        CHECK(h.version == wire_protocol_version);
+        CHECK(h.gflops > 0);
+        node_actor = n;
+        return caf::make_message(welcome_atom::value, int32_t{0}, wire_protocol_version, std::string{});
+      },
+      caf::after(30s) >> [&] { FAIL("the node did not say hello: " << node.output()); });
+  REQUIRE(node_actor);
+
+  // An input actor on the node forwards whatever the edge delivers to us.
+  node_spec spec;
+  spec.id = 0;
+  spec.name = "tokens";
+  spec.kind = "input";
+  spec.consumer_slots = {0};
+  caf::actor input;
+  self->request(node_actor, 10s, spawn_atom::value, spec, actor_run_params{})
+      .receive([&](caf::actor& a) { input = a; }, [&](caf::error& e) { FAIL(sys.render(e)); });
+  REQUIRE(input);
+  self->send(input, connect_atom::value, std::vector<caf::actor>{me}, std::vector<caf::actor>{}, me);
+  self->request(node_actor, 10s, route_atom::value, uint64_t{7}, input, me)
+      .receive([](bool) {}, [&](caf::error& e) { FAIL(sys.render(e)); });
+
+  wire_header good;
+  good.edge = 7;
+  good.dir = wire_direction::forward;
+  good.type = dtype::f32;
+  good.shape = {2, 2};
+  good.total_bytes = 16;
+  good.chunk_bytes = 16;
+
+  struct bad_case {
+    const char* what;
+    wire_header header;
+    size_t payload;
+    const char* expect;
+  };
+  std::vector<bad_case> cases;
+  cases.push_back({"wrong version", good, 16, "wire protocol version 9"});
+  cases.back().header.version = 9;
+  cases.push_back({"shape does not match the size", good, 12, "needs 16 bytes, header says 12"});
+  cases.back().header.total_bytes = 12;
+  cases.back().header.chunk_bytes = 12;
+  cases.push_back({"truncated payload", good, 10, "truncated payload"});
+  cases.push_back({"unknown edge", good, 16, "no edge 8"});
+  cases.back().header.edge = 8;
+  for (auto& bc : cases) {
+    CAPTURE(bc.what);
+    self->send(node_actor, wire_atom::value, make_chunk(bc.header, bc.payload));
+    std::string reported;
+    self->receive([&](fail_atom, std::string& who, std::string& msg) { reported = who + ": " + msg; },
+                  caf::after(10s) >> [] {});
+    CHECK(reported.find("node w0") != std::string::npos);
+    CHECK(reported.find(bc.expect) != std::string::npos);
+  }
+  self->request(node_actor, 10s, stats_atom::value)
+      .receive(
+          [&](node_stats& st) {
+            CHECK(st.rejected == cases.size());
+            CHECK(st.last_rejection.find("no edge 8") != std::string::npos);
+          },
+          [&](caf::error& e) { FAIL(sys.render(e)); });
+
+  // Still up: a valid message in two chunks is acknowledged chunk by chunk and delivered whole.
+  wire_header first = good, second = good;
+  first.chunk_bytes = second.chunk_bytes = second.offset = 8;
+  wire_chunk c1 = make_chunk(first, 8), c2 = make_chunk(second, 8);
+  std::fill(c2.received.begin(), c2.received.end(), std::byte{2});
+  self->send(node_actor, wire_atom::value, c1);
+  self->send(node_actor, wire_atom::value, c2);
+  int credits = 0;
+  tensor delivered;
+  for (int i = 0; i < 3; ++i)
+    self->receive([&](credit_atom, uint64_t edge, uint32_t n) {
+                      CHECK(edge == 7);
+                      credits += static_cast<int>(n);
+                    },
+                  [&](forward_atom, uint64_t, uint32_t, uint32_t slot, uint8_t, tensor& t) {
+                    CHECK(slot == 0);
+                    delivered = std::move(t);
+                  },
+                  [&](fail_atom, std::string&, std::string& msg) { FAIL(msg); }, caf::after(10s) >> [] {});
+  CHECK(credits == 2);
+  REQUIRE(delivered.shape() == shape_t{2, 2});
+  CHECK(delivered.bytes()[0] == std::byte{1});
+  CHECK(delivered.bytes()[15] == std::byte{2});
+  CHECK(node.wait(0) == -2);  // still running
+
+  self->request(node_actor, 10s, shutdown_atom::value).receive([](bool) {}, [](caf::error&) {});
+  CHECK(node.wait(10) == 0);
+}

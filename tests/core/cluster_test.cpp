@@ -1,0 +1,188 @@
+// Cluster file loader tests: a valid file, link lookup, the shipped configs, and one test per
+// validation error, each checking the file name, the line and the message.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <string>
+
+#include "core/cluster.hpp"
+
+namespace fusion {
+namespace {
+
+std::string src(const std::string& rel) { return std::string(FUSION_SOURCE_DIR) + "/" + rel; }
+
+// Lines 1-6 of every test file; tests append from line 7 on.
+const std::string head =
+    "name: \"t\"\n"                                 // 1
+    "site { name: \"alpha\" }\n"                    // 2
+    "site { name: \"beta\" }\n"                     // 3
+    "site { name: \"gamma\" }\n"                    // 4
+    "node { name: \"a1\" site: \"alpha\" }\n"       // 5
+    "node { name: \"b1\" site: \"beta\" device: \"cuda:1\" }\n";  // 6
+
+std::string error_of(const std::string& text) {
+  try {
+    parse_cluster(text, "c.pbtxt");
+  } catch (const cluster_error& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+// The error names c.pbtxt, the line, and contains every fragment.
+void check_error(const std::string& text, int line, std::initializer_list<const char*> fragments) {
+  std::string e = error_of(text);
+  INFO("error: " << e);
+  CHECK(e.rfind("c.pbtxt:" + std::to_string(line) + ":", 0) == 0);
+  for (auto* f : fragments) CHECK(e.find(f) != std::string::npos);
+}
+
+TEST_CASE("core/cluster: a valid file keeps file order, lines, devices and defaults") {
+  auto c = parse_cluster(head + "link { a: \"alpha\" b: \"beta\" mbit: 8 }\n"
+                                "coordinator { host: \"10.0.0.1\" port: 7700 }\n",
+                         "c.pbtxt");
+  CHECK(c.name == "t");
+  CHECK(c.file == "c.pbtxt");
+  REQUIRE(c.sites.size() == 3);
+  CHECK(c.sites[2].name == "gamma");
+  CHECK(c.sites[2].line == 4);
+  REQUIRE(c.nodes.size() == 2);
+  CHECK(c.nodes[0].device == "cpu");
+  CHECK(c.nodes[0].cuda_device == -1);
+  CHECK(c.nodes[1].device == "cuda:1");
+  CHECK(c.nodes[1].cuda_device == 1);
+  CHECK(c.nodes[1].site_index == 1);
+  CHECK(c.nodes[1].line == 6);
+  REQUIRE(c.links.size() == 1);
+  CHECK(c.links[0].line == 7);
+  CHECK(c.coordinator_host == "10.0.0.1");
+  CHECK(c.coordinator_port == 7700);
+  CHECK(c.placement.policy == placement_policy::even);
+  CHECK(c.find_node("b1") == 1);
+  CHECK(c.find_site("delta") == -1);
+
+  auto d = parse_cluster(head, "d.pbtxt");
+  CHECK(d.coordinator_host == "127.0.0.1");
+  CHECK(d.coordinator_port == 0);
+}
+
+TEST_CASE("core/cluster: link lookup is symmetric, unshaped is infinity") {
+  auto c = parse_cluster(head + "link { a: \"alpha\" b: \"beta\" mbit: 1000 }\n"
+                                "link { a: \"gamma\" b: \"beta\" mbit: 8.5 }\n",
+                         "c.pbtxt");
+  CHECK(c.link_mbit("alpha", "beta") == 1000);
+  CHECK(c.link_mbit("beta", "alpha") == 1000);
+  CHECK(c.link_mbit("beta", "gamma") == 8.5);
+  CHECK(std::isinf(c.link_mbit("alpha", "gamma")));  // no link: unshaped
+  CHECK(std::isinf(c.link_mbit("beta", "beta")));    // inside a site: unshaped
+  CHECK(c.node_link_mbit(0, 1) == 1000);
+  CHECK_THROWS_AS(c.link_mbit("alpha", "delta"), cluster_error);
+}
+
+TEST_CASE("core/cluster: the shipped cluster files load") {
+  auto l3 = load_cluster(src("configs/clusters/local-3.pbtxt"));
+  CHECK(l3.nodes.size() == 3);
+  CHECK(l3.coordinator_port > 0);
+  auto l2 = load_cluster(src("configs/clusters/local-2.pbtxt"));
+  CHECK(l2.nodes.size() == 2);
+  auto s3 = load_cluster(src("configs/clusters/sites-3.pbtxt"));
+  CHECK(s3.links.size() == 3);
+  CHECK(s3.link_mbit("a", "c") == 8);
+  CHECK(s3.link_mbit("c", "b") == 100);
+}
+
+TEST_CASE("core/cluster: missing file") {
+  CHECK_THROWS_WITH_AS(load_cluster("/nonexistent/x.pbtxt"), doctest::Contains("/nonexistent/x.pbtxt"), cluster_error);
+}
+
+TEST_CASE("core/cluster: parse error gives protobuf's line:column") {
+  check_error(head + "site { name: \"d\" \n", 8, {"c.pbtxt:8:1: parse error"});
+  check_error(head + "sight { name: \"d\" }\n", 7, {"parse error", "sight"});
+}
+
+TEST_CASE("core/cluster: no sites, no nodes") {
+  check_error("name: \"x\"\n", 1, {"no sites"});
+  check_error("site { name: \"a\" }\n", 1, {"no nodes"});
+}
+
+TEST_CASE("core/cluster: bad and duplicate site names") {
+  check_error(head + "site { name: \"beta\" }\n", 7, {"site 'beta' defined twice", "first at line 3"});
+  check_error(head + "site { name: \"1x\" }\n", 7, {"site '1x': bad name"});
+  check_error(head + "site { }\n", 7, {"site: missing 'name'"});
+}
+
+TEST_CASE("core/cluster: bad and duplicate node names") {
+  check_error(head + "node { name: \"a1\" site: \"gamma\" }\n", 7, {"node 'a1' defined twice", "first at line 5"});
+  check_error(head + "node { name: \"c 1\" site: \"gamma\" }\n", 7, {"node 'c 1': bad name"});
+}
+
+TEST_CASE("core/cluster: node on an unknown site suggests the closest") {
+  check_error(head + "node {\n  name: \"c1\"\n  site: \"gama\"\n}\n", 9,
+              {"node 'c1': site: unknown site 'gama'", "did you mean 'gamma'?", "sites: alpha, beta, gamma"});
+  check_error(head + "node { name: \"c1\" }\n", 7, {"node 'c1': site: missing site name"});
+}
+
+TEST_CASE("core/cluster: bad device") {
+  for (const char* d : {"gpu", "cuda", "cuda:", "cuda:x", "cuda:-1", "CPU"})
+    check_error(head + "node { name: \"c1\" site: \"gamma\" device: \"" + d + "\" }\n", 7,
+                {"node 'c1': bad device", "\"cuda:N\""});
+}
+
+TEST_CASE("core/cluster: link to an unknown site") {
+  check_error(head + "link {\n  a: \"alpha\"\n  b: \"betta\"\n  mbit: 8\n}\n", 9,
+              {"link: b: unknown site 'betta'", "did you mean 'beta'?"});
+  check_error(head + "link { b: \"beta\" mbit: 8 }\n", 7, {"link: a: missing site name"});
+}
+
+TEST_CASE("core/cluster: link to itself") {
+  check_error(head + "link { a: \"beta\" b: \"beta\" mbit: 8 }\n", 7, {"link from site 'beta' to itself"});
+}
+
+TEST_CASE("core/cluster: duplicate link, either order") {
+  std::string one = "link { a: \"alpha\" b: \"beta\" mbit: 8 }\n";
+  check_error(head + one + "link { a: \"beta\" b: \"alpha\" mbit: 9 }\n", 8, {"defined twice", "first at line 7"});
+  check_error(head + one + one, 8, {"link between 'alpha' and 'beta' defined twice"});
+}
+
+TEST_CASE("core/cluster: mbit must be given and > 0") {
+  check_error(head + "link { a: \"alpha\" b: \"beta\" }\n", 7, {"missing 'mbit'"});
+  check_error(head + "link { a: \"alpha\" b: \"beta\"\n mbit: 0 }\n", 8, {"mbit must be > 0, got 0"});
+  check_error(head + "link { a: \"alpha\" b: \"beta\" mbit: -5 }\n", 7, {"mbit must be > 0, got -5"});
+}
+
+TEST_CASE("core/cluster: bad coordinator") {
+  check_error(head + "coordinator {\n host: \"h\"\n port: 70000\n}\n", 9, {"coordinator port", "70000"});
+  check_error(head + "coordinator { host: \"a b\" }\n", 7, {"coordinator host 'a b' contains white space"});
+}
+
+TEST_CASE("core/cluster: unknown placement policy suggests the closest") {
+  check_error(head + "placement {\n  policy: \"evn\"\n}\n", 8,
+              {"unknown placement policy 'evn'", "did you mean 'even'?", "known: even, explicit"});
+}
+
+TEST_CASE("core/cluster: explicit assignments") {
+  auto c = parse_cluster(head + "placement { policy: \"explicit\"\n"
+                                "  assign { node: \"b1\" ops: \"h1.*\" ops: \"lnf\" }\n"
+                                "  assign { node: \"a1\" ops: \"*\" }\n}\n",
+                         "c.pbtxt");
+  CHECK(c.placement.policy == placement_policy::explicit_ops);
+  REQUIRE(c.placement.assigns.size() == 2);
+  CHECK(c.placement.assigns[0].node_index == 1);
+  CHECK(c.placement.assigns[0].line == 8);
+  CHECK(c.placement.assigns[0].ops == std::vector<std::string>{"h1.*", "lnf"});
+  CHECK(c.placement.assigns[1].op_lines == std::vector<int>{9});
+
+  check_error(head + "placement { policy: \"explicit\"\n  assign { node: \"b2\" ops: \"x\" }\n}\n", 8,
+              {"assign: unknown node 'b2'", "did you mean 'b1'?", "nodes: a1, b1"});
+  check_error(head + "placement { policy: \"explicit\"\n  assign { node: \"b1\" ops: \"x\" }\n"
+                     "  assign { node: \"b1\" ops: \"y\" }\n}\n",
+              9, {"node 'b1' already has an assign at line 8"});
+  check_error(head + "placement { policy: \"explicit\"\n  assign { node: \"b1\" }\n}\n", 8, {"has no ops"});
+  check_error(head + "placement { policy: \"explicit\" }\n", 7, {"needs assign"});
+  check_error(head + "placement { policy: \"even\"\n  assign { node: \"b1\" ops: \"x\" }\n}\n", 8,
+              {"'assign' entries need policy: \"explicit\""});
+}
+
+}  // namespace
+}  // namespace fusion
