@@ -59,6 +59,18 @@ void pump(edge_ptr self) {
 
 void enqueue(edge_ptr self, wire_header base, tensor value) {
   auto& st = self->state;
+  // The wire carries host bytes whatever the producer's device; the chunks reference `value`,
+  // so it is downloaded once, here, rather than per chunk.
+  if (value.is_cuda()) {
+    try {
+      value = std::move(value).to_cpu();
+    } catch (const std::exception& e) {
+      if (st.reporter)
+        self->send(st.reporter, fail_atom::value, "edge " + std::to_string(st.edge),
+                   std::string("cannot copy a CUDA tensor to the host: ") + e.what());
+      return;
+    }
+  }
   base.edge = st.edge;
   base.type = value.type();
   base.shape = value.shape();

@@ -5,6 +5,7 @@
 #include <map>
 #include <vector>
 
+#include "actors/data_channel.hpp"
 #include "actors/edge_actor.hpp"
 #include "actors/messages.hpp"
 #include "actors/op_actor.hpp"
@@ -14,18 +15,14 @@ namespace fusion {
 
 namespace {
 
-struct route {
-  caf::actor target;  // the local op actor the tensors are for
-  caf::actor sender;  // the edge sender that gets the credits
-};
-
 struct node_state {
   node_identity id;
   std::shared_ptr<std::atomic<int>> exit_code;
   caf::actor coordinator;
   std::vector<caf::actor> hosted;
-  std::map<uint64_t, route> routes;
-  wire_assembler assembler;
+  std::shared_ptr<route_table> routes;
+  std::map<std::string, std::shared_ptr<data_link>> links;  // data channels to peers, by "host:port"
+  wire_assembler assembler;                                 // chunks that came over CAF
   std::map<uint64_t, edge_stat> traffic;  // since the last poll
   uint64_t rejected = 0;
   std::string last_rejection;
@@ -54,23 +51,30 @@ void receive_chunk(node_ptr self, const wire_chunk& c) {
   auto& st = self->state;
   wire_header h;
   if (auto err = decode_wire_header(c.header, c.size(), h); !err.empty()) return reject(self, err);
-  auto r = st.routes.find(h.edge);
-  if (r == st.routes.end()) return reject(self, "no edge " + std::to_string(h.edge) + " ends at this node");
+  auto r = st.routes->find(h.edge);
+  if (!r) return reject(self, "no edge " + std::to_string(h.edge) + " ends at this node");
   std::byte* dst = nullptr;
   std::string err;
   if (!st.assembler.begin_chunk(h, dst, err)) return reject(self, err);
   if (c.size() > 0) std::memcpy(dst, c.data(), c.size());
-  self->send(r->second.sender, credit_atom::value, h.edge, uint32_t{1});
-  auto whole = st.assembler.end_chunk(h);
-  if (!whole) return;
-  if (h.dir == wire_direction::forward)
-    self->send(r->second.target, forward_atom::value, h.step, h.micro_batch, h.slot, h.mode, std::move(*whole));
-  else
-    self->send(r->second.target, backward_atom::value, h.step, h.micro_batch, h.slot, std::move(*whole));
+  self->send(r->sender, credit_atom::value, h.edge, uint32_t{1});
+  if (auto whole = st.assembler.end_chunk(h)) deliver_tensor(*r, h, std::move(*whole));
 }
 
-caf::behavior node_actor_fn(node_ptr self, node_identity id, std::shared_ptr<std::atomic<int>> exit_code) {
+// The data channel to the node at host:port, connected on first use and shared by every edge
+// to that node.
+std::shared_ptr<data_link> link_to(node_ptr self, const std::string& host, uint16_t port, std::string& error) {
+  auto key = host + ":" + std::to_string(port);
+  auto& link = self->state.links[key];
+  if (!link) link = connect_data_link(host, port, caf::actor_cast<caf::actor>(self), error);
+  if (!link) self->state.links.erase(key);
+  return link;
+}
+
+caf::behavior node_actor_fn(node_ptr self, node_identity id, std::shared_ptr<std::atomic<int>> exit_code,
+                           std::shared_ptr<route_table> routes) {
   self->state.id = std::move(id);
+  self->state.routes = std::move(routes);
   self->state.exit_code = std::move(exit_code);
   self->set_down_handler([=](caf::down_msg& dm) {
     auto& st = self->state;
@@ -98,16 +102,29 @@ caf::behavior node_actor_fn(node_ptr self, node_identity id, std::shared_ptr<std
                                  "node " + self->state.id.name + ": " + e.what());
         }
       },
-      [=](edge_atom, uint64_t edge, caf::actor& peer, edge_config& cfg) {
-        auto a = spawn_edge_sender(self->system(), edge, peer, cfg, caf::actor_cast<caf::actor>(self));
+      [=](edge_atom, uint64_t edge, caf::actor& peer, edge_config& cfg, std::string& host,
+          uint16_t port) -> caf::result<caf::actor> {
+        std::shared_ptr<data_link> link;
+        if (port != 0) {
+          std::string err;
+          link = link_to(self, host, port, err);
+          if (!link)
+            return caf::make_error(caf::sec::cannot_connect_to_node, "node " + self->state.id.name + ": " + err);
+        }
+        auto a = spawn_edge_sender(self->system(), edge, peer, cfg, caf::actor_cast<caf::actor>(self), link);
         self->state.hosted.push_back(a);
         return a;
       },
       [=](route_atom, uint64_t edge, caf::actor& target, caf::actor& sender) {
-        self->state.routes[edge] = route{target, sender};
+        self->state.routes->set(edge, edge_route{target, sender});
         return true;
       },
       [=](wire_atom, const wire_chunk& c) { receive_chunk(self, c); },
+      [=](wire_atom, const std::string& rejection) { reject(self, rejection); },
+      [=](fail_atom, std::string& who, std::string& what) {
+        auto& st = self->state;
+        if (st.coordinator) self->send(st.coordinator, fail_atom::value, "node " + st.id.name, who + ": " + what);
+      },
       [=](stats_atom, const edge_stat& s) {
         auto& t = self->state.traffic[s.edge];
         t.edge = s.edge;
@@ -130,6 +147,7 @@ caf::behavior node_actor_fn(node_ptr self, node_identity id, std::shared_ptr<std
         st.shutting_down = true;
         st.exit_code->store(0);
         stop_hosted(self);
+        st.links.clear();
         self->quit();
         return true;
       },
@@ -146,8 +164,9 @@ void set_liveness(caf::actor_system_config& cfg, int64_t heartbeat_ms, int64_t t
   cfg.set("middleman.connection-timeout", caf::timespan{std::chrono::milliseconds(timeout_ms)});
 }
 
-caf::actor spawn_node_actor(caf::actor_system& sys, node_identity id, std::shared_ptr<std::atomic<int>> exit_code) {
-  return sys.spawn(node_actor_fn, std::move(id), std::move(exit_code));
+caf::actor spawn_node_actor(caf::actor_system& sys, node_identity id, std::shared_ptr<std::atomic<int>> exit_code,
+                            std::shared_ptr<route_table> routes) {
+  return sys.spawn(node_actor_fn, std::move(id), std::move(exit_code), std::move(routes));
 }
 
 }  // namespace fusion

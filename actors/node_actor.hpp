@@ -2,7 +2,8 @@
 // said hello to the coordinator, this actor spawns and hosts the op actors placed on the node,
 // creates the sending ends of cross-process edges (actors/edge_actor.hpp), receives wire chunks
 // for the edges that end here, validates and reassembles them and hands the tensors to the local
-// op actors, acknowledging every chunk to its sender. It reports edge traffic when polled and
+// op actors, acknowledging every chunk to its sender. Chunks arrive as wire_atom messages over
+// CAF or, by default, over the node's TCP data channel (actors/data_channel.hpp). It reports edge traffic when polled and
 // stops everything it hosts when the coordinator ends the run or goes away.
 #pragma once
 
@@ -13,6 +14,8 @@
 #include <string>
 
 namespace fusion {
+
+class route_table;
 
 /// Who a node is (from its config file).
 struct node_identity {
@@ -27,7 +30,9 @@ struct node_identity {
 void set_liveness(caf::actor_system_config& cfg, int64_t heartbeat_ms, int64_t timeout_ms);
 
 /// Spawns the node actor. `exit_code` is set to 0 when the coordinator ends the run with
-/// shutdown_atom and to 1 when the coordinator disappears first.
-caf::actor spawn_node_actor(caf::actor_system& sys, node_identity id, std::shared_ptr<std::atomic<int>> exit_code);
+/// shutdown_atom and to 1 when the coordinator disappears first. `routes` is shared with the
+/// node's data_channel_server (actors/data_channel.hpp), which delivers by the same routes.
+caf::actor spawn_node_actor(caf::actor_system& sys, node_identity id, std::shared_ptr<std::atomic<int>> exit_code,
+                            std::shared_ptr<route_table> routes);
 
 }  // namespace fusion

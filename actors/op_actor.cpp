@@ -6,7 +6,7 @@
 #include <utility>
 
 #include "actors/messages.hpp"
-#include "core/param_init.hpp"
+#include "actors/op_device.hpp"
 
 namespace fusion {
 
@@ -54,9 +54,14 @@ struct bwd_entry {
   int have = 0;
 };
 
+// Tensors of an actor live on its backend's device (`dev`): parameters, gradients, optimizer
+// state, saved activations and outputs. Incoming tensors are uploaded on arrival; outgoing ones
+// leave as they are once the stream is synchronised (a CPU consumer's upload, an edge sender or
+// the serializer moves them to the host).
 struct op_state {
   node_spec spec;
   actor_run_params run;
+  std::unique_ptr<backend> dev;
   std::unique_ptr<op> impl;
   std::vector<param_spec> param_specs;
   std::vector<tensor> params, grads, m, v;
@@ -100,9 +105,7 @@ void drain_backward(self_ptr self, uint64_t step) {
       if (entry.grads[i].shape() != dout.shape())
         throw std::runtime_error("gradients for micro-batch " + std::to_string(mb) + " disagree in shape: " +
                                  to_string(entry.grads[i].shape()) + " vs " + to_string(dout.shape()));
-      float* d = dout.f32();
-      const float* g = entry.grads[i].f32();
-      for (int64_t k = 0; k < dout.numel(); ++k) d[k] += g[k];
+      st.dev->add_inplace(dout, entry.grads[i]);
     }
     auto t0 = std::chrono::steady_clock::now();
     size_t n_in = sv->second.inputs.size();
@@ -110,7 +113,7 @@ void drain_backward(self_ptr self, uint64_t step) {
     std::vector<tensor*> din_ptrs(n_in, nullptr);
     for (size_t i = 0; i < n_in; ++i) {
       if (st.spec.producer_is_input[i] || !st.impl->input_has_grad(i)) continue;
-      din[i] = tensor(sv->second.inputs[i].shape(), dtype::f32);
+      din[i] = st.dev->zeros(sv->second.inputs[i].shape(), dtype::f32);
       din_ptrs[i] = &din[i];
     }
     std::vector<const tensor*> in_ptrs, p_ptrs;
@@ -118,11 +121,13 @@ void drain_backward(self_ptr self, uint64_t step) {
     for (auto& t : sv->second.inputs) in_ptrs.push_back(&t);
     for (auto& t : st.params) p_ptrs.push_back(&t);
     for (auto& t : st.grads) g_ptrs.push_back(&t);
-    st.impl->backward({in_ptrs, p_ptrs, &dout, &sv->second.aux, din_ptrs, g_ptrs});
+    st.impl->backward({in_ptrs, p_ptrs, &dout, &sv->second.aux, din_ptrs, g_ptrs, st.dev->context()});
+    // Other actors use other streams: the gradients must be complete before they leave.
+    st.dev->synchronize();
     st.bwd_seconds.at(mb) = seconds_since(t0);
     for (size_t i = 0; i < n_in; ++i) {
       if (st.spec.producer_is_input[i]) continue;
-      if (din[i].empty()) din[i] = tensor(in_ptrs[i]->shape(), dtype::f32);  // no-grad slot: zeros
+      if (din[i].empty()) din[i] = tensor(in_ptrs[i]->shape(), dtype::f32);  // no-grad slot: host zeros
       self->send(st.producers[i], backward_atom::value, step, mb,
                  static_cast<uint32_t>(st.spec.index_at_producer[i]), std::move(din[i]));
     }
@@ -130,7 +135,7 @@ void drain_backward(self_ptr self, uint64_t step) {
     ++st.next_bwd;
     if (st.next_bwd == st.run.micro_batches) {
       double sq = 0;
-      for (auto& g : st.grads) sq += sum_of_squares(g.f32(), g.numel());
+      for (auto& g : st.grads) sq += st.dev->sum_of_squares(g);
       st.next_bwd = 0;
       self->send(st.coordinator, grads_atom::value, step, static_cast<int32_t>(st.spec.id), sq,
                  std::exchange(st.fwd_seconds, std::vector<double>(st.run.micro_batches, 0.0)),
@@ -147,7 +152,7 @@ void add_output_grad(self_ptr self, uint64_t step, uint32_t mb, uint32_t consume
   if (consumer >= expected || !e.grads[consumer].empty())
     throw std::runtime_error("unexpected gradient from consumer " + std::to_string(consumer) +
                              " for micro-batch " + std::to_string(mb));
-  e.grads[consumer] = std::move(grad);
+  e.grads[consumer] = st.dev->upload(std::move(grad));
   ++e.have;
   drain_backward(self, step);
 }
@@ -165,23 +170,26 @@ void run_forward(self_ptr self, uint64_t step, uint32_t mb, pass_mode mode, std:
     std::vector<const tensor*> in_ptrs, p_ptrs;
     for (auto& t : inputs) shapes.push_back(t.shape()), types.push_back(t.type()), in_ptrs.push_back(&t);
     for (auto& t : st.params) p_ptrs.push_back(&t);
-    out = tensor::uninitialized(st.impl->infer_shape(shapes, types), dtype::f32);
-    st.impl->forward({in_ptrs, p_ptrs, &out, &aux});
+    out = st.dev->empty(st.impl->infer_shape(shapes, types), dtype::f32);
+    st.impl->forward({in_ptrs, p_ptrs, &out, &aux, st.dev->context()});
+    // Other actors use other streams: the output must be complete before it leaves (this also
+    // reports a bad token or target id that a CUDA kernel recorded).
+    st.dev->synchronize();
     if (mode == pass_mode::train && mb < st.fwd_seconds.size()) st.fwd_seconds[mb] = seconds_since(t0);
   }
   if (st.spec.is_loss) {
-    self->send(st.coordinator, loss_atom::value, step, mb, static_cast<double>(out.f32()[0]));
+    self->send(st.coordinator, loss_atom::value, step, mb, static_cast<double>(read_scalar(*st.dev, out)));
     if (mode == pass_mode::train) {
       st.saved[mb] = {std::move(inputs), std::move(aux)};
       tensor seed_grad(shape_t{}, dtype::f32);
       seed_grad.f32()[0] = 1.0f / static_cast<float>(st.run.micro_batches);
-      add_output_grad(self, step, mb, 0, std::move(seed_grad));
+      add_output_grad(self, step, mb, 0, std::move(seed_grad));  // uploaded there
     }
     return;
   }
   if (mode == pass_mode::train && st.impl) st.saved[mb] = {std::move(inputs), std::move(aux)};
   if (mode == pass_mode::infer && st.spec.is_logits) {
-    self->send(st.coordinator, output_atom::value, step, mb, std::move(out));
+    self->send(st.coordinator, output_atom::value, step, mb, to_host(*st.dev, std::move(out)));
     return;
   }
   auto mode_u8 = static_cast<uint8_t>(mode);
@@ -199,22 +207,23 @@ void apply_step(self_ptr self, uint64_t step, double lr, float scale) {
   for (size_t i = 0; i < st.params.size(); ++i) {
     auto& p = st.params[i];
     if (st.run.optim.kind == "sgd")
-      sgd_update(p.f32(), st.grads[i].f32(), st.m[i].f32(), p.numel(), lr, st.run.optim,
-                 st.param_specs[i].decay, scale);
+      st.dev->sgd_update(p, st.grads[i], st.m[i], lr, st.run.optim, st.param_specs[i].decay, scale);
     else
-      adamw_update(p.f32(), st.grads[i].f32(), st.m[i].f32(), st.v[i].f32(), p.numel(),
-                   static_cast<int64_t>(step) + 1, lr, st.run.optim, st.param_specs[i].decay, scale);
+      st.dev->adamw_update(p, st.grads[i], st.m[i], st.v[i], static_cast<int64_t>(step) + 1, lr, st.run.optim,
+                           st.param_specs[i].decay, scale);
     st.grads[i].zero();
   }
+  st.dev->synchronize();  // a failed update is reported by this step, not by a later one
 }
 
-named_tensors collect_state(const op_state& st) {
+// Checkpoint state is host data on every device (it is written to disk or crosses processes).
+named_tensors collect_state(op_state& st) {
   named_tensors out;
   for (size_t i = 0; i < st.params.size(); ++i) {
     const std::string key = st.spec.name + "/" + st.param_specs[i].name;
-    out.emplace_back(key, st.params[i]);
-    out.emplace_back(key + ".m", st.m[i]);
-    out.emplace_back(key + ".v", st.v[i]);
+    out.emplace_back(key, st.dev->download(st.params[i]));
+    out.emplace_back(key + ".m", st.dev->download(st.m[i]));
+    out.emplace_back(key + ".v", st.dev->download(st.v[i]));
   }
   return out;
 }
@@ -228,28 +237,27 @@ void restore_state(op_state& st, named_tensors& in) {
       if (it->second.shape() != dst->shape() || it->second.type() != dtype::f32)
         throw std::runtime_error("checkpoint tensor '" + key + suffix + "' has shape " +
                                  to_string(it->second.shape()) + ", model expects " + to_string(dst->shape()));
-      *dst = std::move(it->second);
+      *dst = st.dev->upload(std::move(it->second));
     }
   }
+  st.dev->synchronize();
 }
 
-caf::behavior op_actor_fn(self_ptr self, node_spec spec, actor_run_params run) {
+// `compute` was built by spawn_op_actor (so device errors reach the spawner); the actor takes
+// ownership of its parts.
+caf::behavior op_actor_fn(self_ptr self, node_spec spec, actor_run_params run, std::shared_ptr<op_compute> compute) {
   auto& st = self->state;
   st.spec = std::move(spec);
   st.run = run;
   st.fwd_seconds.assign(run.micro_batches, 0.0);
   st.bwd_seconds.assign(run.micro_batches, 0.0);
-  if (st.spec.kind != "input") {
-    st.impl = make_op(st.spec.kind, attr_map{st.spec.attrs});
-    st.param_specs = st.impl->params(st.spec.input_shapes);
-    for (auto& ps : st.param_specs) {
-      st.params.emplace_back();
-      init_param(st.params.back(), ps, run.seed, st.spec.name + "/" + ps.name);
-      st.grads.emplace_back(ps.shape, dtype::f32);
-      st.m.emplace_back(ps.shape, dtype::f32);
-      st.v.emplace_back(run.optim.kind == "sgd" ? shape_t{0} : ps.shape, dtype::f32);
-    }
-  }
+  st.dev = std::move(compute->dev);
+  st.impl = std::move(compute->impl);
+  st.param_specs = std::move(compute->param_specs);
+  st.params = std::move(compute->params);
+  st.grads = std::move(compute->grads);
+  st.m = std::move(compute->m);
+  st.v = std::move(compute->v);
   // Every handler converts exceptions into a fail message: nothing escapes the actor.
   auto guarded = [self](auto&& fn) {
     try {
@@ -274,7 +282,7 @@ caf::behavior op_actor_fn(self_ptr self, node_spec spec, actor_run_params run) {
           if (slot >= arity || !e.inputs[slot].empty())
             throw std::runtime_error("unexpected input for slot " + std::to_string(slot) + " of micro-batch " +
                                      std::to_string(mb));
-          e.inputs[slot] = std::move(value);
+          e.inputs[slot] = st.dev->upload(std::move(value));
           if (++e.have < static_cast<int>(arity)) return;
           auto inputs = std::move(e.inputs);
           st.pending_fwd.erase(mb);
@@ -288,7 +296,13 @@ caf::behavior op_actor_fn(self_ptr self, node_spec spec, actor_run_params run) {
         guarded([&] { apply_step(self, step, lr, scale); });
         return caf::make_message(stepped_atom::value, static_cast<int32_t>(self->state.spec.id));
       },
-      [=](get_state_atom) { return collect_state(self->state); },
+      [=](get_state_atom) -> caf::result<named_tensors> {
+        try {
+          return collect_state(self->state);
+        } catch (const std::exception& e) {
+          return caf::make_error(caf::sec::runtime_error, self->state.spec.name + ": " + e.what());
+        }
+      },
       [=](set_state_atom, named_tensors& in) -> caf::result<bool> {
         try {
           restore_state(self->state, in);
@@ -303,7 +317,10 @@ caf::behavior op_actor_fn(self_ptr self, node_spec spec, actor_run_params run) {
 }  // namespace
 
 caf::actor spawn_op_actor(caf::actor_system& sys, node_spec spec, actor_run_params params) {
-  return sys.spawn(op_actor_fn, std::move(spec), std::move(params));
+  auto compute = std::make_shared<op_compute>(make_op_compute(params.device, spec.kind, attr_map{spec.attrs},
+                                                              spec.input_shapes, spec.name, params.seed,
+                                                              params.optim));
+  return sys.spawn(op_actor_fn, std::move(spec), std::move(params), std::move(compute));
 }
 
 }  // namespace fusion

@@ -35,6 +35,9 @@ struct actor_run_params {
   uint32_t micro_batches = 1;
   uint64_t seed = 0;
   optim_config optim;
+  /// Where the op computes: "cpu", "cuda" or "cuda:N" (core/backend.hpp make_backend). Data
+  /// inputs always stay on the CPU.
+  std::string device = "cpu";
 };
 
 // Serialization for remote spawning (fusion-node): the same names on every node.
@@ -52,14 +55,16 @@ typename Inspector::result_type inspect(Inspector& f, optim_config& x) {
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, actor_run_params& x) {
-  return f(caf::meta::type_name("actor_run_params"), x.micro_batches, x.seed, x.optim);
+  return f(caf::meta::type_name("actor_run_params"), x.micro_batches, x.seed, x.optim, x.device);
 }
 
 /// Builds the spec of node `id` of a loaded graph.
 node_spec make_node_spec(const graph& g, int id);
 
 /// Spawns the actor of one node. Wire it with
-/// connect_atom(consumers, producers, coordinator) before sending data.
+/// connect_atom(consumers, producers, coordinator) before sending data. Its backend, op and
+/// parameters are created here, on `params.device`, so a device that is missing or a failed
+/// allocation throws std::runtime_error to the caller instead of killing the actor silently.
 caf::actor spawn_op_actor(caf::actor_system& sys, node_spec spec, actor_run_params params);
 
 }  // namespace fusion

@@ -17,6 +17,7 @@
 #include "actors/messages.hpp"
 #include "actors/node_actor.hpp"
 #include "actors/op_actor.hpp"
+#include "actors/op_device.hpp"
 #include "core/cluster.hpp"
 #include "core/wire.hpp"
 #include "scheduler/placement.hpp"
@@ -58,6 +59,21 @@ double peak_rss_mb() {
   while (std::getline(in, line))
     if (line.rfind("VmHWM:", 0) == 0) return std::stod(line.substr(6)) / 1024.0;
   return 0;
+}
+
+std::string describe(const char* what) { return what; }
+template <class F>
+std::string describe(const F& what) {
+  return what();
+}
+
+// Whether two device names mean the same device ("cuda" and "cuda:0" do).
+static bool same_device(const std::string& a, const std::string& b) {
+  try {
+    return normalize_device(a) == normalize_device(b);
+  } catch (const std::exception&) {
+    return a == b;
+  }
 }
 
 // Owns the op actors and stops them when destroyed, also when the session constructor throws
@@ -149,6 +165,7 @@ struct session::impl {
       throw std::runtime_error("train.micro-batches (" + std::to_string(cfg.micro_batches) +
                                ") must be >= 1 and divide train.batch (" + std::to_string(cfg.batch) + ")");
     check_optim_config(cfg.optim);
+    check_devices();
     micro_rows = cfg.batch / cfg.micro_batches;
     model = load_graph(cfg.model_file, micro_rows);
 
@@ -176,6 +193,8 @@ struct session::impl {
       cluster = load_cluster(cfg.cluster_file);
       place = place_ops(model, cluster);
       set_liveness(sys_cfg, cfg.heartbeat_ms, cfg.peer_timeout_ms);
+      if (cfg.transport != "tcp" && cfg.transport != "caf")
+        throw std::runtime_error("flow.transport must be \"tcp\" or \"caf\", got \"" + cfg.transport + "\"");
       sys_cfg.load<caf::io::middleman>();
     }
     sys = std::make_unique<caf::actor_system>(sys_cfg);
@@ -185,7 +204,11 @@ struct session::impl {
     for (auto& n : model.nodes)
       if (!n.is_input()) compute_nodes.push_back(n.id);
     if (cfg.cluster_file.empty()) {
-      for (auto& n : model.nodes) actors.list.push_back(spawn_op_actor(*sys, make_node_spec(model, n.id), run));
+      const auto cpu_ops = split_patterns(cfg.cpu_ops);
+      for (auto& n : model.nodes) {
+        run.device = device_for_op(normalize_device(cfg.device), cpu_ops, n.name);
+        actors.list.push_back(spawn_op_actor(*sys, make_node_spec(model, n.id), run));
+      }
       for (auto& n : model.nodes) {
         std::vector<caf::actor> consumers, producers;
         for (auto& c : n.consumers) consumers.push_back(actors[c.node]);
@@ -203,6 +226,18 @@ struct session::impl {
       metrics.open(cfg.metrics_file, std::ios::app);
       if (!metrics) throw std::runtime_error("cannot open metrics file " + cfg.metrics_file);
     }
+  }
+
+  // Fails fast, before any data is read, when runtime.device names a GPU this process cannot
+  // use; a cluster run takes its devices from the cluster file.
+  void check_devices() {
+    if (!cfg.cluster_file.empty()) {
+      if (cfg.device != "cpu")
+        throw std::runtime_error("runtime.device=" + cfg.device + " applies to a one-process run; with a cluster "
+                                 "file each node's device is its `device` entry there");
+      return;
+    }
+    if (auto why = device_problem(cfg.device); !why.empty()) throw std::runtime_error("runtime.device: " + why);
   }
 
   // ---- cluster mode: nodes join, op actors are spawned on them and wired through edges ----
@@ -260,6 +295,9 @@ struct session::impl {
               why = "node '" + h.name + "' is not in cluster file " + cluster.file;
             else if (nodes.list[idx])
               why = "node '" + h.name + "' has already joined";
+            else if (!same_device(h.device.substr(0, h.device.find(' ')), cluster.nodes[idx].device))
+              why = "node '" + h.name + "' drives " + h.device + " but " + cluster.file + " gives it device " +
+                    cluster.nodes[idx].device + ": set [node] device in its config to match";
             if (!why.empty()) {
               std::fprintf(stderr, "fusion-train: refused a node: %s\n", why.c_str());
               return caf::make_message(welcome_atom::value, int32_t{-1}, wire_protocol_version, why);
@@ -300,11 +338,16 @@ struct session::impl {
 
   // Spawns every op actor on its node and wires the graph. An edge between two nodes becomes two
   // edge senders: the activation one on the producer's node, the gradient one on the consumer's.
-  void spawn_on_nodes(const actor_run_params& run) {
+  // Each op actor computes on its node's device (cluster file), except those runtime.cpu-ops keeps
+  // on the CPU.
+  void spawn_on_nodes(actor_run_params run) {
     const auto& where = place.node_of_op;
-    for (auto& n : model.nodes)
+    const auto cpu_ops = split_patterns(cfg.cpu_ops);
+    for (auto& n : model.nodes) {
+      run.device = device_for_op(cluster.nodes[where[n.id]].device, cpu_ops, n.name);
       actors.list.push_back(ask_node<caf::actor>(where[n.id], "spawning op actor", spawn_atom::value,
                                                  make_node_spec(model, n.id), run));
+    }
     edge_config ec{cfg.window, cfg.chunk_bytes};
     std::vector<std::vector<caf::actor>> consumers(model.nodes.size()), producers(model.nodes.size());
     for (auto& n : model.nodes) producers[n.id].resize(n.inputs.size());
@@ -319,7 +362,10 @@ struct session::impl {
         }
         auto link = [&](int from, int to, int target, bool forward) {
           uint64_t id = next_edge++;
-          auto sender = ask_node<caf::actor>(from, "creating an edge sender", edge_atom::value, id, nodes.list[to], ec);
+          const auto& peer = nodes.hellos[to];
+          bool tcp = cfg.transport == "tcp";
+          auto sender = ask_node<caf::actor>(from, "creating an edge sender", edge_atom::value, id, nodes.list[to], ec,
+                                             tcp ? peer.host : std::string{}, tcp ? peer.data_port : uint16_t{0});
           ask_node<bool>(to, "routing an edge", route_atom::value, id, actors[target], sender);
           edges[id] = edge_info{n.id, c.node, forward, from, to};
           return sender;
@@ -368,8 +414,8 @@ struct session::impl {
   }
 
   // Waits for messages until `done()`; converts actor failures and timeouts into exceptions.
-  template <class Done, class... Handlers>
-  void wait_until(Done done, const char* what, Handlers... handlers) {
+  template <class Done, class What, class... Handlers>
+  void wait_until(Done done, What what, Handlers... handlers) {
     auto deadline = clock_type::now() + std::chrono::duration<double>(cfg.step_timeout_s);
     while (!done() && failure.empty()) {
       auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - clock_type::now());
@@ -389,7 +435,7 @@ struct session::impl {
     }
     if (!done())
       throw std::runtime_error(std::string("timed out after ") + std::to_string(cfg.step_timeout_s) +
-                               " s waiting for " + what + " (runtime.step-timeout)");
+                               " s waiting for " + describe(what) + " (runtime.step-timeout)");
   }
 
   step_record train_step() {
@@ -403,11 +449,21 @@ struct session::impl {
     std::vector<double> losses(M, NAN), sq(model.nodes.size(), 0.0);
     size_t n_loss = 0, n_grads = 0;
     step_record rec;
+    std::vector<char> reported(model.nodes.size(), 0);
+    // On a timeout the message says what is missing, which points at the stuck edge or node.
+    auto missing = [&] {
+      std::string out = "forward/backward of step " + std::to_string(step + 1) + " (losses " +
+                        std::to_string(n_loss) + "/" + std::to_string(M) + "; no gradients yet from";
+      int listed = 0;
+      for (int id : compute_nodes)
+        if (!reported[id] && listed++ < 8) out += " " + model.nodes[id].name;
+      return out + (listed > 8 ? " ...)" : ")");
+    };
     wait_until([&] { return n_loss == static_cast<size_t>(M) && n_grads == compute_nodes.size(); },
-               "forward/backward of the step",
+               missing,
                [&](loss_atom, uint64_t, uint32_t mb, double l) { losses.at(mb) = l, ++n_loss; },
                [&](grads_atom, uint64_t, int32_t id, double v, std::vector<double>& fwd, std::vector<double>& bwd) {
-                 sq.at(id) = v, ++n_grads;
+                 sq.at(id) = v, ++n_grads, reported.at(id) = 1;
                  rec.ops.push_back({id, std::move(fwd), std::move(bwd)});
                });
     double loss = 0, norm2 = 0;

@@ -35,6 +35,12 @@ struct train_config {
   std::string resume_from;                 ///< checkpoint to start from
   int threads = 0;                         ///< actor scheduler threads (0: one per core)
   int blas_threads = 1;                    ///< OpenBLAS threads inside each op call
+  /// Device of every op actor of a one-process run: "cpu", "cuda" or "cuda:N" (docs/cuda.md).
+  /// With a cluster file each node's device comes from the cluster file instead.
+  std::string device = "cpu";
+  /// Comma-separated op-name globs ("lm_head, h1.*") that stay on the CPU although their
+  /// actor's device is a GPU (runtime.device, or a cuda node of the cluster file).
+  std::string cpu_ops;
   double step_timeout_s = 600;             ///< a step that takes longer is a hang: abort
   bool progress = true;                    ///< progress lines on stderr
   // ---- several processes (docs/cluster.md) ----
@@ -43,6 +49,7 @@ struct train_config {
   double join_timeout_s = 60;              ///< every node of the cluster file must join within this
   int64_t heartbeat_ms = 250;              ///< CAF middleman heartbeat between processes
   int64_t peer_timeout_ms = 2000;          ///< a peer silent this long is dead (hung or gone)
+  std::string transport = "tcp";           ///< cross-process tensors: "tcp" data channel or "caf" messages
   uint32_t window = 4;                     ///< chunks in flight per cross-process edge
   uint64_t chunk_bytes = uint64_t{4} << 20;  ///< largest chunk of a tensor on a cross-process edge
   /// Called once the coordinator listens, with its port (tests start their nodes from here).

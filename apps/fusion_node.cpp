@@ -15,8 +15,10 @@
 #include <iostream>
 #include <thread>
 
+#include "actors/data_channel.hpp"
 #include "actors/messages.hpp"
 #include "actors/node_actor.hpp"
+#include "actors/op_device.hpp"
 #include "apps/app_options.hpp"
 #include "core/wire.hpp"
 #include "ops/cpu/blas.hpp"
@@ -29,6 +31,7 @@ struct node_app_config : table_config {
   node_identity id;
   std::string coordinator = "127.0.0.1:7700";
   std::string host = "127.0.0.1";
+  uint64_t data_port = 0;
   double join_timeout_s = 60;
   int64_t heartbeat_ms = 250, peer_timeout_ms = 2000;
   uint64_t threads = 0, blas_threads = 1;
@@ -37,9 +40,11 @@ struct node_app_config : table_config {
     add_rows({
         {"node", "name", "this node's name in the cluster file (required)", &id.name},
         {"node", "site", "the site it belongs to (informational; the cluster file decides)", &id.site},
-        {"node", "device", "cpu (cuda:N once the CUDA backend is built)", &id.device},
+        {"node", "device", "cpu, cuda or cuda:N: where this node's op actors compute (must match the cluster file)",
+         &id.device},
         {"node", "coordinator", "HOST:PORT of the coordinator (fusion-train --cluster)", &coordinator},
         {"node", "host", "address other nodes reach this node on", &host},
+        {"node", "data-port", "TCP port of the tensor data channel (0: any free port)", &data_port},
         {"node", "join-timeout", "seconds to keep trying to reach the coordinator", &join_timeout_s},
         {"cluster", "heartbeat-ms", "heartbeat interval in milliseconds (same as the coordinator's)", &heartbeat_ms},
         {"cluster", "peer-timeout-ms", "a silent coordinator is declared dead after this (milliseconds)",
@@ -71,10 +76,11 @@ int run(int argc, char** argv) {
     std::cerr << "fusion-node: no node name: set [node] name in the config or pass --node.name=NAME\n";
     return 2;
   }
-  if (cfg.id.device != "cpu") {
-    std::cerr << "fusion-node: device '" << cfg.id.device << "' is not supported by this build (use cpu)\n";
+  if (auto why = device_problem(cfg.id.device); !why.empty()) {
+    std::cerr << "fusion-node " << cfg.id.name << ": node.device: " << why << "\n";
     return 2;
   }
+  cfg.id.device = normalize_device(cfg.id.device);
   auto [coord_host, coord_port] = parse_host_port(cfg.coordinator, "node.coordinator");
   const std::string me = "fusion-node " + cfg.id.name;
   set_liveness(cfg, cfg.heartbeat_ms, cfg.peer_timeout_ms);
@@ -88,7 +94,9 @@ int run(int argc, char** argv) {
   hello.version = wire_protocol_version;
   hello.name = cfg.id.name;
   hello.site = cfg.id.site;
-  hello.device = cfg.id.device;
+  // "cuda:0 (NVIDIA H100 80GB HBM3)": the coordinator compares the part before the blank with
+  // the cluster file and prints the whole name.
+  hello.device = cfg.id.device == "cpu" ? cfg.id.device : make_backend(cfg.id.device)->name();
   hello.host = cfg.host;
   hello.gflops = cpu::measure_sgemm_gflops();
   hello.memory_bytes = physical_memory();
@@ -96,7 +104,22 @@ int run(int argc, char** argv) {
 
   caf::actor_system sys{cfg};
   auto exit_code = std::make_shared<std::atomic<int>>(1);
-  auto node = spawn_node_actor(sys, cfg.id, exit_code);
+  auto routes = std::make_shared<route_table>();
+  auto node = spawn_node_actor(sys, cfg.id, exit_code, routes);
+  if (cfg.data_port > 65535) {
+    std::cerr << me << ": node.data-port " << cfg.data_port << " is not a port\n";
+    anon_send_exit(node, caf::exit_reason::user_shutdown);
+    return 2;
+  }
+  std::unique_ptr<data_channel_server> data;
+  try {
+    data = std::make_unique<data_channel_server>(cfg.host, static_cast<uint16_t>(cfg.data_port), node, routes);
+  } catch (const std::exception& e) {
+    std::cerr << me << ": " << e.what() << "\n";
+    anon_send_exit(node, caf::exit_reason::user_shutdown);
+    return 2;
+  }
+  hello.data_port = data->port();
   caf::scoped_actor self{sys};
   auto give_up = [&](int code) {
     self->send_exit(node, caf::exit_reason::user_shutdown);
@@ -140,7 +163,7 @@ int run(int argc, char** argv) {
               return;
             }
             std::cerr << me << ": joined the coordinator at " << cfg.coordinator << " as node " << index << " ("
-                      << cfg.id.device << ", " << static_cast<int>(hello.gflops) << " GFLOP/s)\n";
+                      << hello.device << ", " << static_cast<int>(hello.gflops) << " GFLOP/s)\n";
             self->send(node, welcome_atom::value, coordinator);
           },
           [&](caf::error& e) {

@@ -82,6 +82,9 @@ struct train_app_config : table_config {
         {"sample", "temperature", "sampling temperature (0: greedy)", &sample.temperature},
         {"runtime", "threads", "actor scheduler threads (0: one per core)", &threads},
         {"runtime", "blas-threads", "OpenBLAS threads per op call", &blas_threads},
+        {"runtime", "device", "where the op actors compute in a one-process run: cpu, cuda or cuda:N", &run.device},
+        {"runtime", "cpu-ops", "comma-separated op-name globs kept on the CPU in a GPU run (e.g. \"lm_head,h1.*\")",
+         &run.cpu_ops},
         {"runtime", "step-timeout", "seconds before a stuck step aborts the run", &step_timeout_s},
         {"runtime", "quiet", "no progress lines", &quiet},
         {"cluster", "file", "cluster file: run the operators on fusion-node processes (empty: all in this process)",
@@ -92,6 +95,8 @@ struct train_app_config : table_config {
         {"cluster", "heartbeat-ms", "heartbeat interval between processes in milliseconds", &run.heartbeat_ms},
         {"cluster", "peer-timeout-ms", "a process silent this long is declared dead (milliseconds)",
          &run.peer_timeout_ms},
+        {"flow", "transport", "how tensors cross processes: tcp (data channel) or caf (CAF messages)",
+         &run.transport},
         {"flow", "window", "chunks in flight per cross-process edge", &window},
         {"flow", "chunk-kib", "largest chunk of a tensor on a cross-process edge, KiB", &chunk_kib},
     });

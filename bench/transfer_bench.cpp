@@ -10,7 +10,7 @@
 // Each receiver is a forked child (forked before any thread exists here); rounds interleave the
 // paths so that drift of this noisy VM hits every path alike.
 //
-//   fusion-bench-transfer [--rounds-4 N] [--rounds-64 N] [--no-caf] [--only PATH-SUBSTRING]
+//   fusion-bench-transfer [--rounds-4 N] [--rounds-64 N] [--no-caf] [--only PATH-SUBSTRING] [--sockbuf BYTES]
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -34,6 +34,7 @@ using clock_type = std::chrono::steady_clock;
 namespace {
 
 constexpr size_t max_size = size_t{64} << 20;
+int sockbuf = 0;  // --sockbuf: fixed SO_SNDBUF/SO_RCVBUF for the frame paths (0 = autotuning)
 
 [[noreturn]] void die(const std::string& why) {
   std::fprintf(stderr, "fusion-bench-transfer: %s\n", why.c_str());
@@ -76,6 +77,7 @@ void write_ports(int fd, std::vector<uint16_t> ports) {
   };
   net::frame_server_options on, off;
   off.hugepage_advice = false;
+  on.socket_buffer_bytes = off.socket_buffer_bytes = sockbuf;
   auto s1 = net::frame_server::start(on, handler);
   auto s2 = net::frame_server::start(off, handler);
   if (!s1 || !s2) die(s1 ? s2.error() : s1.error());
@@ -141,7 +143,8 @@ int main(int argc, char** argv) {
     else if (a == "--rounds-64" && i + 1 < argc) rounds64 = std::max(1, std::atoi(argv[++i]));
     else if (a == "--no-caf") with_caf = false;
     else if (a == "--only" && i + 1 < argc) only = argv[++i];
-    else die("usage: fusion-bench-transfer [--rounds-4 N] [--rounds-64 N] [--no-caf] [--only PATH-SUBSTRING]");
+    else if (a == "--sockbuf" && i + 1 < argc) sockbuf = std::atoi(argv[++i]);
+    else die("usage: fusion-bench-transfer [--rounds-4 N] [--rounds-64 N] [--no-caf] [--only PATH-SUBSTRING] [--sockbuf BYTES]");
   }
   // Fork every receiver before this process starts any thread.
   std::vector<uint16_t> raw_ports, frame_ports, caf_ports;
@@ -152,8 +155,10 @@ int main(int argc, char** argv) {
 
   auto raw = net::connect_tcp("127.0.0.1", raw_ports[0]);
   auto ack = net::connect_tcp("127.0.0.1", frame_ports[0]);
-  auto tx_thp = net::frame_sender::connect("127.0.0.1", frame_ports[1]);
-  auto tx_nothp = net::frame_sender::connect("127.0.0.1", frame_ports[2]);
+  net::frame_sender_options txo;
+  txo.socket_buffer_bytes = sockbuf;
+  auto tx_thp = net::frame_sender::connect("127.0.0.1", frame_ports[1], txo);
+  auto tx_nothp = net::frame_sender::connect("127.0.0.1", frame_ports[2], txo);
   if (!raw || !ack || !tx_thp || !tx_nothp) die("cannot connect to a receiver");
 
   caf::actor_system_config cfg;
@@ -202,14 +207,15 @@ int main(int argc, char** argv) {
       }
     }
   }
-  std::printf("| size | path | median ms | MiB/s | ratio to raw TCP |\n|---|---|---:|---:|---:|\n");
+  std::printf("| size | path | median ms | min-max ms | MiB/s | ratio to raw TCP |\n|---|---|---:|---:|---:|---:|\n");
   for (size_t size : {size_t{4} << 20, size_t{64} << 20}) {
     double raw_ms = median(times[{size, "raw TCP"}]);
     for (const auto& path : paths) {
       auto it = times.find({size, path});
       if (it == times.end()) continue;
       double ms = median(it->second);
-      std::printf("| %zu MiB | %s | %.2f | %.0f | %.2f |\n", size >> 20, path.c_str(), ms,
+      auto [lo, hi] = std::minmax_element(it->second.begin(), it->second.end());
+      std::printf("| %zu MiB | %s | %.2f | %.2f-%.2f | %.0f | %.2f |\n", size >> 20, path.c_str(), ms, *lo, *hi,
                   (size / 1048576.0) / (ms / 1000), raw_ms / ms);
     }
   }

@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # The README's main command: installs dependencies, fetches the corpus, builds, and trains the
-# small character GPT with every operator as its own actor (configs/runs/char-small.ini).
-# Extra arguments go to fusion-train, e.g. scripts/run-main.sh --train.steps=100
+# small character GPT over three emulated sites (configs/clusters/sites-3.pbtxt): one
+# fusion-node process per site inside its own network namespace, links shaped to 1000, 100 and
+# 8 Mbit/s, the coordinator outside (scripts/run-sites.sh; loopback without shaping when not
+# root). Extra arguments go to fusion-train, e.g. scripts/run-main.sh --train.steps=100
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/setup.sh
 ./scripts/get-data.sh data
 ./scripts/build.sh
-./build/apps/fusion-train --config configs/runs/char-small.ini "$@"
+./scripts/run-sites.sh --cluster configs/clusters/sites-3.pbtxt --run configs/runs/char-sites.ini -- "$@"

@@ -36,6 +36,8 @@ launch launch_of(const exec_context* ctx, const char* who) {
   if (ctx != nullptr) {
     if (ctx->device != device_kind::cuda || ctx->blas == nullptr)
       throw op_error(std::string(who) + ": CUDA op called with a non-CUDA execution context");
+    // Actor threads come from a pool: make the context's device current (cheap when it is).
+    CUDA_CHECK(cudaSetDevice(ctx->device_index));
     return {static_cast<cudaStream_t>(ctx->stream), static_cast<cublasHandle_t>(ctx->blas), ctx->error_flag};
   }
   if (thread_default.blas == nullptr) {

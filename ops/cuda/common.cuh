@@ -88,6 +88,11 @@ inline unsigned rows_grid(int64_t rows) {
 void check_device_f32(const char* who, const char* what, const tensor* t);
 /// An i32 tensor (ids, targets) in device memory.
 void check_device_i32(const char* who, const char* what, const tensor* t);
+/// A gradient (or other) f32 device tensor of exactly shape `want`.
+inline void check_device_f32_shape(const char* who, const char* what, const tensor* t, const shape_t& want) {
+  check_device_f32(who, what, t);
+  cpu::check_tensor_shape(who, what, t, want);
+}
 /// f32 is the only precision of the CUDA ops (`t` is the dtype of the call's output).
 void check_f32_call(const char* who, dtype t);
 

@@ -157,7 +157,7 @@ class position_embedding_op final : public cuda_op {
     cpu::check_tensor_shape(pos_name, "output grad", a.output_grad, x.shape());
     tensor* dx = a.input_grads[0];
     tensor* dw = a.param_grads[0];
-    if (dx) check_device_f32(pos_name, "input grad", dx), cpu::check_tensor_shape(pos_name, "input grad", dx, x.shape());
+    if (dx) check_device_f32_shape(pos_name, "input grad", dx, x.shape());
     if (dw) {
       check_device_f32(pos_name, "weight grad", dw);
       cpu::check_tensor_shape(pos_name, "weight grad", dw, {max_len_, x.dim(2)});

@@ -79,9 +79,9 @@ class linear_op final : public cuda_op {
     tensor* dx = a.input_grads[0];
     tensor* dw = a.param_grads[0];
     tensor* db = bias_ ? a.param_grads[1] : nullptr;
-    if (dx) check_device_f32(linear_name, "input grad", dx), cpu::check_tensor_shape(linear_name, "input grad", dx, x.shape());
-    if (dw) check_device_f32(linear_name, "weight grad", dw), cpu::check_tensor_shape(linear_name, "weight grad", dw, {out_, K});
-    if (db) check_device_f32(linear_name, "bias grad", db), cpu::check_tensor_shape(linear_name, "bias grad", db, {out_});
+    if (dx) check_device_f32_shape(linear_name, "input grad", dx, x.shape());
+    if (dw) check_device_f32_shape(linear_name, "weight grad", dw, {out_, K});
+    if (db) check_device_f32_shape(linear_name, "bias grad", db, {out_});
     linear_backward_cuda(dx ? dx->f32() : nullptr, dw ? dw->f32() : nullptr, db ? db->f32() : nullptr,
                          a.output_grad->f32(), x.f32(), a.params[0]->f32(), cpu::leading_rows(x.shape()), K, out_,
                          launch_of(a.ctx, linear_name));

@@ -73,11 +73,9 @@ class matmul_op final : public cuda_op {
     tensor* dx = a.input_grads[0];
     tensor* dy = a.input_grads[1];
     if (dx)
-      check_device_f32(matmul_name, "input 0 grad", dx),
-          cpu::check_tensor_shape(matmul_name, "input 0 grad", dx, a.inputs[0]->shape());
+      check_device_f32_shape(matmul_name, "input 0 grad", dx, a.inputs[0]->shape());
     if (dy)
-      check_device_f32(matmul_name, "input 1 grad", dy),
-          cpu::check_tensor_shape(matmul_name, "input 1 grad", dy, a.inputs[1]->shape());
+      check_device_f32_shape(matmul_name, "input 1 grad", dy, a.inputs[1]->shape());
     const dims d = dims_of(*a.inputs[0]);
     matmul_backward_cuda(dx ? dx->f32() : nullptr, dy ? dy->f32() : nullptr, a.output_grad->f32(), a.inputs[0]->f32(),
                          a.inputs[1]->f32(), d.Z, d.M, d.K, out.back(), transpose_b_, launch_of(a.ctx, matmul_name));

@@ -76,6 +76,7 @@ void on_nodes(train_config& c, const std::string& cluster, int n, std::vector<ch
   c.join_timeout_s = 30;
   c.heartbeat_ms = 100;
   c.peer_timeout_ms = 1000;
+  c.step_timeout_s = 30;
   c.on_listening = [&nodes, n, tag](uint16_t port) {
     for (int i = 0; i < n; ++i) {
       std::string name = "n";  // (operator+ on a literal trips a GCC 12 -Wrestrict false positive)

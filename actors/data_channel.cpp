@@ -1,0 +1,129 @@
+#include "actors/data_channel.hpp"
+
+#include "actors/messages.hpp"
+#include "net/frame_channel.hpp"
+
+namespace fusion {
+
+void route_table::set(uint64_t edge, edge_route r) {
+  std::lock_guard<std::mutex> guard(mutex_);
+  routes_[edge] = std::move(r);
+}
+
+std::optional<edge_route> route_table::find(uint64_t edge) const {
+  std::lock_guard<std::mutex> guard(mutex_);
+  auto it = routes_.find(edge);
+  if (it == routes_.end()) return std::nullopt;
+  return it->second;
+}
+
+void deliver_tensor(const edge_route& r, const wire_header& h, tensor value) {
+  if (h.dir == wire_direction::forward)
+    caf::anon_send(r.target, forward_atom::value, h.step, h.micro_batch, h.slot, h.mode, std::move(value));
+  else
+    caf::anon_send(r.target, backward_atom::value, h.step, h.micro_batch, h.slot, std::move(value));
+}
+
+struct data_channel_server::impl {
+  caf::actor node;
+  std::shared_ptr<route_table> routes;
+  std::mutex mutex;                                   // guards assemblers
+  std::map<uint64_t, wire_assembler> assemblers;      // per connection: chunks of one sender
+  std::unique_ptr<net::frame_server> server;
+
+  net::frame_target on_frame(net::incoming_frame& f) {
+    wire_header h;
+    if (auto err = decode_wire_header(f.meta, f.payload_size, h); !err.empty())
+      return net::frame_target::refuse(err + " (from " + f.peer + ")");
+    auto r = routes->find(h.edge);
+    if (!r) return net::frame_target::refuse("no edge " + std::to_string(h.edge) + " ends at this node");
+    std::byte* dst = nullptr;
+    std::string err;
+    {
+      std::lock_guard<std::mutex> guard(mutex);
+      if (!assemblers[f.connection_id].begin_chunk(h, dst, err)) return net::frame_target::refuse(err);
+    }
+    static std::byte empty_payload;
+    auto conn = f.connection_id;
+    return net::frame_target::into(dst ? dst : &empty_payload, [this, h, r = *r, conn](const std::string& error) {
+      if (!error.empty()) {
+        caf::anon_send(node, wire_atom::value, "payload of edge " + std::to_string(h.edge) + " lost: " + error);
+        return;
+      }
+      std::optional<tensor> whole;
+      {
+        std::lock_guard<std::mutex> guard(mutex);
+        whole = assemblers[conn].end_chunk(h);
+      }
+      caf::anon_send(r.sender, credit_atom::value, h.edge, uint32_t{1});
+      if (whole) deliver_tensor(r, h, std::move(*whole));
+    });
+  }
+};
+
+data_channel_server::data_channel_server(const std::string& host, uint16_t port, caf::actor node,
+                                         std::shared_ptr<route_table> routes)
+    : impl_(std::make_unique<impl>()) {
+  impl_->node = node;
+  impl_->routes = std::move(routes);
+  net::frame_server_options opts;
+  opts.host = host;
+  opts.port = port;
+  auto* self = impl_.get();
+  auto started = net::frame_server::start(
+      opts, [self](net::incoming_frame& f) { return self->on_frame(f); },
+      [node](const net::channel_error& e) {
+        // A peer closing its connection at the end of a run is not an error worth a report.
+        if (e.kind == net::channel_error_kind::io_error && e.message.find("closed") != std::string::npos) return;
+        caf::anon_send(node, wire_atom::value, e.message);
+      });
+  if (!started) throw std::runtime_error("cannot start the data channel on " + host + ":" + std::to_string(port) + ": " +
+                                         started.error());
+  impl_->server = std::move(*started);
+}
+
+data_channel_server::~data_channel_server() {
+  if (impl_->server) impl_->server->stop();
+}
+
+uint16_t data_channel_server::port() const { return impl_->server->port(); }
+
+namespace {
+
+class tcp_link : public data_link {
+ public:
+  tcp_link(std::unique_ptr<net::frame_sender> sender, caf::actor node) : sender_(std::move(sender)), node_(node) {}
+  ~tcp_link() override { sender_->close(std::chrono::seconds(2)); }
+
+  void send(std::string header, std::shared_ptr<const tensor> source, uint64_t offset, uint64_t length) override {
+    const std::byte* data = source->empty() ? nullptr : source->bytes() + offset;
+    auto node = node_;
+    auto peer = sender_->peer();
+    auto st = sender_->try_send(std::move(header), data, length, source, [node, peer](const std::string& error) {
+      if (!error.empty()) caf::anon_send(node, fail_atom::value, std::string("data channel"), "sending to " + peer + ": " + error);
+    });
+    if (st != net::send_status::queued)
+      caf::anon_send(node_, fail_atom::value, std::string("data channel"),
+                     "cannot queue a chunk for " + peer + ": " + net::to_string(st));
+  }
+
+ private:
+  std::unique_ptr<net::frame_sender> sender_;
+  caf::actor node_;
+};
+
+}  // namespace
+
+std::shared_ptr<data_link> connect_data_link(const std::string& host, uint16_t port, caf::actor node,
+                                             std::string& error) {
+  net::frame_sender_options opts;
+  opts.max_queued_frames = 4096;  // edges bound what is in flight with their credit windows
+  auto s = net::frame_sender::connect(host, port, opts);
+  if (!s) {
+    error = s.error();
+    return nullptr;
+  }
+  return std::make_shared<tcp_link>(std::move(*s), std::move(node));
+}
+
+}  // namespace fusion

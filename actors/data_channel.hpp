@@ -1,0 +1,68 @@
+// The TCP data channel of a node (net/frame_channel.hpp) wired to the actors: the bytes of
+// cross-process tensors bypass CAF's serialization, which reaches only a fraction of raw TCP
+// speed (bench/RESULTS.md), while credits and every control message stay on CAF.
+//
+// Receiving: a frame's meta is a wire header (core/wire.hpp); the payload is read straight into
+// the tensor being reassembled, then the chunk is acknowledged to the edge sender and the whole
+// tensor handed to the local op actor, exactly as for a wire_chunk that came over CAF.
+// Sending: a data_link per peer node over one frame_sender, shared by all edges to that node.
+#pragma once
+
+#include <caf/all.hpp>
+
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+
+#include "actors/edge_actor.hpp"
+#include "core/wire.hpp"
+
+namespace fusion {
+
+namespace net {
+class frame_server;
+}
+
+/// Where the tensors of an edge ending at this node go.
+struct edge_route {
+  caf::actor target;  ///< the local op actor
+  caf::actor sender;  ///< the edge sender that gets the credits
+};
+
+/// Routes by edge id, shared by the node actor (which sets them) and the channel's reader
+/// threads (which look them up).
+class route_table {
+ public:
+  void set(uint64_t edge, edge_route r);
+  std::optional<edge_route> find(uint64_t edge) const;
+
+ private:
+  mutable std::mutex mutex_;
+  std::map<uint64_t, edge_route> routes_;
+};
+
+/// After the last chunk of a tensor arrived: hands it to the route's op actor.
+void deliver_tensor(const edge_route& r, const wire_header& h, tensor value);
+
+/// The receiving side of a node's data channel. Refused frames are reported to `node` as
+/// wire_atom(std::string reason), where they are counted like refused CAF wire chunks.
+class data_channel_server {
+ public:
+  /// Listens on host:port (0: any free port); throws std::runtime_error when it cannot.
+  data_channel_server(const std::string& host, uint16_t port, caf::actor node, std::shared_ptr<route_table> routes);
+  ~data_channel_server();
+  uint16_t port() const;
+
+ private:
+  struct impl;
+  std::unique_ptr<impl> impl_;
+};
+
+/// Connects a data_link to the data channel of the node at host:port. Send failures are
+/// reported to `node` as fail_atom. Returns null and sets `error` when it cannot connect.
+std::shared_ptr<data_link> connect_data_link(const std::string& host, uint16_t port, caf::actor node,
+                                             std::string& error);
+
+}  // namespace fusion

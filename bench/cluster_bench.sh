@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# Multi-process throughput: gpt-char-small (configs/runs/char-small.ini) trained in one process,
+# then on 2 and 3 fusion-node processes on loopback (configs/clusters/local-2/3.pbtxt, started by
+# scripts/run-sites.sh --loopback), in the same session. Reports tokens/s and the ratio to the
+# one-process run, which is the cost of crossing processes (same machine, same cores).
+#
+#   bench/cluster_bench.sh [--steps 15] [--warmup 3] [--repeats 3] [--micro-batches 4]
+#                          [--node-threads N] [--build build]
+#
+# Rounds alternate the order of the three set-ups. tokens/s counts only the steps after the
+# warm-up, from the elapsed_s of the JSON-lines metrics. The table shows medians over rounds.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+steps=15 warmup=3 repeats=3 micro=4 node_threads=0 build=${BUILD_DIR:-build}
+while [[ $# -gt 0 ]]; do
+  case $1 in
+    --steps) steps=$2; shift 2 ;;
+    --warmup) warmup=$2; shift 2 ;;
+    --repeats) repeats=$2; shift 2 ;;
+    --micro-batches) micro=$2; shift 2 ;;
+    --node-threads) node_threads=$2; shift 2 ;;
+    --build) build=$2; shift 2 ;;
+    -h|--help) sed -n '2,11p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) echo "cluster_bench: unknown option '$1' (try --help)" >&2; exit 2 ;;
+  esac
+done
+work=$(mktemp -d /tmp/fusion-cluster-bench.XXXX)
+total=$((steps + warmup))
+common=(--config configs/runs/char-small.ini --steps "$total" --train.micro-batches="$micro" --train.eval-every=0
+        --train.eval-batches=0 --output.sample-chars=0 --output.checkpoint="" --runtime.quiet)
+
+# tokens/s over the steps after the warm-up, from a metrics file
+rate() {
+  python3 - "$1" "$warmup" <<'PY'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if '"elapsed_s"' in l]
+w = int(sys.argv[2]); a, b = rows[w - 1], rows[-1]
+print("%.1f" % ((b["step"] - a["step"]) * 16 * 128 / (b["elapsed_s"] - a["elapsed_s"])))
+PY
+}
+
+run_setup() {  # run_setup NAME ROUND
+  local m=$work/$1-$2.jsonl
+  case $1 in
+    one) "$build/apps/fusion-train" "${common[@]}" --output.metrics="$m" >"$work/$1-$2.log" 2>&1 ;;
+    two|three)
+      local c=configs/clusters/local-2.pbtxt; [[ $1 == three ]] && c=configs/clusters/local-3.pbtxt
+      FUSION_BIN=$build/apps scripts/run-sites.sh --loopback --cluster "$c" --run configs/runs/char-small.ini \
+        --node-arg --runtime.threads="$node_threads" -- "${common[@]:2}" --output.metrics="$m" >"$work/$1-$2.log" 2>&1 ;;
+  esac
+  rate "$m"
+}
+
+declare -A results=()
+for r in $(seq 1 "$repeats"); do
+  order=(one two three); ((r % 2 == 0)) && order=(three two one)
+  for s in "${order[@]}"; do
+    v=$(run_setup "$s" "$r")
+    results[$s]+="$v "
+    echo "round $r: $s $v tokens/s" >&2
+  done
+done
+median() { tr ' ' '\n' <<<"$1" | grep -v '^$' | sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
+one=$(median "${results[one]}")
+echo
+echo "gpt-char-small, batch 16 in $micro micro-batches, $steps steps after $warmup warm-up, median of $repeats rounds"
+printf "%-34s %12s %8s\n" "set-up" "tokens/s" "ratio"
+for s in one two three; do
+  m=$(median "${results[$s]}")
+  name=$s; [[ $s == one ]] && name="1 process (reference)"; [[ $s == two ]] && name="2 node processes + coordinator"
+  [[ $s == three ]] && name="3 node processes + coordinator"
+  printf "%-34s %12s %8s\n" "$name" "$m" "$(awk -v a="$m" -v b="$one" 'BEGIN { printf "%.2f", a / b }')"
+done
+echo "logs: $work"

@@ -1,0 +1,146 @@
+// Helpers of the CUDA tests: the shared GPU backend (or a printed skip without a device),
+// random tensors, and the CPU-vs-CUDA comparison of one op's forward and backward.
+#pragma once
+
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/backend.hpp"
+#include "ops/op.hpp"
+
+namespace fusion::test {
+
+/// Why there is no GPU to test on (printed by every skipped case).
+inline std::string no_gpu_reason() {
+  if (!cuda_compiled()) return "this build has no CUDA backend (FUSION_CUDA=OFF or no nvcc)";
+  return "no CUDA device (cuda_device_count() == 0: no GPU or no driver on this machine)";
+}
+
+/// The CUDA backend shared by the tests, or null when there is no device.
+inline backend* gpu() {
+  static const std::unique_ptr<backend> b = []() -> std::unique_ptr<backend> {
+    if (cuda_device_count() == 0) return nullptr;
+    return make_backend("cuda");
+  }();
+  return b.get();
+}
+
+/// Declares `backend& NAME` bound to the GPU backend, or prints the skip reason and returns.
+/// ctest marks the case skipped from the printed "skipped: " (SKIP_REGULAR_EXPRESSION).
+#define FUSION_GPU_OR_SKIP(NAME)                                 \
+  if (::fusion::test::gpu() == nullptr) {                        \
+    MESSAGE("skipped: " << ::fusion::test::no_gpu_reason());     \
+    return;                                                      \
+  }                                                              \
+  ::fusion::backend& NAME = *::fusion::test::gpu()
+
+/// f32 tensor with values uniform in [offset - scale, offset + scale].
+inline tensor random_f32(const shape_t& s, std::mt19937& rng, float scale = 1.0f, float offset = 0.0f) {
+  tensor t(s, dtype::f32);
+  std::uniform_real_distribution<float> u(-scale, scale);
+  for (int64_t i = 0; i < t.numel(); ++i) t.f32()[i] = offset + u(rng);
+  return t;
+}
+
+/// i32 tensor with values uniform in [0, hi).
+inline tensor random_ids(const shape_t& s, int hi, std::mt19937& rng) {
+  tensor t(s, dtype::i32);
+  std::uniform_int_distribution<int> u(0, hi - 1);
+  for (int64_t i = 0; i < t.numel(); ++i) t.i32()[i] = u(rng);
+  return t;
+}
+
+/// Number of NaN elements of a CPU f32 tensor.
+inline int64_t count_nan(const tensor& t) {
+  int64_t n = 0;
+  for (int64_t i = 0; i < t.numel(); ++i) n += std::isnan(t.f32()[i]) ? 1 : 0;
+  return n;
+}
+
+/// max |a - b| / max |b| over two CPU f32 tensors of one shape: the error relative to the
+/// tensor's scale (gradients are often far below 1, where max_rel_diff measures absolutely).
+inline double rel_to_max(const tensor& a, const tensor& b) {
+  REQUIRE(a.shape() == b.shape());
+  double diff = 0, scale = 0;
+  for (int64_t i = 0; i < a.numel(); ++i) {
+    diff = std::max(diff, std::abs(double(a.f32()[i]) - double(b.f32()[i])));
+    scale = std::max(scale, std::abs(double(b.f32()[i])));
+  }
+  return scale == 0 ? diff : diff / scale;
+}
+
+inline std::vector<const tensor*> ptrs(const std::vector<tensor>& v) {
+  std::vector<const tensor*> out;
+  for (auto& t : v) out.push_back(&t);
+  return out;
+}
+
+/// Runs op `kind` forward and backward on the CPU and on `g` with the same random parameters,
+/// output gradient and non-zero gradient start values, and checks: the CUDA output has no
+/// unwritten (NaN-poisoned) element and is within `fwd_tol` of the CPU's (max_rel_diff), and
+/// every accumulated gradient is within `bwd_tol` (max_rel_diff). `inputs` are CPU tensors.
+inline void compare_op(backend& g, const std::string& kind, const attr_map& attrs, const std::vector<tensor>& inputs,
+                       double fwd_tol, double bwd_tol, uint32_t seed = 11) {
+  INFO("op " << kind);
+  auto cpu_op = make_op(kind, attrs);
+  auto gpu_op = g.make_op(kind, attrs);
+  std::vector<shape_t> shapes;
+  std::vector<dtype> types;
+  for (auto& t : inputs) shapes.push_back(t.shape()), types.push_back(t.type());
+  const shape_t out_shape = cpu_op->infer_shape(shapes, types);
+  REQUIRE(gpu_op->infer_shape(shapes, types) == out_shape);
+  std::mt19937 rng(seed);
+  std::vector<tensor> params, d_inputs, d_params;
+  for (auto& ps : cpu_op->params(shapes)) params.push_back(random_f32(ps.shape, rng));
+  for (auto& t : inputs) d_inputs.push_back(g.upload(t));
+  for (auto& t : params) d_params.push_back(g.upload(t));
+
+  // Forward: CPU reference, CUDA output poisoned with NaN.
+  std::vector<tensor> saved_c, saved_g;
+  tensor out_c = tensor::uninitialized(out_shape, dtype::f32);
+  const auto in_c = ptrs(inputs), p_c = ptrs(params), in_g = ptrs(d_inputs), p_g = ptrs(d_params);
+  cpu_op->forward({in_c, p_c, &out_c, &saved_c});
+  tensor out_g = g.empty(out_shape, dtype::f32);
+  out_g.fill(std::numeric_limits<float>::quiet_NaN());
+  gpu_op->forward({in_g, p_g, &out_g, &saved_g, g.context()});
+  const tensor out_h = g.download(out_g);
+  CHECK_MESSAGE(count_nan(out_h) == 0, kind << ": CUDA forward left " << count_nan(out_h) << " elements unwritten");
+  const double fe = max_rel_diff(out_h, out_c);
+  CHECK_MESSAGE(fe <= fwd_tol, kind << ": forward differs from the CPU by " << fe << " > " << fwd_tol);
+
+  // Backward onto non-zero gradients: accumulation (+=) is part of the contract.
+  const tensor dout = out_shape.empty() ? tensor::from({}, std::vector<float>{0.75f}) : random_f32(out_shape, rng);
+  std::vector<tensor> din_c(inputs.size()), din_g(inputs.size()), dp_c, dp_g;
+  std::vector<tensor*> din_c_p(inputs.size(), nullptr), din_g_p(inputs.size(), nullptr), dp_c_p, dp_g_p;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    if (!cpu_op->input_has_grad(i) || inputs[i].type() != dtype::f32) continue;
+    din_c[i] = random_f32(inputs[i].shape(), rng, 0.5f);
+    din_g[i] = g.upload(din_c[i]);
+    din_c_p[i] = &din_c[i], din_g_p[i] = &din_g[i];
+  }
+  for (auto& p : params) dp_c.push_back(random_f32(p.shape(), rng, 0.5f));
+  for (auto& t : dp_c) dp_g.push_back(g.upload(t));
+  for (size_t i = 0; i < dp_c.size(); ++i) dp_c_p.push_back(&dp_c[i]), dp_g_p.push_back(&dp_g[i]);
+  const tensor d_dout = g.upload(dout);
+  cpu_op->backward({in_c, p_c, &dout, &saved_c, din_c_p, dp_c_p});
+  gpu_op->backward({in_g, p_g, &d_dout, &saved_g, din_g_p, dp_g_p, g.context()});
+  g.synchronize();
+  auto check_grad = [&](const tensor& dev, const tensor& ref, const std::string& what) {
+    const tensor h = g.download(dev);
+    CHECK_MESSAGE(count_nan(h) == 0, kind << ": " << what << " has NaN");
+    const double be = max_rel_diff(h, ref);
+    CHECK_MESSAGE(be <= bwd_tol, kind << ": " << what << " differs from the CPU by " << be << " > " << bwd_tol);
+  };
+  for (size_t i = 0; i < inputs.size(); ++i)
+    if (din_c_p[i]) check_grad(din_g[i], din_c[i], "input " + std::to_string(i) + " grad");
+  for (size_t i = 0; i < dp_c.size(); ++i) check_grad(dp_g[i], dp_c[i], "param " + std::to_string(i) + " grad");
+}
+
+}  // namespace fusion::test

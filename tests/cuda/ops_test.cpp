@@ -1,0 +1,133 @@
+// Every CUDA op against its CPU twin on fresh random inputs: forward with a NaN-poisoned output,
+// backward accumulating onto non-zero gradients. Tolerances (max_rel_diff: |a-b| / max(1,|b|)):
+//   copies, adds and ReLU            1e-6 (same float operations, at most reordered sums)
+//   GELU, embeddings with atomics    1e-5 (tanhf vs the CPU's rational tanh; atomic order)
+//   layernorm, softmax-based ops     1e-4 (block reductions in another order than the CPU's)
+//   cuBLAS GEMM-based ops            2e-3 (fp32 GEMMs, TF32 off; different blocking and order)
+// Without a CUDA device every case prints "skipped: ..." and returns.
+#include <doctest/doctest.h>
+
+#include <random>
+
+#include "tests/cuda/cuda_test_util.hpp"
+
+namespace fusion::test {
+
+namespace {
+constexpr double exact_tol = 1e-6, elementwise_tol = 1e-5, reduction_tol = 1e-4, gemm_tol = 2e-3;
+}  // namespace
+
+TEST_CASE("cuda token_embedding matches the CPU") {
+  FUSION_GPU_OR_SKIP(g);
+  std::mt19937 rng(1);
+  compare_op(g, "token_embedding", attr_map({{"vocab", "50"}, {"dim", "24"}}), {random_ids({3, 17}, 50, rng)},
+             exact_tol, elementwise_tol);
+  compare_op(g, "token_embedding", attr_map({{"vocab", "7"}, {"dim", "300"}}), {random_ids({4, 64}, 7, rng)},
+             exact_tol, elementwise_tol);  // many repeated ids: concurrent atomics on one row
+}
+
+TEST_CASE("cuda position_embedding matches the CPU") {
+  FUSION_GPU_OR_SKIP(g);
+  std::mt19937 rng(2);
+  compare_op(g, "position_embedding", attr_map({{"max_len", "40"}}), {random_f32({3, 17, 24}, rng)}, exact_tol,
+             exact_tol);
+}
+
+TEST_CASE("cuda linear matches the CPU") {
+  FUSION_GPU_OR_SKIP(g);
+  std::mt19937 rng(3);
+  compare_op(g, "linear", attr_map({{"out", "50"}}), {random_f32({4, 33, 72}, rng)}, gemm_tol, gemm_tol);
+  compare_op(g, "linear", attr_map({{"out", "130"}, {"bias", "false"}}), {random_f32({65, 40}, rng)}, gemm_tol,
+             gemm_tol);
+}
+
+TEST_CASE("cuda matmul matches the CPU") {
+  FUSION_GPU_OR_SKIP(g);
+  std::mt19937 rng(4);
+  compare_op(g, "matmul", {}, {random_f32({2, 3, 17, 24}, rng), random_f32({2, 3, 24, 19}, rng)}, gemm_tol,
+             gemm_tol);
+  compare_op(g, "matmul", attr_map({{"transpose_b", "true"}}),
+             {random_f32({2, 3, 17, 24}, rng), random_f32({2, 3, 19, 24}, rng)}, gemm_tol, gemm_tol);
+  compare_op(g, "matmul", {}, {random_f32({5, 9}, rng), random_f32({9, 7}, rng)}, gemm_tol, gemm_tol);
+}
+
+TEST_CASE("cuda gelu and relu match the CPU") {
+  FUSION_GPU_OR_SKIP(g);
+  std::mt19937 rng(5);
+  compare_op(g, "gelu", {}, {random_f32({5, 37, 29}, rng, 4.0f)}, elementwise_tol, elementwise_tol);
+  compare_op(g, "relu", {}, {random_f32({5, 37, 29}, rng, 4.0f)}, exact_tol, exact_tol);
+  // More elements than one grid covers (8192 blocks x 256 threads): the grid-stride loops.
+  compare_op(g, "gelu", {}, {random_f32({3, 1024, 1024}, rng, 4.0f)}, elementwise_tol, elementwise_tol);
+}
+
+TEST_CASE("cuda add matches the CPU") {
+  FUSION_GPU_OR_SKIP(g);
+  std::mt19937 rng(6);
+  compare_op(g, "add", {}, {random_f32({7, 33, 5}, rng), random_f32({7, 33, 5}, rng)}, exact_tol, exact_tol);
+}
+
+TEST_CASE("cuda layernorm matches the CPU") {
+  FUSION_GPU_OR_SKIP(g);
+  std::mt19937 rng(7);
+  // An offset mean checks the two-pass variance; C = 300 exceeds one block of threads.
+  compare_op(g, "layernorm", {}, {random_f32({4, 19, 72}, rng, 1.0f, 3.0f)}, reduction_tol, reduction_tol);
+  compare_op(g, "layernorm", attr_map({{"eps", "1e-3"}}), {random_f32({3, 300}, rng, 2.0f)}, reduction_tol,
+             reduction_tol);
+  compare_op(g, "layernorm", {}, {random_f32({5, 20}, rng)}, reduction_tol, reduction_tol);
+}
+
+TEST_CASE("cuda attention matches the CPU") {
+  FUSION_GPU_OR_SKIP(g);
+  std::mt19937 rng(8);
+  compare_op(g, "attention", attr_map({{"heads", "4"}}), {random_f32({2, 37, 3 * 48}, rng)}, gemm_tol, gemm_tol);
+  compare_op(g, "attention", attr_map({{"heads", "2"}, {"causal", "false"}}), {random_f32({2, 20, 3 * 32}, rng)},
+             gemm_tol, gemm_tol);
+  // T = 300 > 256 threads per softmax row, and more than the CPU's 64-row blocks.
+  compare_op(g, "attention", attr_map({{"heads", "2"}}), {random_f32({1, 300, 3 * 16}, rng, 2.0f)}, gemm_tol,
+             gemm_tol);
+}
+
+TEST_CASE("cuda cross_entropy matches the CPU") {
+  FUSION_GPU_OR_SKIP(g);
+  std::mt19937 rng(9);
+  compare_op(g, "cross_entropy", {}, {random_f32({3, 17, 50}, rng, 5.0f), random_ids({3, 17}, 50, rng)},
+             reduction_tol, reduction_tol);
+  // V = 1000 > 256 threads per row; large logits check the max subtraction.
+  compare_op(g, "cross_entropy", {}, {random_f32({2, 5, 1000}, rng, 40.0f), random_ids({2, 5}, 1000, rng)},
+             reduction_tol, reduction_tol);
+}
+
+TEST_CASE("cuda ops reject host tensors and other dtypes with op_error") {
+  FUSION_GPU_OR_SKIP(g);
+  auto op = g.make_op("gelu", {});
+  tensor x({4, 4}, dtype::f32);  // on the host
+  tensor out = g.empty({4, 4}, dtype::f32);
+  std::vector<const tensor*> in{&x};
+  std::vector<tensor> saved;
+  CHECK_THROWS_AS(op->forward({in, {}, &out, &saved, g.context()}), op_error);
+  tensor x64 = g.upload(tensor({4, 4}, dtype::f64));
+  tensor out64 = g.empty({4, 4}, dtype::f64);
+  std::vector<const tensor*> in64{&x64};
+  CHECK_THROWS_AS(op->forward({in64, {}, &out64, &saved, g.context()}), op_error);
+  CHECK_THROWS_AS(g.make_op("no_such_op", {}), op_error);
+}
+
+TEST_CASE("cuda bad token and target ids are reported at synchronize") {
+  FUSION_GPU_OR_SKIP(g);
+  auto op = g.make_op("token_embedding", attr_map({{"vocab", "10"}, {"dim", "4"}}));
+  tensor ids = g.upload(tensor::from_i32({1, 3}, std::vector<int32_t>{1, 99, 2}));
+  tensor w = g.zeros({10, 4}, dtype::f32);
+  tensor out = g.empty({1, 3, 4}, dtype::f32);
+  std::vector<const tensor*> in{&ids}, ps{&w};
+  std::vector<tensor> saved;
+  op->forward({in, ps, &out, &saved, g.context()});
+  try {
+    g.synchronize();
+    FAIL("no error reported for token id 99");
+  } catch (const op_error& e) {
+    CHECK(std::string(e.what()).find("token id 99 at position 1") != std::string::npos);
+  }
+  CHECK_NOTHROW(g.synchronize());  // reported once, then cleared
+}
+
+}  // namespace fusion::test

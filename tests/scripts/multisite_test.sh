@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# ctest multisite_netns: the emulated sites of configs/clusters/sites-3.pbtxt carry the link rates
+# of the cluster file, and a training run spans them.
+#  1. Brings the sites up (scripts/sites.sh), runs a fusion-probe server in one site of every
+#     link and measures the link from the other site for 2 s: the measured rate must be within
+#     25% of the configured one (8, 100 and 1000 Mbit/s).
+#  2. Runs scripts/run-sites.sh for a few steps (nodes in the namespaces, coordinator outside) and
+#     checks the run succeeds, logs cross-site traffic, and leaves no namespace or process behind.
+# Without root or namespace support it says why and exits 77 (ctest: skipped).
+#
+#   tests/scripts/multisite_test.sh SOURCE_DIR BUILD_DIR
+set -uo pipefail
+src=${1:?usage: multisite_test.sh SOURCE_DIR BUILD_DIR}
+build=${2:?usage: multisite_test.sh SOURCE_DIR BUILD_DIR}
+export FUSION_CLUSTER_BIN=$build/apps/fusion-cluster FUSION_BIN=$build/apps
+sites="$src/scripts/sites.sh"
+cluster="$src/configs/clusters/sites-3.pbtxt"
+tag=fusms subnet=10.79.8
+
+if ! why=$("$sites" check 2>&1); then
+  echo "SKIP: $why"
+  exit 77
+fi
+failures=0
+fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+server_pid=""
+cleanup() {
+  [[ -n $server_pid ]] && kill "$server_pid" 2>/dev/null
+  "$sites" down --tag "$tag" >/dev/null 2>&1 || true
+}
+trap cleanup EXIT
+
+# ---- 1. link rates ---------------------------------------------------------------------------
+"$sites" down --tag "$tag" >/dev/null 2>&1
+out=$("$sites" up "$cluster" --tag "$tag" --subnet "$subnet") || { echo "FAIL: sites.sh up"; exit 1; }
+declare -A ip=()
+while read -r kind name _ addr; do [[ $kind == site ]] && ip[$name]=$addr; done <<<"$out"
+while read -r kind a b mbit; do
+  [[ $kind == link ]] || continue
+  log=$(mktemp)
+  ip netns exec "$tag-$b" "$build/apps/fusion-probe" serve --host "${ip[$b]}" --port 7799 >"$log" 2>&1 &
+  server_pid=$!
+  for _ in $(seq 50); do grep -q "port=" "$log" && break; sleep 0.1; done
+  measured=$(ip netns exec "$tag-$a" "$build/apps/fusion-probe" measure "${ip[$b]}:7799" --seconds 2 |
+             sed -n 's/^mbit=\([0-9.]*\).*/\1/p')
+  kill "$server_pid" 2>/dev/null; wait "$server_pid" 2>/dev/null; server_pid=""
+  rm -f "$log"
+  if [[ -z $measured ]]; then fail "link $a-$b: no measurement"; continue; fi
+  ok=$(awk -v m="$measured" -v r="$mbit" 'BEGIN { d = (m - r) / r; if (d < 0) d = -d; print (d <= 0.25) ? 1 : 0 }')
+  echo "link $a-$b: configured $mbit Mbit/s, measured $measured Mbit/s"
+  [[ $ok == 1 ]] || fail "link $a-$b: measured $measured Mbit/s is not within 25% of $mbit Mbit/s"
+done < <("$FUSION_CLUSTER_BIN" netns "$cluster")
+"$sites" down --tag "$tag" >/dev/null || fail "sites.sh down"
+
+# ---- 2. a training run across the sites ------------------------------------------------------
+work=$(mktemp -d)
+metrics=$work/metrics.jsonl
+(cd "$src" && scripts/run-sites.sh --tag "$tag" --subnet "$subnet" -- --steps 8 --train.eval-every=0 \
+    --train.eval-batches=2 --output.metrics="$metrics" --output.checkpoint="$work/model.ckpt" \
+    --output.sample-chars=0 --runtime.step-timeout=60.0) >"$work/run.log" 2>&1
+status=$?
+tail -n 5 "$work/run.log"
+[[ $status == 0 ]] || { cat "$work/run.log"; fail "run-sites.sh exited $status"; }
+grep -q '"step": 8, "loss"' "$metrics" || fail "no loss for step 8 in the metrics"
+grep -q '"from": "b1", "to": "c1"' "$metrics" || fail "no measured traffic from site b to site c"
+[[ -f $work/model.ckpt ]] || fail "no checkpoint"
+leftover=$(ip netns list | grep -c "^$tag-" || true)
+[[ $leftover == 0 ]] || fail "$leftover namespaces left behind"
+pgrep -f "fusion-node.*$subnet" >/dev/null && fail "fusion-node processes left behind"
+rm -rf "$work"
+
+if [[ $failures -gt 0 ]]; then echo "$failures failure(s)"; exit 1; fi
+echo "multisite: all checks passed"
