@@ -5,7 +5,6 @@
 // misspelt site, node and policy names. Format reference: docs/cluster.md.
 #include "core/cluster.hpp"
 
-#include <google/protobuf/io/tokenizer.h>
 #include <google/protobuf/text_format.h>
 
 #include <algorithm>
@@ -20,6 +19,7 @@
 
 #include "cluster.pb.h"
 #include "core/graph_names.hpp"
+#include "core/text_format.hpp"
 
 namespace fusion {
 
@@ -56,31 +56,10 @@ double cluster_spec::node_link_mbit(int node_a, int node_b) const {
 namespace {
 
 namespace gp = google::protobuf;
-using info_tree = gp::TextFormat::ParseInfoTree;
+using info_tree = text_format::info_tree;
+using text_format::line_of;
+using text_format::nested;
 
-struct first_error_collector : gp::io::ErrorCollector {
-  int line = 0;
-  int column = 0;
-  std::string message;
-  void AddError(int l, gp::io::ColumnNumber c, const std::string& m) override {
-    if (message.empty()) {
-      line = l + 1;  // protobuf counts from 0
-      column = c + 1;
-      message = m;
-    }
-  }
-};
-
-// 1-based line of `field` (index-th value when repeated) in `tree`, or `fallback` when absent.
-int line_of(const info_tree* tree, const gp::Descriptor* d, const char* field, int index = -1, int fallback = 0) {
-  if (tree == nullptr) return fallback;
-  int l = tree->GetLocation(d->FindFieldByName(field), index).line;
-  return l < 0 ? fallback : l + 1;
-}
-
-const info_tree* nested(const info_tree* tree, const gp::Descriptor* d, const char* field, int index = -1) {
-  return tree == nullptr ? nullptr : tree->GetTreeForNested(d->FindFieldByName(field), index);
-}
 
 // Site and node names end up in namespace names, shell words and actor names: letters, digits,
 // '_' and '-', starting with a letter or '_'.
@@ -121,15 +100,8 @@ class cluster_loader {
   }
 
   void parse(const std::string& text) {
-    first_error_collector errors;
-    gp::TextFormat::Parser parser;
-    parser.RecordErrorsTo(&errors);
-    parser.WriteLocationsTo(&tree_);
-    if (!parser.ParseFromString(text, &file_)) {
-      if (errors.message.empty()) errors.message = "cannot parse the cluster file";
-      throw cluster_error(path_ + ":" + std::to_string(errors.line) + ":" + std::to_string(errors.column) +
-                          ": parse error: " + errors.message);
-    }
+    if (auto err = text_format::parse(text, file_, tree_, "cluster file"); !err.empty())
+      throw cluster_error(path_ + ":" + err);
   }
 
   void coordinator() {

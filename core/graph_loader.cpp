@@ -10,7 +10,6 @@
 // Format reference: docs/model-format.md.
 #include "core/graph_loader.hpp"
 
-#include <google/protobuf/io/tokenizer.h>
 #include <google/protobuf/text_format.h>
 
 #include <algorithm>
@@ -24,6 +23,7 @@
 #include "core/graph_build.hpp"
 #include "core/graph_expr.hpp"
 #include "core/graph_names.hpp"
+#include "core/text_format.hpp"
 #include "graph.pb.h"
 
 namespace fusion {
@@ -31,32 +31,12 @@ namespace fusion {
 namespace {
 
 namespace gp = google::protobuf;
-using info_tree = gp::TextFormat::ParseInfoTree;
+using info_tree = text_format::info_tree;
+using text_format::line_of;
+using text_format::nested;
 
 constexpr int64_t max_repeat = 10000;
 
-struct first_error_collector : gp::io::ErrorCollector {
-  int line = 0;
-  int column = 0;
-  std::string message;
-  void AddError(int l, gp::io::ColumnNumber c, const std::string& m) override {
-    if (message.empty()) {
-      line = l + 1;  // protobuf counts from 0
-      column = c + 1;
-      message = m;
-    }
-  }
-};
-
-// 1-based line of the index-th value of `field` in `tree`, 0 when unknown.
-int line_of(const info_tree* tree, const gp::Descriptor* d, const char* field, int index = -1) {
-  if (tree == nullptr) return 0;
-  return tree->GetLocation(d->FindFieldByName(field), index).line + 1;
-}
-
-const info_tree* nested(const info_tree* tree, const gp::Descriptor* d, const char* field, int index) {
-  return tree == nullptr ? nullptr : tree->GetTreeForNested(d->FindFieldByName(field), index);
-}
 
 // A user-chosen node, input or block name: letters, digits, '_' and '-', not starting with a
 // digit or '-'. '.' is reserved for block instances and '$' for "$in".
@@ -85,15 +65,8 @@ class loader {
   }
 
   void parse(const std::string& text) {
-    first_error_collector errors;
-    gp::TextFormat::Parser parser;
-    parser.RecordErrorsTo(&errors);
-    parser.WriteLocationsTo(&tree_);
-    if (!parser.ParseFromString(text, &model_)) {
-      if (errors.message.empty()) errors.message = "cannot parse the model file";
-      throw graph_error(path_ + ":" + std::to_string(errors.line) + ":" + std::to_string(errors.column) +
-                        ": parse error: " + errors.message);
-    }
+    if (auto err = text_format::parse(text, model_, tree_, "model file"); !err.empty())
+      throw graph_error(path_ + ":" + err);
   }
 
   void constants() {

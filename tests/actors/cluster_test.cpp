@@ -18,18 +18,17 @@
 #include "actors/trainer.hpp"
 #include "core/wire.hpp"
 #include "tests/support/child_process.hpp"
+#include "tests/support/fixtures.hpp"
 
 using namespace fusion;
 using fusion::test::child_process;
+using fusion::test::losses_of;
+using fusion::test::src;
+using fusion::test::tiny_train_config;
 
 namespace {
 
-std::string src(const std::string& rel) { return std::string(FUSION_SOURCE_DIR) + "/" + rel; }
-
-std::string temp_path(const std::string& name) {
-  return (std::filesystem::temp_directory_path() / ("fusion_cluster_" + std::to_string(::getpid()) + "_" + name))
-      .string();
-}
+std::string temp_path(const std::string& name) { return fusion::test::temp_path("cluster", name); }
 
 // A cluster file of `n` nodes n0..n{n-1}, one site each, coordinator on any free port.
 std::string write_cluster(const std::string& name, int n, const std::string& placement) {
@@ -52,19 +51,7 @@ child_process start_node(const std::string& name, uint16_t port, const std::stri
 }
 
 train_config tiny_config(int64_t steps, int64_t micro_batches) {
-  train_config c;
-  c.model_file = src("configs/models/gpt-char-tiny.pbtxt");
-  c.data_file = src("data/kjv.txt");
-  c.batch = 8;
-  c.micro_batches = micro_batches;
-  c.steps = steps;
-  c.seed = 7;
-  c.optim.lr = 3e-3;
-  c.optim.min_lr = 3e-4;
-  c.optim.warmup_steps = 2;
-  c.optim.total_steps = 100;
-  c.eval_batches = 0;
-  c.progress = false;
+  auto c = tiny_train_config(steps, micro_batches, 7);
   c.threads = 1;
   return c;
 }
@@ -84,12 +71,6 @@ void on_nodes(train_config& c, const std::string& cluster, int n, std::vector<ch
       nodes.push_back(start_node(name, port, tag + name));
     }
   };
-}
-
-std::vector<double> losses_of(const train_result& r) {
-  std::vector<double> out;
-  for (auto& s : r.steps) out.push_back(s.loss);
-  return out;
 }
 
 std::string all_output(const std::vector<child_process>& nodes) {

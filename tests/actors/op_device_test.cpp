@@ -14,31 +14,19 @@
 #include "actors/op_device.hpp"
 #include "actors/trainer.hpp"
 #include "tests/support/child_process.hpp"
+#include "tests/support/fixtures.hpp"
 
 using namespace fusion;
+using fusion::test::losses_of;
+using fusion::test::src;
+using fusion::test::tiny_train_config;
 
 namespace {
 
-std::string src(const std::string& rel) { return std::string(FUSION_SOURCE_DIR) + "/" + rel; }
-
 train_config tiny_config(int64_t steps) {
-  train_config c;
-  c.model_file = src("configs/models/gpt-char-tiny.pbtxt");
-  c.data_file = src("data/kjv.txt");
-  c.batch = 8;
-  c.micro_batches = 2;
-  c.steps = steps;
-  c.seed = 5;
-  c.eval_batches = 0;
-  c.progress = false;
+  auto c = tiny_train_config(steps, 2, 5);
   c.threads = 1;
   return c;
-}
-
-std::vector<double> losses_of(const train_result& r) {
-  std::vector<double> out;
-  for (auto& s : r.steps) out.push_back(s.loss);
-  return out;
 }
 
 }  // namespace

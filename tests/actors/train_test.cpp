@@ -11,39 +11,18 @@
 #include "actors/trainer.hpp"
 #include "core/data.hpp"
 #include "core/graph.hpp"
+#include "tests/support/fixtures.hpp"
 
 using namespace fusion;
+using fusion::test::losses_of;
+using fusion::test::src;
+using fusion::test::tiny_train_config;
 
 namespace {
 
-std::string src(const std::string& rel) { return std::string(FUSION_SOURCE_DIR) + "/" + rel; }
+train_config tiny_config(int64_t steps, int64_t micro_batches) { return tiny_train_config(steps, micro_batches, 42); }
 
-train_config tiny_config(int64_t steps, int64_t micro_batches) {
-  train_config c;
-  c.model_file = src("configs/models/gpt-char-tiny.pbtxt");
-  c.data_file = src("data/kjv.txt");
-  c.batch = 8;
-  c.micro_batches = micro_batches;
-  c.steps = steps;
-  c.seed = 42;
-  c.optim.lr = 3e-3;
-  c.optim.min_lr = 3e-4;
-  c.optim.warmup_steps = 5;
-  c.optim.total_steps = 300;
-  c.eval_batches = 0;
-  c.progress = false;
-  return c;
-}
-
-std::vector<double> losses_of(const train_result& r) {
-  std::vector<double> out;
-  for (auto& s : r.steps) out.push_back(s.loss);
-  return out;
-}
-
-std::string temp_path(const std::string& name) {
-  return (std::filesystem::temp_directory_path() / ("fusion_test_" + std::to_string(::getpid()) + "_" + name)).string();
-}
+std::string temp_path(const std::string& name) { return fusion::test::temp_path("test", name); }
 
 }  // namespace
 

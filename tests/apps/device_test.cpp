@@ -2,6 +2,8 @@
 // that names the device, and a non-zero exit (fusion-node: 2, a configuration problem). These run
 // on the GPU-less build machines; on a machine with a GPU they print why they are skipped.
 #include <doctest/doctest.h>
+
+#include "tests/support/fixtures.hpp"
 #include <unistd.h>
 
 #include <array>
@@ -15,29 +17,13 @@
 
 namespace {
 
-struct run_result {
-  int status = -1;
-  std::string output;
-};
-
-// Runs a shell command from the source directory, stderr merged into the captured output.
-run_result run_in_source(const std::string& command) {
-  std::string cmd = std::string("cd ") + FUSION_SOURCE_DIR + " && " + command + " 2>&1";
-  run_result r;
-  FILE* p = popen(cmd.c_str(), "r");
-  REQUIRE(p != nullptr);
-  std::array<char, 4096> buf{};
-  size_t n;
-  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) r.output.append(buf.data(), n);
-  int st = pclose(p);
-  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-  return r;
-}
+using fusion::test::run_in_source;
+using fusion::test::run_result;
 
 std::string write_temp(const std::string& name, const std::string& text) {
-  auto path = std::filesystem::temp_directory_path() / ("fusion_device_" + std::to_string(::getpid()) + "_" + name);
+  auto path = fusion::test::temp_path("device", name);
   std::ofstream(path) << text;
-  return path.string();
+  return path;
 }
 
 const std::string no_device = "cuda:0 requested but no CUDA device is available";

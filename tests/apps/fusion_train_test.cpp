@@ -1,5 +1,7 @@
 // fusion-train as a user runs it: config errors, help, a short run with metrics, sampling.
 #include <doctest/doctest.h>
+
+#include "tests/support/fixtures.hpp"
 #include <unistd.h>
 
 #include <array>
@@ -10,30 +12,17 @@
 
 namespace {
 
-struct run_result {
-  int status = -1;
-  std::string output;
-};
+using fusion::test::run_result;
 
 // Runs fusion-train from the source directory with stderr merged into the captured output.
 run_result run_train(const std::string& args) {
-  std::string cmd = std::string("cd ") + FUSION_SOURCE_DIR + " && " + FUSION_BINARY_DIR + "/apps/fusion-train " +
-                    args + " 2>&1";
-  run_result r;
-  FILE* p = popen(cmd.c_str(), "r");
-  REQUIRE(p != nullptr);
-  std::array<char, 4096> buf{};
-  size_t n;
-  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) r.output.append(buf.data(), n);
-  int st = pclose(p);
-  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-  return r;
+  return fusion::test::run_in_source(std::string(FUSION_BINARY_DIR) + "/apps/fusion-train " + args);
 }
 
 std::string write_temp(const std::string& name, const std::string& text) {
-  auto path = std::filesystem::temp_directory_path() / ("fusion_app_" + std::to_string(::getpid()) + "_" + name);
+  auto path = fusion::test::temp_path("app", name);
   std::ofstream(path) << text;
-  return path.string();
+  return path;
 }
 
 const char* base_ini = R"([model]

@@ -19,9 +19,13 @@
 #include "actors/trainer.hpp"
 #include "core/backend.hpp"
 #include "tests/support/child_process.hpp"
+#include "tests/support/fixtures.hpp"
 
 using namespace fusion;
 using fusion::test::child_process;
+using fusion::test::losses_of;
+using fusion::test::src;
+using fusion::test::tiny_train_config;
 
 namespace {
 
@@ -33,35 +37,9 @@ constexpr double tolerance = 1e-3;
     return;                                                                                   \
   }
 
-std::string src(const std::string& rel) { return std::string(FUSION_SOURCE_DIR) + "/" + rel; }
+std::string temp_path(const std::string& name) { return fusion::test::temp_path("gpu", name); }
 
-std::string temp_path(const std::string& name) {
-  return (std::filesystem::temp_directory_path() / ("fusion_gpu_" + std::to_string(::getpid()) + "_" + name))
-      .string();
-}
-
-train_config tiny_config(int64_t steps) {
-  train_config c;
-  c.model_file = src("configs/models/gpt-char-tiny.pbtxt");
-  c.data_file = src("data/kjv.txt");
-  c.batch = 8;
-  c.micro_batches = 2;
-  c.steps = steps;
-  c.seed = 42;
-  c.optim.lr = 3e-3;
-  c.optim.min_lr = 3e-4;
-  c.optim.warmup_steps = 5;
-  c.optim.total_steps = 300;
-  c.eval_batches = 0;
-  c.progress = false;
-  return c;
-}
-
-std::vector<double> losses_of(const train_result& r) {
-  std::vector<double> out;
-  for (auto& s : r.steps) out.push_back(s.loss);
-  return out;
-}
+train_config tiny_config(int64_t steps) { return tiny_train_config(steps, 2, 42); }
 
 void check_close(const std::vector<double>& got, const std::vector<double>& want) {
   REQUIRE(got.size() == want.size());

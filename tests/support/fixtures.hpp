@@ -1,0 +1,74 @@
+// Shared fixtures of the end-to-end tests: paths, the tiny GPT training config, loss lists and
+// running a command from the source directory.
+#pragma once
+
+#include <doctest/doctest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <array>
+#include <cstdio>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "actors/trainer.hpp"
+
+namespace fusion::test {
+
+/// A path inside the source tree.
+inline std::string src(const std::string& rel) { return std::string(FUSION_SOURCE_DIR) + "/" + rel; }
+
+/// A per-process temporary file name: /tmp/fusion_PREFIX_PID_NAME.
+inline std::string temp_path(const std::string& prefix, const std::string& name) {
+  return (std::filesystem::temp_directory_path() /
+          ("fusion_" + prefix + "_" + std::to_string(::getpid()) + "_" + name))
+      .string();
+}
+
+/// gpt-char-tiny on the corpus, batch 8, no evaluation, no progress output.
+inline train_config tiny_train_config(int64_t steps, int64_t micro_batches, uint64_t seed) {
+  train_config c;
+  c.model_file = src("configs/models/gpt-char-tiny.pbtxt");
+  c.data_file = src("data/kjv.txt");
+  c.batch = 8;
+  c.micro_batches = micro_batches;
+  c.steps = steps;
+  c.seed = seed;
+  c.optim.lr = 3e-3;
+  c.optim.min_lr = 3e-4;
+  c.optim.warmup_steps = 5;
+  c.optim.total_steps = 300;
+  c.eval_batches = 0;
+  c.progress = false;
+  return c;
+}
+
+/// The training loss of every step.
+inline std::vector<double> losses_of(const train_result& r) {
+  std::vector<double> out;
+  for (auto& s : r.steps) out.push_back(s.loss);
+  return out;
+}
+
+/// Exit status and merged stdout/stderr of a shell command.
+struct run_result {
+  int status = -1;
+  std::string output;
+};
+
+/// Runs `command` with sh from the source directory, stderr merged into the output.
+inline run_result run_in_source(const std::string& command) {
+  std::string cmd = std::string("cd ") + FUSION_SOURCE_DIR + " && " + command + " 2>&1";
+  run_result r;
+  FILE* p = popen(cmd.c_str(), "r");
+  REQUIRE(p != nullptr);
+  std::array<char, 4096> buf{};
+  size_t n;
+  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) r.output.append(buf.data(), n);
+  int st = pclose(p);
+  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  return r;
+}
+
+}  // namespace fusion::test
