@@ -164,6 +164,15 @@ void set_liveness(caf::actor_system_config& cfg, int64_t heartbeat_ms, int64_t t
   cfg.set("middleman.connection-timeout", caf::timespan{std::chrono::milliseconds(timeout_ms)});
 }
 
+void set_scheduler_policy(caf::actor_system_config& cfg, const std::string& policy) {
+  if (policy != "stealing" && policy != "sharing")
+    throw std::runtime_error("runtime.scheduler must be \"stealing\" or \"sharing\", got \"" + policy + "\"");
+  if (policy == "sharing")
+    cfg.set("scheduler.policy", caf::atom("sharing"));
+  else
+    cfg.set("scheduler.policy", caf::atom("stealing"));
+}
+
 caf::actor spawn_node_actor(caf::actor_system& sys, node_identity id, std::shared_ptr<std::atomic<int>> exit_code,
                             std::shared_ptr<route_table> routes) {
   return sys.spawn(node_actor_fn, std::move(id), std::move(exit_code), std::move(routes));

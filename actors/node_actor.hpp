@@ -29,6 +29,11 @@ struct node_identity {
 /// std::runtime_error unless 0 < heartbeat_ms < timeout_ms.
 void set_liveness(caf::actor_system_config& cfg, int64_t heartbeat_ms, int64_t timeout_ms);
 
+/// Selects CAF's scheduler: "stealing" (work stealing; idle workers poll before they sleep) or
+/// "sharing" (one shared queue; idle workers sleep at once, which leaves the cores to the compute
+/// of other processes on the same host). Throws std::runtime_error for anything else.
+void set_scheduler_policy(caf::actor_system_config& cfg, const std::string& policy);
+
 /// Spawns the node actor. `exit_code` is set to 0 when the coordinator ends the run with
 /// shutdown_atom and to 1 when the coordinator disappears first. `routes` is shared with the
 /// node's data_channel_server (actors/data_channel.hpp), which delivers by the same routes.

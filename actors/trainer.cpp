@@ -10,6 +10,7 @@
 #include <fstream>
 #include <random>
 #include <sstream>
+#include <tuple>
 
 #include <caf/io/all.hpp>
 
@@ -188,6 +189,8 @@ struct session::impl {
     cpu::set_blas_threads(std::max(1, cfg.blas_threads));
     int threads = cfg.threads > 0 ? cfg.threads : static_cast<int>(std::max(1L, sysconf(_SC_NPROCESSORS_ONLN)));
     sys_cfg.set("scheduler.max-threads", static_cast<int64_t>(threads));
+    set_scheduler_policy(sys_cfg, cfg.scheduler.empty() ? (cfg.cluster_file.empty() ? "stealing" : "sharing")
+                                                        : cfg.scheduler);
     add_fusion_message_types(sys_cfg);
     if (!cfg.cluster_file.empty()) {
       cluster = load_cluster(cfg.cluster_file);
@@ -385,9 +388,13 @@ struct session::impl {
   // Edge traffic of the step that just ended, from every node.
   std::vector<edge_measurement> poll_edge_traffic() {
     std::vector<edge_measurement> out;
-    for (size_t i = 0; i < nodes.list.size(); ++i) {
-      if (!nodes.list[i]) continue;
-      auto st = ask_node<node_stats>(i, "reading traffic", stats_atom::value);
+    size_t live = 0;
+    for (auto& n : nodes.list) live += n ? 1 : 0;
+    auto all = gather<node_stats>(live, "reading the traffic of the nodes", [&] {
+      for (auto& n : nodes.list)
+        if (n) (*self)->send(n, stats_atom::value);
+    });
+    for (auto& st : all) {
       for (auto& e : st.edges) {
         auto it = edges.find(e.edge);
         if (it == edges.end()) continue;
@@ -396,6 +403,23 @@ struct session::impl {
                        cluster.nodes[info.to].name, e.bytes, e.tensors, e.seconds});
       }
     }
+    std::sort(out.begin(), out.end(), [](auto& a, auto& b) {
+      return std::tie(a.producer, a.consumer, b.forward) < std::tie(b.producer, b.consumer, a.forward);
+    });
+    return out;
+  }
+
+  // Runs `send_all` (which sends one request-like message to each of `n` actors) and collects
+  // the n replies of type T, in arrival order. Unlike request().receive(), the wait also sees a
+  // node going down or an actor failing, so a dead node ends it within the peer timeout.
+  template <class T, class SendAll>
+  std::vector<T> gather(size_t n, const std::string& what, SendAll send_all) {
+    send_all();
+    std::vector<T> out;
+    std::string err;
+    wait_until([&] { return out.size() == n || !err.empty(); }, what.c_str(),
+               [&](T& v) { out.push_back(std::move(v)); }, [&](caf::error& e) { err = sys->render(e); });
+    if (!err.empty()) throw std::runtime_error(what + ": " + err);
     return out;
   }
 
@@ -542,15 +566,15 @@ struct session::impl {
     ck.meta = "model_file=" + cfg.model_file + "\nseed=" + std::to_string(cfg.seed) + "\n";
     std::vector<int32_t> vocab(tokenizer.chars().begin(), tokenizer.chars().end());
     ck.tensors.emplace_back("@vocab", tensor::from_i32({static_cast<int64_t>(vocab.size())}, vocab));
-    for (int id : compute_nodes) {
-      named_tensors part;
-      std::string err;
-      (*self)->request(actors[id], std::chrono::seconds(60), get_state_atom::value)
-          .receive([&](named_tensors& v) { part = std::move(v); },
-                   [&](caf::error& e) { err = sys->render(e); });
-      if (!err.empty()) throw std::runtime_error("collecting state of node " + model.nodes[id].name + ": " + err);
-      for (auto& kv : part) ck.tensors.push_back(std::move(kv));
-    }
+    auto parts = gather<named_tensors>(compute_nodes.size(), "collecting the parameters for a checkpoint", [&] {
+      for (int id : compute_nodes) (*self)->send(actors[id], get_state_atom::value);
+    });
+    named_tensors all;
+    for (auto& part : parts)
+      for (auto& kv : part) all.push_back(std::move(kv));
+    // Replies arrive in any order: sort by name so the file does not depend on timing.
+    std::sort(all.begin(), all.end(), [](auto& a, auto& b) { return a.first < b.first; });
+    for (auto& kv : all) ck.tensors.push_back(std::move(kv));
     make_parent_dirs(path);
     fusion::save_checkpoint(path, ck);
     last_checkpoint = path + " at step " + std::to_string(step);
@@ -567,17 +591,16 @@ struct session::impl {
                                  cfg.data_file);
     }
     named_tensors all(std::make_move_iterator(ck.tensors.begin()), std::make_move_iterator(ck.tensors.end()));
-    for (int id : compute_nodes) {
-      const std::string prefix = model.nodes[id].name + "/";
-      named_tensors mine;
-      for (auto& kv : all)
-        if (kv.first.rfind(prefix, 0) == 0 && kv.first.find('/', prefix.size()) == std::string::npos)
-          mine.push_back(kv);
-      std::string err;
-      (*self)->request(actors[id], std::chrono::seconds(60), set_state_atom::value, std::move(mine))
-          .receive([](bool) {}, [&](caf::error& e) { err = sys->render(e); });
-      if (!err.empty()) throw std::runtime_error("checkpoint " + path + ": " + err);
-    }
+    gather<bool>(compute_nodes.size(), ("loading checkpoint " + path).c_str(), [&] {
+      for (int id : compute_nodes) {
+        const std::string prefix = model.nodes[id].name + "/";
+        named_tensors mine;
+        for (auto& kv : all)
+          if (kv.first.rfind(prefix, 0) == 0 && kv.first.find('/', prefix.size()) == std::string::npos)
+            mine.push_back(kv);
+        (*self)->send(actors[id], set_state_atom::value, std::move(mine));
+      }
+    });
     step = static_cast<int64_t>(ck.step);
   }
 

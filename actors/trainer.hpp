@@ -35,6 +35,9 @@ struct train_config {
   std::string resume_from;                 ///< checkpoint to start from
   int threads = 0;                         ///< actor scheduler threads (0: one per core)
   int blas_threads = 1;                    ///< OpenBLAS threads inside each op call
+  std::string scheduler;                   ///< CAF scheduler: "stealing", "sharing"; empty: stealing in
+                                           ///< one process, sharing with a cluster file (idle workers
+                                           ///< of several processes on one host must not spin)
   /// Device of every op actor of a one-process run: "cpu", "cuda" or "cuda:N" (docs/cuda.md).
   /// With a cluster file each node's device comes from the cluster file instead.
   std::string device = "cpu";

@@ -35,6 +35,7 @@ struct node_app_config : table_config {
   double join_timeout_s = 60;
   int64_t heartbeat_ms = 250, peer_timeout_ms = 2000;
   uint64_t threads = 0, blas_threads = 1;
+  std::string scheduler = "sharing";
 
   node_app_config() {
     add_rows({
@@ -51,6 +52,7 @@ struct node_app_config : table_config {
          &peer_timeout_ms},
         {"runtime", "threads", "actor scheduler threads (0: one per core)", &threads},
         {"runtime", "blas-threads", "OpenBLAS threads per op call", &blas_threads},
+        {"runtime", "scheduler", "actor scheduler: sharing (idle workers sleep) or stealing", &scheduler},
     });
   }
 };
@@ -88,6 +90,7 @@ int run(int argc, char** argv) {
   add_fusion_message_types(cfg);
   int threads = cfg.threads > 0 ? static_cast<int>(cfg.threads) : static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN));
   cfg.set("scheduler.max-threads", static_cast<int64_t>(std::max(1, threads)));
+  set_scheduler_policy(cfg, cfg.scheduler);
   cpu::set_blas_threads(std::max<int>(1, static_cast<int>(cfg.blas_threads)));
 
   node_hello hello;

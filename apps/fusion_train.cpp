@@ -87,6 +87,8 @@ struct train_app_config : table_config {
          &run.cpu_ops},
         {"runtime", "step-timeout", "seconds before a stuck step aborts the run", &step_timeout_s},
         {"runtime", "quiet", "no progress lines", &quiet},
+        {"runtime", "scheduler", "actor scheduler: stealing or sharing (default: stealing, sharing with a cluster)",
+         &run.scheduler},
         {"cluster", "file", "cluster file: run the operators on fusion-node processes (empty: all in this process)",
          &run.cluster_file},
         {"cluster", "listen", "HOST:PORT this coordinator listens on for nodes (default: the cluster file's)",

@@ -6,6 +6,8 @@ configs/models/gpt-char-small.pbtxt + configs/runs/char-small.ini, written for D
 PyTorch 1.13 (python3-torch; no F.scaled_dot_product_attention there, so attention is spelled out).
 
     OMP_WAIT_POLICY=PASSIVE /usr/bin/python3 bench/torch_char_gpt.py --steps 30 --warmup 5
+    /usr/bin/python3 bench/torch_char_gpt.py --device cuda --vocab 50257 --context 1024 \
+        --channels 768 --heads 12 --layers 12 --batch 8      # gpt2-124m (bench/gpu_bench.sh)
 
 Shape legend: B batch, T context, C channels, V vocabulary, NH heads, HS head size (C / NH).
 
@@ -138,6 +140,7 @@ def main():
     ap.add_argument("--lr-warmup", type=int, default=40, help="linear learning-rate warm-up steps")
     ap.add_argument("--seed", type=int, default=1337)
     ap.add_argument("--log-every", type=int, default=0, help="print a progress line every N steps (0: none)")
+    ap.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N (bench/gpu_bench.sh)")
     a = ap.parse_args()
     if a.steps < 1 or a.warmup < 0 or a.threads < 1:
         sys.exit("torch_char_gpt: need --steps >= 1, --warmup >= 0, --threads >= 1")
@@ -151,7 +154,10 @@ def main():
     B, T = a.batch, a.context
     offsets = torch.arange(T + 1)
 
-    model = char_gpt(a.vocab, T, a.channels, a.heads, a.layers)
+    device = torch.device(a.device)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        sys.exit("torch_char_gpt: --device cuda but torch sees no CUDA device")
+    model = char_gpt(a.vocab, T, a.channels, a.heads, a.layers).to(device)
     decay = [p for p in model.parameters() if p.dim() >= 2]
     no_decay = [p for p in model.parameters() if p.dim() < 2]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0}],
@@ -168,7 +174,7 @@ def main():
             t_start = time.perf_counter()
         starts = torch.randint(0, len(train) - T - 1, (B,), generator=gen)
         rows = train[starts[:, None] + offsets]  # (B, T+1)
-        x, y = rows[:, :-1], rows[:, 1:]
+        x, y = rows[:, :-1].to(device), rows[:, 1:].to(device)
         lr = lr_at(step, a.lr, a.min_lr, a.lr_warmup, total)
         for g in opt.param_groups:
             g["lr"] = lr
@@ -177,12 +183,15 @@ def main():
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
-        loss_value = loss.item()
+        loss_value = loss.item()  # waits for the step (also on a GPU)
         if a.log_every > 0 and (step + 1) % a.log_every == 0:
             print(f"step {step + 1}/{total} | loss {loss_value:.4f} | lr {lr:.2e}", file=sys.stderr)
     seconds = time.perf_counter() - t_start
 
     tokens_per_s = a.steps * B * T / seconds
+    if device.type == "cuda":
+        peak_rss_mb_gpu = torch.cuda.max_memory_allocated(device) / 2**20
+        print(f"peak GPU memory allocated {peak_rss_mb_gpu:.0f} MiB", file=sys.stderr)
     peak_rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0  # ru_maxrss is KiB on Linux
     print(f"RESULT tokens_per_s={tokens_per_s:.1f} peak_rss_mb={peak_rss_mb:.1f} loss={loss_value:.4f} "
           f"steps={a.steps} warmup={a.warmup} threads={torch.get_num_threads()} seconds={seconds:.3f}")

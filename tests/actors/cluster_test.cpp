@@ -240,3 +240,33 @@ TEST_CASE("cluster: the coordinator refuses a node of another protocol version o
   CHECK(error.find("n0") != std::string::npos);
   CHECK(error.find("did not join") != std::string::npos);
 }
+
+TEST_CASE("cluster: fusion-train exits non-zero naming a node that was killed") {
+  auto cluster = write_cluster("binkill", 2, "placement { policy: \"even\" }");
+  auto log = temp_path("binkill-coordinator.log");
+  child_process coordinator({std::string(FUSION_BINARY_DIR) + "/apps/fusion-train", "--config",
+                             src("configs/runs/char-tiny.ini"), "--cluster", cluster, "--steps", "100000",
+                             "--train.eval-every=0", "--output.metrics=\"\"", "--output.checkpoint=\"\"",
+                             "--cluster.heartbeat-ms=100", "--cluster.peer-timeout-ms=1000"},
+                            log);
+  // The coordinator prints the port it listens on; the nodes join there.
+  uint16_t port = 0;
+  for (int i = 0; i < 500 && port == 0; ++i) {
+    auto out = coordinator.output();
+    auto at = out.find("on 127.0.0.1:");
+    if (at != std::string::npos) port = static_cast<uint16_t>(std::stoi(out.substr(at + 13)));
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  REQUIRE(port != 0);
+  std::vector<child_process> nodes;
+  nodes.push_back(start_node("n0", port, "binkill-n0"));
+  nodes.push_back(start_node("n1", port, "binkill-n1"));
+  for (int i = 0; i < 1000 && coordinator.output().find("step 20/") == std::string::npos; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  nodes[1].signal(SIGKILL);
+  int status = coordinator.wait(20);
+  INFO(coordinator.output());
+  CHECK(status == 1);
+  CHECK(coordinator.output().find("node 'n1' (site s1) is gone") != std::string::npos);
+  CHECK(nodes[0].wait(15) >= 0);
+}
