@@ -19,6 +19,7 @@
 #include "actors/node_actor.hpp"
 #include "actors/op_actor.hpp"
 #include "actors/op_device.hpp"
+#include "actors/session_impl.hpp"
 #include "core/cluster.hpp"
 #include "core/wire.hpp"
 #include "scheduler/placement.hpp"
@@ -30,8 +31,6 @@
 namespace fusion {
 
 namespace {
-
-using clock_type = std::chrono::steady_clock;
 
 double seconds_between(clock_type::time_point a, clock_type::time_point b) {
   return std::chrono::duration<double>(b - a).count();
@@ -61,54 +60,6 @@ double peak_rss_mb() {
     if (line.rfind("VmHWM:", 0) == 0) return std::stod(line.substr(6)) / 1024.0;
   return 0;
 }
-
-std::string describe(const char* what) { return what; }
-template <class F>
-std::string describe(const F& what) {
-  return what();
-}
-
-// Whether two device names mean the same device ("cuda" and "cuda:0" do).
-static bool same_device(const std::string& a, const std::string& b) {
-  try {
-    return normalize_device(a) == normalize_device(b);
-  } catch (const std::exception&) {
-    return a == b;
-  }
-}
-
-// Owns the op actors and stops them when destroyed, also when the session constructor throws
-// halfway: otherwise ~actor_system would wait forever for actors nobody stops.
-struct actor_group {
-  std::vector<caf::actor> list;
-  ~actor_group() {
-    for (auto& a : list) caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
-  }
-  caf::actor& operator[](size_t i) { return list[i]; }
-  size_t size() const { return list.size(); }
-};
-
-/// What the coordinator knows about one cross-process edge.
-struct edge_info {
-  int producer = -1, consumer = -1;
-  bool forward = true;
-  int from = -1, to = -1;  // cluster node indices
-};
-
-// The fusion-node processes of a run. Ends them with shutdown_atom when destroyed, so nodes exit
-// cleanly also when the session constructor throws after they joined.
-struct node_group {
-  caf::scoped_actor* self = nullptr;
-  std::vector<caf::actor> list;        // by cluster node index; empty handle: not joined
-  std::vector<node_hello> hellos;
-  ~node_group() {
-    if (!self) return;
-    for (auto& n : list) {
-      if (!n) continue;
-      (*self)->request(n, std::chrono::seconds(5), shutdown_atom::value).receive([](bool) {}, [](caf::error&) {});
-    }
-  }
-};
 
 // {"step": N, "ops": {"h0.fc": {"fwd_ms": [..], "bwd_ms": [..]}, ...}, "edges": [...]}: the
 // measurements of one step, per micro-batch for ops and per edge for cross-process traffic.
@@ -140,474 +91,250 @@ std::string measurement_json(const step_record& rec, const graph& g) {
   return out + "]}";
 }
 
-struct session::impl {
-  train_config cfg;
-  caf::actor_system_config sys_cfg;
-  std::unique_ptr<caf::actor_system> sys;
-  std::unique_ptr<caf::scoped_actor> self;
-  graph model;
-  char_tokenizer tokenizer;
-  std::unique_ptr<text_dataset> data;
-  node_group nodes;                    // cluster mode only; destroyed after the actors are stopped
-  actor_group actors;                  // by node id; declared after sys, so destroyed first
-  cluster_spec cluster;                // cluster mode only
-  fusion::placement place;             // cluster mode only
-  std::map<uint64_t, edge_info> edges; // cluster mode only: by edge id
-  std::string last_checkpoint;         // "FILE at step N" once one was written
-  std::vector<int> compute_nodes;      // non-input node ids (they run backward and step)
-  int64_t step = 0;
-  int64_t micro_rows = 0;              // rows per micro-batch
-  std::string failure;                 // first failure reported by an actor
-  std::ofstream metrics;
 
-  explicit impl(train_config c) : cfg(std::move(c)) {
-    if (cfg.batch < 1) throw std::runtime_error("train.batch must be >= 1, got " + std::to_string(cfg.batch));
-    if (cfg.micro_batches < 1 || cfg.batch % cfg.micro_batches != 0)
-      throw std::runtime_error("train.micro-batches (" + std::to_string(cfg.micro_batches) +
-                               ") must be >= 1 and divide train.batch (" + std::to_string(cfg.batch) + ")");
-    check_optim_config(cfg.optim);
-    check_devices();
-    micro_rows = cfg.batch / cfg.micro_batches;
-    model = load_graph(cfg.model_file, micro_rows);
+session::impl::impl(train_config c) : cfg(std::move(c)) {
+  if (cfg.batch < 1) throw std::runtime_error("train.batch must be >= 1, got " + std::to_string(cfg.batch));
+  if (cfg.micro_batches < 1 || cfg.batch % cfg.micro_batches != 0)
+    throw std::runtime_error("train.micro-batches (" + std::to_string(cfg.micro_batches) +
+                             ") must be >= 1 and divide train.batch (" + std::to_string(cfg.batch) + ")");
+  check_optim_config(cfg.optim);
+  check_devices();
+  micro_rows = cfg.batch / cfg.micro_batches;
+  model = load_graph(cfg.model_file, micro_rows);
 
-    std::string text = read_text_file(cfg.data_file);
-    if (!cfg.vocab_file.empty() && std::filesystem::exists(cfg.vocab_file)) {
-      tokenizer.load(cfg.vocab_file);
-    } else {
-      tokenizer.build(text);
-      if (!cfg.vocab_file.empty()) {
-        make_parent_dirs(cfg.vocab_file);
-        tokenizer.save(cfg.vocab_file);
-      }
-    }
-    if (tokenizer.size() > model.vocab)
-      throw std::runtime_error("corpus " + cfg.data_file + " has " + std::to_string(tokenizer.size()) +
-                               " distinct characters but model " + cfg.model_file + " has vocabulary " +
-                               std::to_string(model.vocab));
-    data = std::make_unique<text_dataset>(tokenizer.encode(text), cfg.val_fraction);
-
-    cpu::set_blas_threads(std::max(1, cfg.blas_threads));
-    int threads = cfg.threads > 0 ? cfg.threads : static_cast<int>(std::max(1L, sysconf(_SC_NPROCESSORS_ONLN)));
-    sys_cfg.set("scheduler.max-threads", static_cast<int64_t>(threads));
-    set_scheduler_policy(sys_cfg, cfg.scheduler.empty() ? (cfg.cluster_file.empty() ? "stealing" : "sharing")
-                                                        : cfg.scheduler);
-    add_fusion_message_types(sys_cfg);
-    if (!cfg.cluster_file.empty()) {
-      cluster = load_cluster(cfg.cluster_file);
-      place = place_ops(model, cluster);
-      set_liveness(sys_cfg, cfg.heartbeat_ms, cfg.peer_timeout_ms);
-      if (cfg.transport != "tcp" && cfg.transport != "caf")
-        throw std::runtime_error("flow.transport must be \"tcp\" or \"caf\", got \"" + cfg.transport + "\"");
-      sys_cfg.load<caf::io::middleman>();
-    }
-    sys = std::make_unique<caf::actor_system>(sys_cfg);
-    self = std::make_unique<caf::scoped_actor>(*sys);
-
-    actor_run_params run{static_cast<uint32_t>(cfg.micro_batches), cfg.seed, cfg.optim};
-    for (auto& n : model.nodes)
-      if (!n.is_input()) compute_nodes.push_back(n.id);
-    if (cfg.cluster_file.empty()) {
-      const auto cpu_ops = split_patterns(cfg.cpu_ops);
-      for (auto& n : model.nodes) {
-        run.device = device_for_op(normalize_device(cfg.device), cpu_ops, n.name);
-        actors.list.push_back(spawn_op_actor(*sys, make_node_spec(model, n.id), run));
-      }
-      for (auto& n : model.nodes) {
-        std::vector<caf::actor> consumers, producers;
-        for (auto& c : n.consumers) consumers.push_back(actors[c.node]);
-        for (int p : n.inputs) producers.push_back(actors[p]);
-        (*self)->send(actors[n.id], connect_atom::value, std::move(consumers), std::move(producers),
-                      caf::actor_cast<caf::actor>(*self));
-      }
-    } else {
-      join_nodes();
-      spawn_on_nodes(run);
-    }
-    if (!cfg.resume_from.empty()) load(cfg.resume_from);
-    if (!cfg.metrics_file.empty()) {
-      make_parent_dirs(cfg.metrics_file);
-      metrics.open(cfg.metrics_file, std::ios::app);
-      if (!metrics) throw std::runtime_error("cannot open metrics file " + cfg.metrics_file);
+  std::string text = read_text_file(cfg.data_file);
+  if (!cfg.vocab_file.empty() && std::filesystem::exists(cfg.vocab_file)) {
+    tokenizer.load(cfg.vocab_file);
+  } else {
+    tokenizer.build(text);
+    if (!cfg.vocab_file.empty()) {
+      make_parent_dirs(cfg.vocab_file);
+      tokenizer.save(cfg.vocab_file);
     }
   }
+  if (tokenizer.size() > model.vocab)
+    throw std::runtime_error("corpus " + cfg.data_file + " has " + std::to_string(tokenizer.size()) +
+                             " distinct characters but model " + cfg.model_file + " has vocabulary " +
+                             std::to_string(model.vocab));
+  data = std::make_unique<text_dataset>(tokenizer.encode(text), cfg.val_fraction);
 
-  // Fails fast, before any data is read, when runtime.device names a GPU this process cannot
-  // use; a cluster run takes its devices from the cluster file.
-  void check_devices() {
-    if (!cfg.cluster_file.empty()) {
-      if (cfg.device != "cpu")
-        throw std::runtime_error("runtime.device=" + cfg.device + " applies to a one-process run; with a cluster "
-                                 "file each node's device is its `device` entry there");
-      return;
-    }
-    if (auto why = device_problem(cfg.device); !why.empty()) throw std::runtime_error("runtime.device: " + why);
+  cpu::set_blas_threads(std::max(1, cfg.blas_threads));
+  int threads = cfg.threads > 0 ? cfg.threads : static_cast<int>(std::max(1L, sysconf(_SC_NPROCESSORS_ONLN)));
+  sys_cfg.set("scheduler.max-threads", static_cast<int64_t>(threads));
+  set_scheduler_policy(sys_cfg, cfg.scheduler.empty() ? (cfg.cluster_file.empty() ? "stealing" : "sharing")
+                                                      : cfg.scheduler);
+  add_fusion_message_types(sys_cfg);
+  if (!cfg.cluster_file.empty()) {
+    cluster = load_cluster(cfg.cluster_file);
+    place = place_ops(model, cluster);
+    set_liveness(sys_cfg, cfg.heartbeat_ms, cfg.peer_timeout_ms);
+    if (cfg.transport != "tcp" && cfg.transport != "caf")
+      throw std::runtime_error("flow.transport must be \"tcp\" or \"caf\", got \"" + cfg.transport + "\"");
+    sys_cfg.load<caf::io::middleman>();
   }
+  sys = std::make_unique<caf::actor_system>(sys_cfg);
+  self = std::make_unique<caf::scoped_actor>(*sys);
 
-  // ---- cluster mode: nodes join, op actors are spawned on them and wired through edges ----
-
-  std::string node_label(size_t i) const {
-    return "node '" + cluster.nodes[i].name + "' (site " + cluster.nodes[i].site + ")";
-  }
-
-  void on_down(const caf::down_msg& dm) {
-    for (size_t i = 0; i < nodes.list.size(); ++i) {
-      if (!nodes.list[i] || nodes.list[i].address() != dm.source) continue;
-      nodes.list[i] = nullptr;  // nothing to shut down there any more
-      if (failure.empty())
-        failure = node_label(i) + " is gone (" + caf::to_string(dm.reason) +
-                  "): it was killed, crashed or stopped answering heartbeats for " +
-                  std::to_string(cfg.peer_timeout_ms) + " ms";
-    }
-  }
-
-  // Publishes the coordinator and waits until every node of the cluster file has said hello.
-  void join_nodes() {
-    std::string host = cluster.coordinator_host;
-    uint16_t port = static_cast<uint16_t>(cluster.coordinator_port);
-    if (!cfg.listen.empty()) {
-      auto colon = cfg.listen.rfind(':');
-      if (colon == std::string::npos) throw std::runtime_error("cluster.listen: expected HOST:PORT, got " + cfg.listen);
-      host = cfg.listen.substr(0, colon);
-      port = static_cast<uint16_t>(std::stoi(cfg.listen.substr(colon + 1)));
-    }
-    auto me = caf::actor_cast<caf::actor>(*self);
-    auto bound = sys->middleman().publish(me, port, host.c_str(), true);
-    if (!bound)
-      throw std::runtime_error("cannot listen for nodes on " + host + ":" + std::to_string(port) + ": " +
-                               sys->render(bound.error()));
-    nodes.self = self.get();
-    nodes.list.assign(cluster.nodes.size(), nullptr);
-    nodes.hellos.assign(cluster.nodes.size(), {});
-    if (cfg.progress)
-      std::fprintf(stderr, "fusion-train: waiting for %zu node(s) of %s on %s:%u\n", cluster.nodes.size(),
-                   cluster.file.c_str(), host.c_str(), static_cast<unsigned>(*bound));
-    if (cfg.on_listening) cfg.on_listening(*bound);
-    size_t joined = 0;
-    auto deadline = clock_type::now() + std::chrono::duration<double>(cfg.join_timeout_s);
-    while (joined < cluster.nodes.size() && failure.empty()) {
-      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - clock_type::now());
-      if (left.count() <= 0) break;
-      (*self)->receive(
-          [&](hello_atom, node_hello& h, caf::actor& node) -> caf::message {
-            std::string why;
-            int idx = cluster.find_node(h.name);
-            if (h.version != wire_protocol_version)
-              why = "node '" + h.name + "' speaks protocol version " + std::to_string(h.version) +
-                    ", this coordinator speaks " + std::to_string(wire_protocol_version) + ": run the same build";
-            else if (idx < 0)
-              why = "node '" + h.name + "' is not in cluster file " + cluster.file;
-            else if (nodes.list[idx])
-              why = "node '" + h.name + "' has already joined";
-            else if (!same_device(h.device.substr(0, h.device.find(' ')), cluster.nodes[idx].device))
-              why = "node '" + h.name + "' drives " + h.device + " but " + cluster.file + " gives it device " +
-                    cluster.nodes[idx].device + ": set [node] device in its config to match";
-            if (!why.empty()) {
-              std::fprintf(stderr, "fusion-train: refused a node: %s\n", why.c_str());
-              return caf::make_message(welcome_atom::value, int32_t{-1}, wire_protocol_version, why);
-            }
-            nodes.list[idx] = node;
-            nodes.hellos[idx] = h;
-            (*self)->monitor(node);
-            ++joined;
-            if (cfg.progress)
-              std::fprintf(stderr, "fusion-train: %s joined: %s, %.0f GFLOP/s, %.1f GiB, pid %d (%zu/%zu)\n",
-                           node_label(idx).c_str(), h.device.c_str(), h.gflops,
-                           static_cast<double>(h.memory_bytes) / (1 << 30), h.pid, joined, cluster.nodes.size());
-            return caf::make_message(welcome_atom::value, static_cast<int32_t>(idx), wire_protocol_version,
-                                     std::string{});
-          },
-          [&](caf::down_msg& dm) { on_down(dm); }, caf::after(left) >> [] {});
-    }
-    if (!failure.empty()) throw std::runtime_error(failure);
-    if (joined < cluster.nodes.size()) {
-      std::string missing;
-      for (size_t i = 0; i < cluster.nodes.size(); ++i)
-        if (!nodes.list[i]) missing += (missing.empty() ? "" : ", ") + cluster.nodes[i].name;
-      throw std::runtime_error("node(s) " + missing + " of " + cluster.file + " did not join within " +
-                               std::to_string(static_cast<int>(cfg.join_timeout_s)) +
-                               " s (cluster.join-timeout); start them with fusion-node --config configs/nodes/...");
-    }
-  }
-
-  template <class T, class... Ts>
-  T ask_node(size_t node, const char* what, Ts&&... xs) {
-    T out{};
-    std::string err;
-    (*self)->request(nodes.list.at(node), std::chrono::seconds(60), std::forward<Ts>(xs)...)
-        .receive([&](T& v) { out = std::move(v); }, [&](caf::error& e) { err = sys->render(e); });
-    if (!err.empty()) throw std::runtime_error(std::string(what) + " on " + node_label(node) + ": " + err);
-    return out;
-  }
-
-  // Spawns every op actor on its node and wires the graph. An edge between two nodes becomes two
-  // edge senders: the activation one on the producer's node, the gradient one on the consumer's.
-  // Each op actor computes on its node's device (cluster file), except those runtime.cpu-ops keeps
-  // on the CPU.
-  void spawn_on_nodes(actor_run_params run) {
-    const auto& where = place.node_of_op;
+  actor_run_params run{static_cast<uint32_t>(cfg.micro_batches), cfg.seed, cfg.optim};
+  for (auto& n : model.nodes)
+    if (!n.is_input()) compute_nodes.push_back(n.id);
+  if (cfg.cluster_file.empty()) {
     const auto cpu_ops = split_patterns(cfg.cpu_ops);
     for (auto& n : model.nodes) {
-      run.device = device_for_op(cluster.nodes[where[n.id]].device, cpu_ops, n.name);
-      actors.list.push_back(ask_node<caf::actor>(where[n.id], "spawning op actor", spawn_atom::value,
-                                                 make_node_spec(model, n.id), run));
+      run.device = device_for_op(normalize_device(cfg.device), cpu_ops, n.name);
+      actors.list.push_back(spawn_op_actor(*sys, make_node_spec(model, n.id), run));
     }
-    edge_config ec{cfg.window, cfg.chunk_bytes};
-    std::vector<std::vector<caf::actor>> consumers(model.nodes.size()), producers(model.nodes.size());
-    for (auto& n : model.nodes) producers[n.id].resize(n.inputs.size());
-    uint64_t next_edge = 1;
     for (auto& n : model.nodes) {
-      for (auto& c : n.consumers) {
-        int a = where[n.id], b = where[c.node];
-        if (a == b) {
-          consumers[n.id].push_back(actors[c.node]);
-          producers[c.node][c.slot] = actors[n.id];
-          continue;
-        }
-        auto link = [&](int from, int to, int target, bool forward) {
-          uint64_t id = next_edge++;
-          const auto& peer = nodes.hellos[to];
-          bool tcp = cfg.transport == "tcp";
-          auto sender = ask_node<caf::actor>(from, "creating an edge sender", edge_atom::value, id, nodes.list[to], ec,
-                                             tcp ? peer.host : std::string{}, tcp ? peer.data_port : uint16_t{0});
-          ask_node<bool>(to, "routing an edge", route_atom::value, id, actors[target], sender);
-          edges[id] = edge_info{n.id, c.node, forward, from, to};
-          return sender;
-        };
-        consumers[n.id].push_back(link(a, b, c.node, true));
-        producers[c.node][c.slot] = link(b, a, n.id, false);
-      }
-    }
-    for (auto& n : model.nodes)
-      (*self)->send(actors[n.id], connect_atom::value, std::move(consumers[n.id]), std::move(producers[n.id]),
+      std::vector<caf::actor> consumers, producers;
+      for (auto& c : n.consumers) consumers.push_back(actors[c.node]);
+      for (int p : n.inputs) producers.push_back(actors[p]);
+      (*self)->send(actors[n.id], connect_atom::value, std::move(consumers), std::move(producers),
                     caf::actor_cast<caf::actor>(*self));
-    if (cfg.progress)
-      std::fprintf(stderr, "fusion-train: placement (%s):\n%s", placement_policy_names()[static_cast<int>(cluster.placement.policy)].c_str(),
-                   format_placement(model, cluster, place).c_str());
-  }
-
-  // Edge traffic of the step that just ended, from every node.
-  std::vector<edge_measurement> poll_edge_traffic() {
-    std::vector<edge_measurement> out;
-    size_t live = 0;
-    for (auto& n : nodes.list) live += n ? 1 : 0;
-    auto all = gather<node_stats>(live, "reading the traffic of the nodes", [&] {
-      for (auto& n : nodes.list)
-        if (n) (*self)->send(n, stats_atom::value);
-    });
-    for (auto& st : all) {
-      for (auto& e : st.edges) {
-        auto it = edges.find(e.edge);
-        if (it == edges.end()) continue;
-        const auto& info = it->second;
-        out.push_back({info.producer, info.consumer, info.forward, cluster.nodes[info.from].name,
-                       cluster.nodes[info.to].name, e.bytes, e.tensors, e.seconds});
-      }
     }
-    std::sort(out.begin(), out.end(), [](auto& a, auto& b) {
-      return std::tie(a.producer, a.consumer, b.forward) < std::tie(b.producer, b.consumer, a.forward);
-    });
-    return out;
+  } else {
+    join_nodes();
+    spawn_on_nodes(run);
   }
-
-  // Runs `send_all` (which sends one request-like message to each of `n` actors) and collects
-  // the n replies of type T, in arrival order. Unlike request().receive(), the wait also sees a
-  // node going down or an actor failing, so a dead node ends it within the peer timeout.
-  template <class T, class SendAll>
-  std::vector<T> gather(size_t n, const std::string& what, SendAll send_all) {
-    send_all();
-    std::vector<T> out;
-    std::string err;
-    wait_until([&] { return out.size() == n || !err.empty(); }, what.c_str(),
-               [&](T& v) { out.push_back(std::move(v)); }, [&](caf::error& e) { err = sys->render(e); });
-    if (!err.empty()) throw std::runtime_error(what + ": " + err);
-    return out;
+  if (!cfg.resume_from.empty()) load(cfg.resume_from);
+  if (!cfg.metrics_file.empty()) {
+    make_parent_dirs(cfg.metrics_file);
+    metrics.open(cfg.metrics_file, std::ios::app);
+    if (!metrics) throw std::runtime_error("cannot open metrics file " + cfg.metrics_file);
   }
+}
 
-  // Splits a (rows, T) batch into micro-batches and sends tokens and targets to the inputs.
-  void feed(uint64_t s, uint32_t first_mb, pass_mode mode, const std::vector<int32_t>& x,
-            const std::vector<int32_t>& y, int64_t rows, int64_t per_mb, int64_t T) {
-    for (int64_t r = 0, mb = first_mb; r < rows; r += per_mb, ++mb) {
-      auto xs = std::span<const int32_t>(x).subspan(r * T, per_mb * T);
-      (*self)->send(actors[model.tokens_node], forward_atom::value, s, static_cast<uint32_t>(mb), uint32_t{0},
-                    static_cast<uint8_t>(mode), tensor::from_i32({per_mb, T}, xs));
-      if (mode == pass_mode::infer) continue;
-      auto ys = std::span<const int32_t>(y).subspan(r * T, per_mb * T);
-      (*self)->send(actors[model.targets_node], forward_atom::value, s, static_cast<uint32_t>(mb), uint32_t{0},
-                    static_cast<uint8_t>(mode), tensor::from_i32({per_mb, T}, ys));
+// Fails fast, before any data is read, when runtime.device names a GPU this process cannot
+// use; a cluster run takes its devices from the cluster file.
+void session::impl::check_devices() {
+  if (!cfg.cluster_file.empty()) {
+    if (cfg.device != "cpu")
+      throw std::runtime_error("runtime.device=" + cfg.device + " applies to a one-process run; with a cluster "
+                               "file each node's device is its `device` entry there");
+    return;
+  }
+  if (auto why = device_problem(cfg.device); !why.empty()) throw std::runtime_error("runtime.device: " + why);
+}
+
+// Splits a (rows, T) batch into micro-batches and sends tokens and targets to the inputs.
+void session::impl::feed(uint64_t s, uint32_t first_mb, pass_mode mode, const std::vector<int32_t>& x,
+                          const std::vector<int32_t>& y, int64_t rows, int64_t per_mb, int64_t T) {
+  for (int64_t r = 0, mb = first_mb; r < rows; r += per_mb, ++mb) {
+    auto xs = std::span<const int32_t>(x).subspan(r * T, per_mb * T);
+    (*self)->send(actors[model.tokens_node], forward_atom::value, s, static_cast<uint32_t>(mb), uint32_t{0},
+                  static_cast<uint8_t>(mode), tensor::from_i32({per_mb, T}, xs));
+    if (mode == pass_mode::infer) continue;
+    auto ys = std::span<const int32_t>(y).subspan(r * T, per_mb * T);
+    (*self)->send(actors[model.targets_node], forward_atom::value, s, static_cast<uint32_t>(mb), uint32_t{0},
+                  static_cast<uint8_t>(mode), tensor::from_i32({per_mb, T}, ys));
+  }
+}
+
+step_record session::impl::train_step() {
+  const int64_t T = model.context, B = cfg.batch, M = cfg.micro_batches;
+  auto t0 = clock_type::now();
+  std::vector<int32_t> x(B * T), y(B * T);
+  data->train_batch(cfg.seed, static_cast<uint64_t>(step), B, T, x.data(), y.data());
+  const uint64_t s = static_cast<uint64_t>(step);
+  feed(s, 0, pass_mode::train, x, y, B, micro_rows, T);
+
+  std::vector<double> losses(M, NAN), sq(model.nodes.size(), 0.0);
+  size_t n_loss = 0, n_grads = 0;
+  step_record rec;
+  std::vector<char> reported(model.nodes.size(), 0);
+  // On a timeout the message says what is missing, which points at the stuck edge or node.
+  auto missing = [&] {
+    std::string out = "forward/backward of step " + std::to_string(step + 1) + " (losses " +
+                      std::to_string(n_loss) + "/" + std::to_string(M) + "; no gradients yet from";
+    int listed = 0;
+    for (int id : compute_nodes)
+      if (!reported[id] && listed++ < 8) out += " " + model.nodes[id].name;
+    return out + (listed > 8 ? " ...)" : ")");
+  };
+  wait_until([&] { return n_loss == static_cast<size_t>(M) && n_grads == compute_nodes.size(); },
+             missing,
+             [&](loss_atom, uint64_t, uint32_t mb, double l) { losses.at(mb) = l, ++n_loss; },
+             [&](grads_atom, uint64_t, int32_t id, double v, std::vector<double>& fwd, std::vector<double>& bwd) {
+               sq.at(id) = v, ++n_grads, reported.at(id) = 1;
+               rec.ops.push_back({id, std::move(fwd), std::move(bwd)});
+             });
+  double loss = 0, norm2 = 0;
+  for (double l : losses) loss += l;  // micro-batch order: deterministic
+  for (double v : sq) norm2 += v;     // node order: deterministic
+  std::sort(rec.ops.begin(), rec.ops.end(), [](auto& a, auto& b) { return a.node < b.node; });
+  rec.step = step + 1;
+  rec.loss = loss / static_cast<double>(M);
+  rec.grad_norm = std::sqrt(norm2);
+  rec.lr = lr_at(cfg.optim, step);
+  if (!std::isfinite(rec.loss) || !std::isfinite(rec.grad_norm))
+    throw std::runtime_error("loss became " + std::to_string(rec.loss) + " at step " + std::to_string(step + 1) +
+                             " (learning rate too high?); the last checkpoint is unaffected");
+  float scale = clip_scale(rec.grad_norm, cfg.optim.grad_clip);
+  for (int id : compute_nodes) (*self)->send(actors[id], step_atom::value, s, rec.lr, scale);
+  size_t n_stepped = 0;
+  wait_until([&] { return n_stepped == compute_nodes.size(); }, "optimizer step",
+             [&](stepped_atom, int32_t) { ++n_stepped; });
+  ++step;
+  rec.tokens_per_s = static_cast<double>(B * T) / seconds_between(t0, clock_type::now());
+  if (!nodes.list.empty()) rec.edges = poll_edge_traffic();
+  return rec;
+}
+
+double session::impl::evaluate() {
+  const int64_t T = model.context, B = cfg.batch, M = cfg.micro_batches;
+  int64_t n = std::min(cfg.eval_batches, data->val_batches(B, T));
+  if (n <= 0) return NAN;
+  double total = 0;
+  std::vector<int32_t> x(B * T), y(B * T);
+  for (int64_t i = 0; i < n; ++i) {
+    data->val_batch(i, B, T, x.data(), y.data());
+    feed(static_cast<uint64_t>(step), 0, pass_mode::eval, x, y, B, micro_rows, T);
+    std::vector<double> losses(M, NAN);
+    size_t got = 0;
+    wait_until([&] { return got == static_cast<size_t>(M); }, "evaluation",
+               [&](loss_atom, uint64_t, uint32_t mb, double l) { losses.at(mb) = l, ++got; });
+    for (double l : losses) total += l;
+  }
+  return total / static_cast<double>(n * M);
+}
+
+std::string session::impl::sample(int count, const std::string& prompt, double temperature, uint64_t seed) {
+  std::vector<int32_t> ctx = tokenizer.encode(prompt.empty() ? std::string("\n") : prompt);
+  std::mt19937_64 rng(seed);
+  std::string out;
+  const int64_t T = model.context, V = model.vocab;
+  for (int i = 0; i < count; ++i) {
+    int64_t t = std::min<int64_t>(T, static_cast<int64_t>(ctx.size()));
+    std::vector<int32_t> window(ctx.end() - t, ctx.end());
+    feed(static_cast<uint64_t>(step), 0, pass_mode::infer, window, {}, 1, 1, t);
+    tensor logits;
+    wait_until([&] { return !logits.empty(); }, "sampling logits",
+               [&](output_atom, uint64_t, uint32_t, tensor& v) { logits = std::move(v); });
+    const float* row = logits.f32() + (t - 1) * V;
+    int vocab = tokenizer.size();  // model rows beyond the corpus vocabulary are never sampled
+    int next = 0;
+    if (temperature <= 0) {
+      next = static_cast<int>(std::max_element(row, row + vocab) - row);
+    } else {
+      float mx = *std::max_element(row, row + vocab);
+      std::vector<double> p(vocab);
+      for (int k = 0; k < vocab; ++k) p[k] = std::exp((row[k] - mx) / temperature);
+      next = std::discrete_distribution<int>(p.begin(), p.end())(rng);
     }
+    ctx.push_back(next);
+    out += tokenizer.decode(std::span<const int32_t>(&ctx.back(), 1));
   }
+  return out;
+}
 
-  // Waits for messages until `done()`; converts actor failures and timeouts into exceptions.
-  template <class Done, class What, class... Handlers>
-  void wait_until(Done done, What what, Handlers... handlers) {
-    auto deadline = clock_type::now() + std::chrono::duration<double>(cfg.step_timeout_s);
-    while (!done() && failure.empty()) {
-      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - clock_type::now());
-      if (left.count() <= 0) break;
-      (*self)->receive(
-          handlers...,
-          [&](fail_atom, std::string& node, std::string& msg) {
-            if (failure.empty()) failure = (node.rfind("node ", 0) == 0 ? node : "op actor '" + node + "'") +
-                                           " failed: " + msg;
-          },
-          [&](caf::down_msg& dm) { on_down(dm); },
-          caf::after(left) >> [] {});
+void session::impl::save(const std::string& path) {
+  checkpoint ck;
+  ck.step = static_cast<uint64_t>(step);
+  ck.model_name = model.name;
+  ck.meta = "model_file=" + cfg.model_file + "\nseed=" + std::to_string(cfg.seed) + "\n";
+  std::vector<int32_t> vocab(tokenizer.chars().begin(), tokenizer.chars().end());
+  ck.tensors.emplace_back("@vocab", tensor::from_i32({static_cast<int64_t>(vocab.size())}, vocab));
+  auto parts = gather<named_tensors>(compute_nodes.size(), "collecting the parameters for a checkpoint", [&] {
+    for (int id : compute_nodes) (*self)->send(actors[id], get_state_atom::value);
+  });
+  named_tensors all;
+  for (auto& part : parts)
+    for (auto& kv : part) all.push_back(std::move(kv));
+  // Replies arrive in any order: sort by name so the file does not depend on timing.
+  std::sort(all.begin(), all.end(), [](auto& a, auto& b) { return a.first < b.first; });
+  for (auto& kv : all) ck.tensors.push_back(std::move(kv));
+  make_parent_dirs(path);
+  fusion::save_checkpoint(path, ck);
+  last_checkpoint = path + " at step " + std::to_string(step);
+}
+
+void session::impl::load(const std::string& path) {
+  checkpoint ck = fusion::load_checkpoint(path);
+  if (ck.model_name != model.name)
+    throw std::runtime_error("checkpoint " + path + " is for model '" + ck.model_name + "', not '" + model.name + "'");
+  if (const tensor* v = find_tensor(ck, "@vocab")) {
+    std::vector<int32_t> mine(tokenizer.chars().begin(), tokenizer.chars().end());
+    if (v->numel() != static_cast<int64_t>(mine.size()) || !std::equal(mine.begin(), mine.end(), v->i32()))
+      throw std::runtime_error("checkpoint " + path + " was trained on a corpus with another vocabulary than " +
+                               cfg.data_file);
+  }
+  named_tensors all(std::make_move_iterator(ck.tensors.begin()), std::make_move_iterator(ck.tensors.end()));
+  gather<bool>(compute_nodes.size(), ("loading checkpoint " + path).c_str(), [&] {
+    for (int id : compute_nodes) {
+      const std::string prefix = model.nodes[id].name + "/";
+      named_tensors mine;
+      for (auto& kv : all)
+        if (kv.first.rfind(prefix, 0) == 0 && kv.first.find('/', prefix.size()) == std::string::npos)
+          mine.push_back(kv);
+      (*self)->send(actors[id], set_state_atom::value, std::move(mine));
     }
-    if (!failure.empty()) {
-      if (!last_checkpoint.empty()) failure += " (last checkpoint: " + last_checkpoint + ")";
-      throw std::runtime_error(failure);
-    }
-    if (!done())
-      throw std::runtime_error(std::string("timed out after ") + std::to_string(cfg.step_timeout_s) +
-                               " s waiting for " + describe(what) + " (runtime.step-timeout)");
-  }
+  });
+  step = static_cast<int64_t>(ck.step);
+}
 
-  step_record train_step() {
-    const int64_t T = model.context, B = cfg.batch, M = cfg.micro_batches;
-    auto t0 = clock_type::now();
-    std::vector<int32_t> x(B * T), y(B * T);
-    data->train_batch(cfg.seed, static_cast<uint64_t>(step), B, T, x.data(), y.data());
-    const uint64_t s = static_cast<uint64_t>(step);
-    feed(s, 0, pass_mode::train, x, y, B, micro_rows, T);
+void session::impl::log_metrics(const std::string& json) {
+  if (metrics.is_open()) metrics << json << '\n' << std::flush;
+}
 
-    std::vector<double> losses(M, NAN), sq(model.nodes.size(), 0.0);
-    size_t n_loss = 0, n_grads = 0;
-    step_record rec;
-    std::vector<char> reported(model.nodes.size(), 0);
-    // On a timeout the message says what is missing, which points at the stuck edge or node.
-    auto missing = [&] {
-      std::string out = "forward/backward of step " + std::to_string(step + 1) + " (losses " +
-                        std::to_string(n_loss) + "/" + std::to_string(M) + "; no gradients yet from";
-      int listed = 0;
-      for (int id : compute_nodes)
-        if (!reported[id] && listed++ < 8) out += " " + model.nodes[id].name;
-      return out + (listed > 8 ? " ...)" : ")");
-    };
-    wait_until([&] { return n_loss == static_cast<size_t>(M) && n_grads == compute_nodes.size(); },
-               missing,
-               [&](loss_atom, uint64_t, uint32_t mb, double l) { losses.at(mb) = l, ++n_loss; },
-               [&](grads_atom, uint64_t, int32_t id, double v, std::vector<double>& fwd, std::vector<double>& bwd) {
-                 sq.at(id) = v, ++n_grads, reported.at(id) = 1;
-                 rec.ops.push_back({id, std::move(fwd), std::move(bwd)});
-               });
-    double loss = 0, norm2 = 0;
-    for (double l : losses) loss += l;  // micro-batch order: deterministic
-    for (double v : sq) norm2 += v;     // node order: deterministic
-    std::sort(rec.ops.begin(), rec.ops.end(), [](auto& a, auto& b) { return a.node < b.node; });
-    rec.step = step + 1;
-    rec.loss = loss / static_cast<double>(M);
-    rec.grad_norm = std::sqrt(norm2);
-    rec.lr = lr_at(cfg.optim, step);
-    if (!std::isfinite(rec.loss) || !std::isfinite(rec.grad_norm))
-      throw std::runtime_error("loss became " + std::to_string(rec.loss) + " at step " + std::to_string(step + 1) +
-                               " (learning rate too high?); the last checkpoint is unaffected");
-    float scale = clip_scale(rec.grad_norm, cfg.optim.grad_clip);
-    for (int id : compute_nodes) (*self)->send(actors[id], step_atom::value, s, rec.lr, scale);
-    size_t n_stepped = 0;
-    wait_until([&] { return n_stepped == compute_nodes.size(); }, "optimizer step",
-               [&](stepped_atom, int32_t) { ++n_stepped; });
-    ++step;
-    rec.tokens_per_s = static_cast<double>(B * T) / seconds_between(t0, clock_type::now());
-    if (!nodes.list.empty()) rec.edges = poll_edge_traffic();
-    return rec;
-  }
-
-  double evaluate() {
-    const int64_t T = model.context, B = cfg.batch, M = cfg.micro_batches;
-    int64_t n = std::min(cfg.eval_batches, data->val_batches(B, T));
-    if (n <= 0) return NAN;
-    double total = 0;
-    std::vector<int32_t> x(B * T), y(B * T);
-    for (int64_t i = 0; i < n; ++i) {
-      data->val_batch(i, B, T, x.data(), y.data());
-      feed(static_cast<uint64_t>(step), 0, pass_mode::eval, x, y, B, micro_rows, T);
-      std::vector<double> losses(M, NAN);
-      size_t got = 0;
-      wait_until([&] { return got == static_cast<size_t>(M); }, "evaluation",
-                 [&](loss_atom, uint64_t, uint32_t mb, double l) { losses.at(mb) = l, ++got; });
-      for (double l : losses) total += l;
-    }
-    return total / static_cast<double>(n * M);
-  }
-
-  std::string sample(int count, const std::string& prompt, double temperature, uint64_t seed) {
-    std::vector<int32_t> ctx = tokenizer.encode(prompt.empty() ? std::string("\n") : prompt);
-    std::mt19937_64 rng(seed);
-    std::string out;
-    const int64_t T = model.context, V = model.vocab;
-    for (int i = 0; i < count; ++i) {
-      int64_t t = std::min<int64_t>(T, static_cast<int64_t>(ctx.size()));
-      std::vector<int32_t> window(ctx.end() - t, ctx.end());
-      feed(static_cast<uint64_t>(step), 0, pass_mode::infer, window, {}, 1, 1, t);
-      tensor logits;
-      wait_until([&] { return !logits.empty(); }, "sampling logits",
-                 [&](output_atom, uint64_t, uint32_t, tensor& v) { logits = std::move(v); });
-      const float* row = logits.f32() + (t - 1) * V;
-      int vocab = tokenizer.size();  // model rows beyond the corpus vocabulary are never sampled
-      int next = 0;
-      if (temperature <= 0) {
-        next = static_cast<int>(std::max_element(row, row + vocab) - row);
-      } else {
-        float mx = *std::max_element(row, row + vocab);
-        std::vector<double> p(vocab);
-        for (int k = 0; k < vocab; ++k) p[k] = std::exp((row[k] - mx) / temperature);
-        next = std::discrete_distribution<int>(p.begin(), p.end())(rng);
-      }
-      ctx.push_back(next);
-      out += tokenizer.decode(std::span<const int32_t>(&ctx.back(), 1));
-    }
-    return out;
-  }
-
-  void save(const std::string& path) {
-    checkpoint ck;
-    ck.step = static_cast<uint64_t>(step);
-    ck.model_name = model.name;
-    ck.meta = "model_file=" + cfg.model_file + "\nseed=" + std::to_string(cfg.seed) + "\n";
-    std::vector<int32_t> vocab(tokenizer.chars().begin(), tokenizer.chars().end());
-    ck.tensors.emplace_back("@vocab", tensor::from_i32({static_cast<int64_t>(vocab.size())}, vocab));
-    auto parts = gather<named_tensors>(compute_nodes.size(), "collecting the parameters for a checkpoint", [&] {
-      for (int id : compute_nodes) (*self)->send(actors[id], get_state_atom::value);
-    });
-    named_tensors all;
-    for (auto& part : parts)
-      for (auto& kv : part) all.push_back(std::move(kv));
-    // Replies arrive in any order: sort by name so the file does not depend on timing.
-    std::sort(all.begin(), all.end(), [](auto& a, auto& b) { return a.first < b.first; });
-    for (auto& kv : all) ck.tensors.push_back(std::move(kv));
-    make_parent_dirs(path);
-    fusion::save_checkpoint(path, ck);
-    last_checkpoint = path + " at step " + std::to_string(step);
-  }
-
-  void load(const std::string& path) {
-    checkpoint ck = fusion::load_checkpoint(path);
-    if (ck.model_name != model.name)
-      throw std::runtime_error("checkpoint " + path + " is for model '" + ck.model_name + "', not '" + model.name + "'");
-    if (const tensor* v = find_tensor(ck, "@vocab")) {
-      std::vector<int32_t> mine(tokenizer.chars().begin(), tokenizer.chars().end());
-      if (v->numel() != static_cast<int64_t>(mine.size()) || !std::equal(mine.begin(), mine.end(), v->i32()))
-        throw std::runtime_error("checkpoint " + path + " was trained on a corpus with another vocabulary than " +
-                                 cfg.data_file);
-    }
-    named_tensors all(std::make_move_iterator(ck.tensors.begin()), std::make_move_iterator(ck.tensors.end()));
-    gather<bool>(compute_nodes.size(), ("loading checkpoint " + path).c_str(), [&] {
-      for (int id : compute_nodes) {
-        const std::string prefix = model.nodes[id].name + "/";
-        named_tensors mine;
-        for (auto& kv : all)
-          if (kv.first.rfind(prefix, 0) == 0 && kv.first.find('/', prefix.size()) == std::string::npos)
-            mine.push_back(kv);
-        (*self)->send(actors[id], set_state_atom::value, std::move(mine));
-      }
-    });
-    step = static_cast<int64_t>(ck.step);
-  }
-
-  void log_metrics(const std::string& json) {
-    if (metrics.is_open()) metrics << json << '\n' << std::flush;
-  }
-};
 
 session::session(train_config cfg) : impl_(std::make_unique<impl>(std::move(cfg))) {}
 session::~session() = default;

@@ -92,6 +92,7 @@ TEST_CASE("cluster: three node processes compute the losses of one process, for 
     int nodes;
     int64_t micro_batches;
     std::string placement;
+    std::string transport = "tcp";
   };
   const std::vector<variant> variants = {
       {"even3", 3, 2, "placement { policy: \"even\" }"},
@@ -101,6 +102,8 @@ TEST_CASE("cluster: three node processes compute the losses of one process, for 
        "assign { node: \"n1\" ops: \"h0.*\" } "
        "assign { node: \"n2\" ops: \"h1.*\" ops: \"lnf\" ops: \"lm_head\" ops: \"loss\" } }"},
       {"even2", 2, 4, "placement { policy: \"even\" }"},
+      // The same with tensors as CAF messages instead of the TCP data channel.
+      {"even3caf", 3, 2, "placement { policy: \"even\" }", "caf"},
   };
   for (auto& v : variants) {
     std::string name = v.name;
@@ -109,6 +112,7 @@ TEST_CASE("cluster: three node processes compute the losses of one process, for 
     std::vector<child_process> nodes;
     auto c = tiny_config(5, v.micro_batches);
     on_nodes(c, write_cluster(v.name, v.nodes, v.placement), v.nodes, nodes, v.name);
+    c.transport = v.transport;
     train_result r;
     {
       session s(c);
@@ -248,10 +252,10 @@ TEST_CASE("cluster: fusion-train exits non-zero naming a node that was killed") 
                              src("configs/runs/char-tiny.ini"), "--cluster", cluster, "--steps", "100000",
                              "--train.eval-every=0", "--output.metrics=\"\"", "--output.checkpoint=\"\"",
                              "--cluster.heartbeat-ms=100", "--cluster.peer-timeout-ms=1000"},
-                            log);
+                            log, FUSION_SOURCE_DIR);  // the run config's paths are relative to the source tree
   // The coordinator prints the port it listens on; the nodes join there.
   uint16_t port = 0;
-  for (int i = 0; i < 500 && port == 0; ++i) {
+  for (int i = 0; i < 1500 && port == 0; ++i) {
     auto out = coordinator.output();
     auto at = out.find("on 127.0.0.1:");
     if (at != std::string::npos) port = static_cast<uint16_t>(std::stoi(out.substr(at + 13)));

@@ -19,10 +19,13 @@ namespace fusion::test {
 class child_process {
  public:
   child_process() = default;
-  /// Starts `argv[0]` with the given arguments; stdout and stderr go to `log_file`.
-  child_process(const std::vector<std::string>& argv, std::string log_file) : log_(std::move(log_file)) {
+  /// Starts `argv[0]` with the given arguments in directory `cwd` (empty: this one); stdout and
+  /// stderr go to `log_file`.
+  child_process(const std::vector<std::string>& argv, std::string log_file, const std::string& cwd = {})
+      : log_(std::move(log_file)) {
     pid_ = ::fork();
     if (pid_ == 0) {
+      if (!cwd.empty() && ::chdir(cwd.c_str()) != 0) ::_exit(126);
       int fd = ::open(log_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
       if (fd >= 0) {
         ::dup2(fd, 1);
