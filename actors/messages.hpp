@@ -1,6 +1,10 @@
 // Message vocabulary between operator actors and the coordinator, and the CAF serialization
 // of tensors. Only actors/ and apps/ include this header (it pulls in CAF).
 //
+// Wiring: coordinator -> every op actor connect_atom(consumers, producers, coordinator), each
+// acknowledged with `true`; no data is fed before every acknowledgement is in (across processes,
+// tensors on the data channel could otherwise overtake a connect_atom).
+//
 // Protocol of one training step (S = step, M = micro-batches, m = micro-batch index):
 //   coordinator -> input actors   forward_atom(S, m, slot 0, mode, tokens|targets)
 //   op actor    -> consumer       forward_atom(S, m, slot, mode, activation)       fan-out: one per consumer

@@ -272,6 +272,7 @@ caf::behavior op_actor_fn(self_ptr self, node_spec spec, actor_run_params run, s
         self->state.consumers = std::move(consumers);
         self->state.producers = std::move(producers);
         self->state.coordinator = std::move(coordinator);
+        return true;  // the coordinator waits for every actor before it sends data (see session)
       },
       [=](forward_atom, uint64_t step, uint32_t mb, uint32_t slot, uint8_t mode, tensor& value) {
         guarded([&] {

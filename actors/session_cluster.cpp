@@ -137,9 +137,14 @@ void session::impl::spawn_on_nodes(actor_run_params run) {
       producers[c.node][c.slot] = link(b, a, n.id, false);
     }
   }
-  for (auto& n : model.nodes)
-    (*self)->send(actors[n.id], connect_atom::value, std::move(consumers[n.id]), std::move(producers[n.id]),
-                  caf::actor_cast<caf::actor>(*self));
+  // Every actor must know its neighbours before any data flows: tensors on the TCP data channel
+  // can overtake a connect_atom still travelling over CAF, and an actor that computes before it
+  // is connected would send its output to nobody.
+  gather<bool>(model.nodes.size(), "connecting the op actors", [&] {
+    for (auto& n : model.nodes)
+      (*self)->send(actors[n.id], connect_atom::value, std::move(consumers[n.id]), std::move(producers[n.id]),
+                    caf::actor_cast<caf::actor>(*self));
+  });
   if (cfg.progress)
     std::fprintf(stderr, "fusion-train: placement (%s):\n%s", placement_policy_names()[static_cast<int>(cluster.placement.policy)].c_str(),
                  format_placement(model, cluster, place).c_str());

@@ -144,13 +144,16 @@ session::impl::impl(train_config c) : cfg(std::move(c)) {
       run.device = device_for_op(normalize_device(cfg.device), cpu_ops, n.name);
       actors.list.push_back(spawn_op_actor(*sys, make_node_spec(model, n.id), run));
     }
-    for (auto& n : model.nodes) {
-      std::vector<caf::actor> consumers, producers;
-      for (auto& c : n.consumers) consumers.push_back(actors[c.node]);
-      for (int p : n.inputs) producers.push_back(actors[p]);
-      (*self)->send(actors[n.id], connect_atom::value, std::move(consumers), std::move(producers),
-                    caf::actor_cast<caf::actor>(*self));
-    }
+    // The acknowledgements are collected so none is left in the mailbox for a later gather.
+    gather<bool>(model.nodes.size(), "connecting the op actors", [&] {
+      for (auto& n : model.nodes) {
+        std::vector<caf::actor> consumers, producers;
+        for (auto& c : n.consumers) consumers.push_back(actors[c.node]);
+        for (int p : n.inputs) producers.push_back(actors[p]);
+        (*self)->send(actors[n.id], connect_atom::value, std::move(consumers), std::move(producers),
+                      caf::actor_cast<caf::actor>(*self));
+      }
+    });
   } else {
     join_nodes();
     spawn_on_nodes(run);
