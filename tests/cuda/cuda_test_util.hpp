@@ -14,6 +14,7 @@
 
 #include "core/backend.hpp"
 #include "ops/op.hpp"
+#include "tests/ops/gradcheck.hpp"  // random_ids
 
 namespace fusion::test {
 
@@ -46,14 +47,6 @@ inline tensor random_f32(const shape_t& s, std::mt19937& rng, float scale = 1.0f
   tensor t(s, dtype::f32);
   std::uniform_real_distribution<float> u(-scale, scale);
   for (int64_t i = 0; i < t.numel(); ++i) t.f32()[i] = offset + u(rng);
-  return t;
-}
-
-/// i32 tensor with values uniform in [0, hi).
-inline tensor random_ids(const shape_t& s, int hi, std::mt19937& rng) {
-  tensor t(s, dtype::i32);
-  std::uniform_int_distribution<int> u(0, hi - 1);
-  for (int64_t i = 0; i < t.numel(); ++i) t.i32()[i] = u(rng);
   return t;
 }
 
