@@ -17,11 +17,24 @@ std::optional<edge_route> route_table::find(uint64_t edge) const {
   return it->second;
 }
 
-void deliver_tensor(const edge_route& r, const wire_header& h, tensor value) {
+std::string accept_chunk(std::string_view header, uint64_t payload_bytes, const route_table& routes,
+                         wire_assembler& assembler, wire_header& h, edge_route& r, std::byte*& dst) {
+  if (auto err = decode_wire_header(header, payload_bytes, h); !err.empty()) return err;
+  auto found = routes.find(h.edge);
+  if (!found) return "no edge " + std::to_string(h.edge) + " ends at this node";
+  r = std::move(*found);
+  std::string err;
+  if (!assembler.begin_chunk(h, dst, err)) return err;
+  return {};
+}
+
+void finish_chunk(const edge_route& r, const wire_header& h, std::optional<tensor> whole) {
+  caf::anon_send(r.sender, credit_atom::value, h.edge, uint32_t{1});
+  if (!whole) return;
   if (h.dir == wire_direction::forward)
-    caf::anon_send(r.target, forward_atom::value, h.step, h.micro_batch, h.slot, h.mode, std::move(value));
+    caf::anon_send(r.target, forward_atom::value, h.step, h.micro_batch, h.slot, h.mode, std::move(*whole));
   else
-    caf::anon_send(r.target, backward_atom::value, h.step, h.micro_batch, h.slot, std::move(value));
+    caf::anon_send(r.target, backward_atom::value, h.step, h.micro_batch, h.slot, std::move(*whole));
 }
 
 struct data_channel_server::impl {
@@ -33,19 +46,17 @@ struct data_channel_server::impl {
 
   net::frame_target on_frame(net::incoming_frame& f) {
     wire_header h;
-    if (auto err = decode_wire_header(f.meta, f.payload_size, h); !err.empty())
-      return net::frame_target::refuse(err + " (from " + f.peer + ")");
-    auto r = routes->find(h.edge);
-    if (!r) return net::frame_target::refuse("no edge " + std::to_string(h.edge) + " ends at this node");
+    edge_route r;
     std::byte* dst = nullptr;
     std::string err;
     {
       std::lock_guard<std::mutex> guard(mutex);
-      if (!assemblers[f.connection_id].begin_chunk(h, dst, err)) return net::frame_target::refuse(err);
+      err = accept_chunk(f.meta, f.payload_size, *routes, assemblers[f.connection_id], h, r, dst);
     }
+    if (!err.empty()) return net::frame_target::refuse(err + " (from " + f.peer + ")");
     static std::byte empty_payload;
     auto conn = f.connection_id;
-    return net::frame_target::into(dst ? dst : &empty_payload, [this, h, r = *r, conn](const std::string& error) {
+    return net::frame_target::into(dst ? dst : &empty_payload, [this, h, r, conn](const std::string& error) {
       if (!error.empty()) {
         caf::anon_send(node, wire_atom::value, "payload of edge " + std::to_string(h.edge) + " lost: " + error);
         return;
@@ -55,8 +66,7 @@ struct data_channel_server::impl {
         std::lock_guard<std::mutex> guard(mutex);
         whole = assemblers[conn].end_chunk(h);
       }
-      caf::anon_send(r.sender, credit_atom::value, h.edge, uint32_t{1});
-      if (whole) deliver_tensor(r, h, std::move(*whole));
+      finish_chunk(r, h, std::move(whole));
     });
   }
 };

@@ -15,6 +15,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <string_view>
 
 #include "actors/edge_actor.hpp"
 #include "core/wire.hpp"
@@ -43,8 +44,16 @@ class route_table {
   std::map<uint64_t, edge_route> routes_;
 };
 
-/// After the last chunk of a tensor arrived: hands it to the route's op actor.
-void deliver_tensor(const edge_route& r, const wire_header& h, tensor value);
+/// The receiving side of a chunk, whichever way it came (CAF wire_chunk or data channel):
+/// decodes and validates its header against the `payload_bytes` that arrived, finds the edge's
+/// route and reserves the chunk's place in `assembler`. Returns a message saying why the chunk is
+/// refused, or an empty string with `h`, `r` and `dst` (null for an empty tensor) set.
+std::string accept_chunk(std::string_view header, uint64_t payload_bytes, const route_table& routes,
+                         wire_assembler& assembler, wire_header& h, edge_route& r, std::byte*& dst);
+
+/// Once the chunk's bytes are in place: acknowledges it to the edge sender and, when `whole`
+/// holds the completed tensor (wire_assembler::end_chunk), hands it to the route's op actor.
+void finish_chunk(const edge_route& r, const wire_header& h, std::optional<tensor> whole);
 
 /// The receiving side of a node's data channel. Refused frames are reported to `node` as
 /// wire_atom(std::string reason), where they are counted like refused CAF wire chunks.

@@ -50,15 +50,12 @@ void reject(node_ptr self, const std::string& why) {
 void receive_chunk(node_ptr self, const wire_chunk& c) {
   auto& st = self->state;
   wire_header h;
-  if (auto err = decode_wire_header(c.header, c.size(), h); !err.empty()) return reject(self, err);
-  auto r = st.routes->find(h.edge);
-  if (!r) return reject(self, "no edge " + std::to_string(h.edge) + " ends at this node");
+  edge_route r;
   std::byte* dst = nullptr;
-  std::string err;
-  if (!st.assembler.begin_chunk(h, dst, err)) return reject(self, err);
+  if (auto err = accept_chunk(c.header, c.size(), *st.routes, st.assembler, h, r, dst); !err.empty())
+    return reject(self, err);
   if (c.size() > 0) std::memcpy(dst, c.data(), c.size());
-  self->send(r->sender, credit_atom::value, h.edge, uint32_t{1});
-  if (auto whole = st.assembler.end_chunk(h)) deliver_tensor(*r, h, std::move(*whole));
+  finish_chunk(r, h, st.assembler.end_chunk(h));
 }
 
 // The data channel to the node at host:port, connected on first use and shared by every edge
