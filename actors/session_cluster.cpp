@@ -34,12 +34,7 @@ void session::impl::on_down(const caf::down_msg& dm) {
 void session::impl::join_nodes() {
   std::string host = cluster.coordinator_host;
   uint16_t port = static_cast<uint16_t>(cluster.coordinator_port);
-  if (!cfg.listen.empty()) {
-    auto colon = cfg.listen.rfind(':');
-    if (colon == std::string::npos) throw std::runtime_error("cluster.listen: expected HOST:PORT, got " + cfg.listen);
-    host = cfg.listen.substr(0, colon);
-    port = static_cast<uint16_t>(std::stoi(cfg.listen.substr(colon + 1)));
-  }
+  if (!cfg.listen.empty()) std::tie(host, port) = parse_host_port(cfg.listen, "cluster.listen");
   auto me = caf::actor_cast<caf::actor>(*self);
   auto bound = sys->middleman().publish(me, port, host.c_str(), true);
   if (!bound)

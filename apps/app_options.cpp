@@ -137,14 +137,4 @@ load_result load_options(const char* program, const std::string& usage, table_co
   return cfg.cli_helptext_printed ? load_result::exit_ok : load_result::run;
 }
 
-std::pair<std::string, uint16_t> parse_host_port(const std::string& text, const std::string& what) {
-  auto colon = text.rfind(':');
-  if (colon == std::string::npos || colon == 0 || colon + 1 == text.size())
-    throw std::runtime_error(what + ": expected HOST:PORT, got '" + text + "'");
-  std::string port_text = text.substr(colon + 1);
-  if (!std::all_of(port_text.begin(), port_text.end(), ::isdigit) || port_text.size() > 5 || std::stoi(port_text) > 65535)
-    throw std::runtime_error(what + ": bad port '" + port_text + "' in '" + text + "'");
-  return {text.substr(0, colon), static_cast<uint16_t>(std::stoi(port_text))};
-}
-
 }  // namespace fusion

@@ -50,7 +50,4 @@ enum class load_result { run, exit_ok, exit_usage };
 load_result load_options(const char* program, const std::string& usage, table_config& cfg, int argc, char** argv,
                          const std::vector<option_alias>& aliases);
 
-/// Splits "HOST:PORT"; throws std::runtime_error naming `what` on a malformed value.
-std::pair<std::string, uint16_t> parse_host_port(const std::string& text, const std::string& what);
-
 }  // namespace fusion

@@ -20,6 +20,7 @@
 #include "actors/node_actor.hpp"
 #include "actors/op_device.hpp"
 #include "apps/app_options.hpp"
+#include "core/cluster.hpp"
 #include "core/wire.hpp"
 #include "ops/cpu/blas.hpp"
 

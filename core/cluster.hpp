@@ -3,8 +3,10 @@
 // (schema: proto/cluster.proto, reference: docs/cluster.md).
 #pragma once
 
+#include <cstdint>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace fusion {
@@ -85,6 +87,10 @@ struct cluster_spec {
   /// Bandwidth between the sites of two nodes (by index), as link_mbit.
   double node_link_mbit(int node_a, int node_b) const;
 };
+
+/// Splits "HOST:PORT" (a node's coordinator, the coordinator's listen address); throws
+/// std::runtime_error naming `what` when the value is malformed or the port is not 0..65535.
+std::pair<std::string, uint16_t> parse_host_port(const std::string& text, const std::string& what);
 
 /// Loads and validates a cluster file. Throws cluster_error "FILE:LINE: message" for: parse
 /// errors, bad, unknown or duplicate site and node names, a node on an unknown site, a bad

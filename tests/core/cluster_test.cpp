@@ -186,3 +186,12 @@ TEST_CASE("core/cluster: explicit assignments") {
 
 }  // namespace
 }  // namespace fusion
+
+TEST_CASE("cluster: HOST:PORT addresses are split and checked") {
+  CHECK(fusion::parse_host_port("10.77.0.1:7720", "node.coordinator") == std::pair<std::string, uint16_t>{"10.77.0.1", 7720});
+  CHECK(fusion::parse_host_port("127.0.0.1:0", "cluster.listen").second == 0);
+  for (const char* bad : {"nohost", ":7700", "host:", "host:70000", "host:12ab", "host:123456"}) {
+    CAPTURE(bad);
+    CHECK_THROWS_WITH(fusion::parse_host_port(bad, "cluster.listen"), doctest::Contains("cluster.listen"));
+  }
+}
