@@ -199,12 +199,11 @@ struct node_stats {
   std::vector<edge_stat> edges;
   uint64_t rejected = 0;
   std::string last_rejection;
-  uint64_t actors = 0;     ///< op and edge actors hosted
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, node_stats& x) {
-  return f(caf::meta::type_name("node_stats"), x.edges, x.rejected, x.last_rejection, x.actors);
+  return f(caf::meta::type_name("node_stats"), x.edges, x.rejected, x.last_rejection);
 }
 
 /// Registers every message type above with an actor system config (same names on every node).

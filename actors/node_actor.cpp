@@ -136,7 +136,6 @@ caf::behavior node_actor_fn(node_ptr self, node_identity id, std::shared_ptr<std
         st.traffic.clear();
         out.rejected = st.rejected;
         out.last_rejection = st.last_rejection;
-        out.actors = st.hosted.size();
         return out;
       },
       [=](shutdown_atom) {

@@ -405,7 +405,6 @@ std::vector<std::string> session::cluster_nodes() const {
   for (auto& n : impl_->cluster.nodes) out.push_back(n.name);
   return out;
 }
-std::vector<int> session::placement() const { return impl_->place.node_of_op; }
 int64_t session::param_count() const { return impl_->model.param_count(); }
 size_t session::actor_count() const { return impl_->actors.size(); }
 double session::unigram_entropy() const {

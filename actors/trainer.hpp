@@ -122,10 +122,8 @@ class session {
   int64_t param_count() const;
   /// Number of op actors (one per OP-DAG node, inputs included).
   size_t actor_count() const;
-  /// Nodes of the cluster file this session runs on (empty without one), and where each graph
-  /// node was placed (index into that list, by graph node id).
+  /// Nodes of the cluster file this session runs on (empty without one).
   std::vector<std::string> cluster_nodes() const;
-  std::vector<int> placement() const;
   /// Entropy of the training split's character distribution, in nats.
   double unigram_entropy() const;
 
