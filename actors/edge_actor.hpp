@@ -13,7 +13,7 @@
 #include <memory>
 #include <string>
 
-#include "core/tensor.hpp"
+#include "tensor/tensor.hpp"
 
 namespace fusion {
 

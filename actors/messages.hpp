@@ -30,7 +30,7 @@
 #include <string>
 #include <vector>
 
-#include "core/tensor.hpp"
+#include "tensor/tensor.hpp"
 
 namespace fusion {
 

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "core/graph.hpp"
-#include "core/optim.hpp"
+#include "ops/optim.hpp"
 
 namespace fusion {
 
@@ -35,7 +35,7 @@ struct actor_run_params {
   uint32_t micro_batches = 1;
   uint64_t seed = 0;
   optim_config optim;
-  /// Where the op computes: "cpu", "cuda" or "cuda:N" (core/backend.hpp make_backend). Data
+  /// Where the op computes: "cpu", "cuda" or "cuda:N" (ops/backend.hpp make_backend). Data
   /// inputs always stay on the CPU.
   std::string device = "cpu";
 };

@@ -8,24 +8,6 @@
 
 namespace fusion {
 
-int cuda_index_of(const std::string& device) {
-  if (device == "cpu") return -1;
-  if (device == "cuda") return 0;
-  if (device.rfind("cuda:", 0) == 0) {
-    const std::string digits = device.substr(5);
-    char* end = nullptr;
-    const long v = std::strtol(digits.c_str(), &end, 10);
-    if (!digits.empty() && *end == '\0' && v >= 0 && v <= 1024 && digits.find_first_of("+- ") == std::string::npos)
-      return static_cast<int>(v);
-  }
-  throw std::runtime_error("bad device '" + device + "' (use cpu, cuda or cuda:N, e.g. cuda:0)");
-}
-
-std::string normalize_device(const std::string& device) {
-  const int n = cuda_index_of(device);
-  return n < 0 ? std::string("cpu") : "cuda:" + std::to_string(n);
-}
-
 std::string device_problem(const std::string& device) {
   int index = -1;
   try {

@@ -10,16 +10,10 @@
 #include <string>
 #include <vector>
 
-#include "core/backend.hpp"
-#include "core/optim.hpp"
+#include "ops/backend.hpp"
+#include "ops/optim.hpp"
 
 namespace fusion {
-
-/// "cpu" -> -1, "cuda" -> 0, "cuda:N" -> N; throws std::runtime_error for anything else.
-int cuda_index_of(const std::string& device);
-
-/// "cpu" stays "cpu", "cuda" becomes "cuda:0", "cuda:N" stays; throws like cuda_index_of.
-std::string normalize_device(const std::string& device);
 
 /// Empty when this process can compute on `device`, else why not, e.g. "cuda:0 requested but no
 /// CUDA device is available (no GPU or no driver on this machine)". Never throws.

@@ -30,15 +30,6 @@ std::string describe(const F& what) {
   return what();
 }
 
-// Whether two device names mean the same device ("cuda" and "cuda:0" do).
-inline bool same_device(const std::string& a, const std::string& b) {
-  try {
-    return normalize_device(a) == normalize_device(b);
-  } catch (const std::exception&) {
-    return a == b;
-  }
-}
-
 // Owns the op actors and stops them when destroyed, also when the session constructor throws
 // halfway: otherwise ~actor_system would wait forever for actors nobody stops.
 struct actor_group {

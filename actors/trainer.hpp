@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "core/optim.hpp"
+#include "ops/optim.hpp"
 
 namespace fusion {
 

@@ -25,7 +25,7 @@
 #include <vector>
 
 #include "actors/messages.hpp"
-#include "core/tensor.hpp"
+#include "tensor/tensor.hpp"
 #include "net/frame_channel.hpp"
 
 using namespace fusion;

@@ -32,7 +32,7 @@
 #include <utility>
 #include <vector>
 
-#include "core/tensor.hpp"
+#include "tensor/tensor.hpp"
 
 namespace fusion {
 

@@ -20,6 +20,7 @@
 #include "cluster.pb.h"
 #include "core/graph_names.hpp"
 #include "core/text_format.hpp"
+#include "tensor/device.hpp"
 
 namespace fusion {
 
@@ -77,15 +78,6 @@ bool is_cluster_name(const std::string& n) {
   if (n.empty() || n.size() > 32 || !(std::isalpha(static_cast<unsigned char>(n[0])) || n[0] == '_')) return false;
   return std::all_of(n.begin(), n.end(),
                      [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-'; });
-}
-
-// "cpu" -> -1, "cuda:N" -> N, anything else -> -2.
-int parse_device(const std::string& d) {
-  if (d == "cpu") return -1;
-  if (d.rfind("cuda:", 0) != 0 || d.size() == 5 || d.size() > 8) return -2;
-  for (size_t i = 5; i < d.size(); ++i)
-    if (!std::isdigit(static_cast<unsigned char>(d[i]))) return -2;
-  return std::stoi(d.substr(5));
 }
 
 class cluster_loader {
@@ -163,11 +155,13 @@ class cluster_loader {
       out.site = n.site();
       out.site_index = site_ref(n.site(), line_of(t, nd, "site", -1, line), who + "site");
       if (!n.device().empty()) {
-        out.cuda_device = parse_device(n.device());
-        if (out.cuda_device == -2)
+        try {
+          out.device = normalize_device(n.device());
+          out.cuda_device = cuda_index_of(out.device);
+        } catch (const std::runtime_error&) {
           fail(line_of(t, nd, "device", -1, line),
                who + "bad device '" + n.device() + "' (use \"cpu\" or \"cuda:N\", e.g. \"cuda:0\")");
-        out.device = n.device();
+        }
       }
       spec_.nodes.push_back(std::move(out));
     }

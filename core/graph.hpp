@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "core/tensor.hpp"
+#include "tensor/tensor.hpp"
 #include "ops/op.hpp"
 
 namespace fusion {

@@ -5,7 +5,7 @@
 #include <cstdint>
 #include <string>
 
-#include "core/tensor.hpp"
+#include "tensor/tensor.hpp"
 #include "ops/op.hpp"
 
 namespace fusion {

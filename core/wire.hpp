@@ -17,7 +17,7 @@
 #include <tuple>
 #include <vector>
 
-#include "core/tensor.hpp"
+#include "tensor/tensor.hpp"
 
 namespace fusion {
 

@@ -24,7 +24,7 @@
 #include <string>
 #include <vector>
 
-#include "core/tensor.hpp"
+#include "tensor/tensor.hpp"
 
 namespace fusion {
 
@@ -85,7 +85,7 @@ struct forward_args {
   tensor* output;               ///< allocated with the inferred shape, contents undefined:
                                 ///< forward must write every element (tests poison it with NaN)
   std::vector<tensor>* saved;   ///< kept by the actor for this micro-batch until backward
-  /// Stream and library handles of the calling actor (core/backend.hpp backend::context()).
+  /// Stream and library handles of the calling actor (ops/backend.hpp backend::context()).
   /// CPU ops ignore it; CUDA ops queue their kernels on its stream, or on the calling thread's
   /// default context when it is null.
   const exec_context* ctx = nullptr;
@@ -122,7 +122,7 @@ class op {
   virtual op_cost cost(std::span<const shape_t> inputs) const = 0;
 };
 
-/// Creates the CPU implementation of `kind` (CUDA ops come from a backend, core/backend.hpp); throws op_error for an unknown kind or bad attributes.
+/// Creates the CPU implementation of `kind` (CUDA ops come from a backend, ops/backend.hpp); throws op_error for an unknown kind or bad attributes.
 std::unique_ptr<op> make_op(const std::string& kind, const attr_map& attrs);
 
 /// Every registered op kind, sorted (for error messages and docs).

@@ -10,6 +10,7 @@ packages=(
   libboost-dev
   doctest-dev
   libopenblas-dev
+  libedit-dev
   bible-kjv bible-kjv-text
   iproute2 procps
 )

@@ -160,7 +160,7 @@ class attention_op final : public cuda_op {
     check_device_f32(attention_name, "saved probabilities", &(*a.saved)[0]);
     cpu::check_tensor_shape(attention_name, "saved probabilities", &(*a.saved)[0], {B, heads_, T, T});
     const launch l = launch_of(a.ctx, attention_name);
-    // Freed (stream-ordered, core/device.hpp) after the kernels below have run.
+    // Freed (stream-ordered, tensor/device.hpp) after the kernels below have run.
     tensor ds = tensor::uninitialized({heads_, T, T}, dtype::f32, device_kind::cuda);
     attention_backward_cuda(dqkv->f32(), ds.f32(), a.output_grad->f32(), in.f32(), (*a.saved)[0].f32(), B, T, C,
                             heads_, causal_, l);

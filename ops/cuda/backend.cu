@@ -1,4 +1,4 @@
-// The CUDA backend (core/backend.hpp): one stream, one cuBLAS handle and a little scratch per op
+// The CUDA backend (ops/backend.hpp): one stream, one cuBLAS handle and a little scratch per op
 // actor, the CUDA op table, transfers with pinned host staging, and the optimizer entry points.
 //
 // Shape legend: n elements of a tensor.

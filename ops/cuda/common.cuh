@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-#include "core/optim.hpp"
+#include "ops/optim.hpp"
 #include "ops/cpu/common.hpp"
 #include "ops/op.hpp"
 
@@ -176,10 +176,10 @@ void fill_cuda(float* p, int64_t n, float v, cudaStream_t s);
 
 // ---- optimizer launchers (optim.cu), used by the backend ---------------------------------
 
-/// core/optim.hpp adamw_update on device arrays (std::invalid_argument for t < 1).
+/// ops/optim.hpp adamw_update on device arrays (std::invalid_argument for t < 1).
 void adamw_update_cuda(float* p, const float* g, float* m, float* v, int64_t n, int64_t t, double lr,
                        const optim_config& c, bool decay, float grad_scale, cudaStream_t s);
-/// core/optim.hpp sgd_update on device arrays.
+/// ops/optim.hpp sgd_update on device arrays.
 void sgd_update_cuda(float* p, const float* g, float* buf, int64_t n, double lr, const optim_config& c, bool decay,
                      float grad_scale, cudaStream_t s);
 /// Most blocks sum_of_squares_cuda uses: its `scratch` holds this many doubles.

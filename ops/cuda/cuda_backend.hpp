@@ -1,12 +1,12 @@
-// Entry points of the CUDA library (target fusion_cuda) for CUDA-free code: core/backend.cpp
+// Entry points of the CUDA library (target fusion_cuda) for CUDA-free code: ops/backend.cpp
 // and the tests. Declared only; defined in ops/cuda/*.cu, linked only when FUSION_HAVE_CUDA.
 #pragma once
 
 #include <memory>
 #include <string>
 
-#include "core/backend.hpp"
-#include "core/device.hpp"
+#include "ops/backend.hpp"
+#include "tensor/device.hpp"
 #include "ops/op.hpp"
 
 namespace fusion::cuda {

@@ -1,4 +1,4 @@
-// The CUDA tensor hooks (core/device.hpp): allocation, fill and copies of CUDA tensors.
+// The CUDA tensor hooks (tensor/device.hpp): allocation, fill and copies of CUDA tensors.
 //
 // Memory: tensors allocate with cudaMallocAsync / free with cudaFreeAsync on the legacy default
 // stream, from the device's default memory pool (kept, not returned to the driver, between

@@ -1,5 +1,5 @@
 // Optimizer and reduction kernels of the CUDA backend (CPU twin: core/optim.cpp): AdamW and SGD
-// updates with exactly the formulas of core/optim.hpp, and the sum of squares behind global
+// updates with exactly the formulas of ops/optim.hpp, and the sum of squares behind global
 // gradient-norm clipping.
 //
 // Shape legend: n elements of one parameter tensor; p, g, m, v, buf all have n elements.
@@ -10,7 +10,7 @@
 #include <stdexcept>
 #include <string>
 
-#include "core/optim.hpp"
+#include "ops/optim.hpp"
 #include "ops/cuda/common.cuh"
 
 namespace fusion::cuda {

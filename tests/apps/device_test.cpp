@@ -13,7 +13,7 @@
 #include <fstream>
 #include <string>
 
-#include "core/backend.hpp"
+#include "ops/backend.hpp"
 
 namespace {
 

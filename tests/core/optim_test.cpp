@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "core/optim.hpp"
+#include "ops/optim.hpp"
 
 using namespace fusion;
 

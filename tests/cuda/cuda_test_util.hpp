@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "core/backend.hpp"
+#include "ops/backend.hpp"
 #include "ops/op.hpp"
 #include "tests/ops/gradcheck.hpp"  // random_ids
 

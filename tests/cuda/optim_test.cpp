@@ -1,11 +1,11 @@
-// The CUDA backend's optimizer and reduction kernels against core/optim.hpp:
+// The CUDA backend's optimizer and reduction kernels against ops/optim.hpp:
 // AdamW and SGD over several steps (1e-5 relative: same float formulas, possibly FMA-fused),
 // sum_of_squares (1e-9 relative: both accumulate in double), add_inplace (exact).
 #include <doctest/doctest.h>
 
 #include <random>
 
-#include "core/optim.hpp"
+#include "ops/optim.hpp"
 #include "tests/cuda/cuda_test_util.hpp"
 
 namespace fusion::test {
@@ -22,7 +22,7 @@ void check_close(backend& g, const tensor& dev, const tensor& ref, double tol, c
 
 }  // namespace
 
-TEST_CASE("cuda adamw_update matches core/optim.hpp") {
+TEST_CASE("cuda adamw_update matches ops/optim.hpp") {
   FUSION_GPU_OR_SKIP(g);
   std::mt19937 rng(1);
   optim_config c;
@@ -44,7 +44,7 @@ TEST_CASE("cuda adamw_update matches core/optim.hpp") {
   CHECK_THROWS_AS(g.adamw_update(p, z, z, z, 0, 1e-3, c, false, 1.0f), std::invalid_argument);
 }
 
-TEST_CASE("cuda sgd_update matches core/optim.hpp") {
+TEST_CASE("cuda sgd_update matches ops/optim.hpp") {
   FUSION_GPU_OR_SKIP(g);
   std::mt19937 rng(2);
   optim_config c;

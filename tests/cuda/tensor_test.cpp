@@ -6,7 +6,7 @@
 #include <random>
 #include <stdexcept>
 
-#include "core/backend.hpp"
+#include "ops/backend.hpp"
 #include "tests/cuda/cuda_test_util.hpp"
 
 namespace fusion::test {

@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "actors/trainer.hpp"
-#include "core/backend.hpp"
+#include "ops/backend.hpp"
 #include "tests/support/child_process.hpp"
 #include "tests/support/fixtures.hpp"
 

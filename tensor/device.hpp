@@ -4,7 +4,7 @@
 // core/ stays CUDA-free: the CUDA library (ops/cuda/, target fusion_cuda) fills a device_hooks
 // table with plain function pointers (cudaMallocAsync, cudaMemcpy, a fill kernel, ...) and
 // registers it for device_kind::cuda, at static initialisation of ops/cuda/backend.cu and again,
-// idempotently, from fusion::register_cuda_backend() (core/backend.hpp). tensor.cpp then calls
+// idempotently, from fusion::register_cuda_backend() (ops/backend.hpp). tensor.cpp then calls
 // these hooks for every operation on a CUDA tensor; with no hooks registered such operations
 // throw std::runtime_error, they never crash.
 //
@@ -17,8 +17,20 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 
 namespace fusion {
+
+/// The one parser of device names: "cpu" -> -1, "cuda" -> 0, "cuda:N" -> N (0 <= N <= 1024).
+/// Throws std::runtime_error "bad device 'X' (use cpu, cuda or cuda:N, e.g. cuda:0)".
+int cuda_index_of(const std::string& device);
+
+/// "cpu" stays "cpu", "cuda" becomes "cuda:0", "cuda:N" stays; throws like cuda_index_of.
+std::string normalize_device(const std::string& device);
+
+/// Whether two device names mean the same device ("cuda" and "cuda:0" do); a bad name equals
+/// only itself.
+bool same_device(const std::string& a, const std::string& b);
 
 /// Where a tensor's storage lives.
 enum class device_kind : uint8_t { cpu = 0, cuda = 1 };
@@ -49,7 +61,7 @@ struct device_hooks {
 };
 
 /// Installs the hooks of `kind` (the table must outlive the process; device_kind::cpu is
-/// rejected with std::invalid_argument). Registering the same table again is a no-op.
+/// rejected with std::runtime_error). Registering the same table again is a no-op.
 void register_device_hooks(device_kind kind, const device_hooks* hooks);
 
 /// The hooks registered for `kind`, or null (always null for device_kind::cpu).
@@ -60,7 +72,7 @@ const device_hooks* find_device_hooks(device_kind kind) noexcept;
 const device_hooks& device_hooks_for(device_kind kind);
 
 /// Execution resources of one op actor, handed to op::forward/backward (forward_args::ctx).
-/// Owned by a fusion::backend (core/backend.hpp); opaque handles keep this header CUDA-free.
+/// Owned by a fusion::backend (ops/backend.hpp); opaque handles keep this header CUDA-free.
 struct exec_context {
   device_kind device = device_kind::cpu;
   int device_index = 0;          ///< CUDA device ordinal

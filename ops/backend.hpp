@@ -16,16 +16,16 @@
 // actor (another stream): streams are not ordered with each other.
 //
 // The CPU backend runs exactly today's code path (make_op from ops/registry.cpp, the functions
-// of core/optim.hpp, a plain loop for add_inplace), so switching an actor to it changes no bit.
+// of ops/optim.hpp, a plain loop for add_inplace), so switching an actor to it changes no bit.
 #pragma once
 
 #include <cstdint>
 #include <memory>
 #include <string>
 
-#include "core/device.hpp"
-#include "core/optim.hpp"
-#include "core/tensor.hpp"
+#include "tensor/device.hpp"
+#include "ops/optim.hpp"
+#include "tensor/tensor.hpp"
 #include "ops/op.hpp"
 
 namespace fusion {
@@ -53,10 +53,10 @@ class backend {
   virtual void add_inplace(tensor& dst, const tensor& src) = 0;
   /// Sum of squares of an f32 tensor, accumulated in double (waits for queued work on CUDA).
   virtual double sum_of_squares(const tensor& t) = 0;
-  /// core/optim.hpp adamw_update on tensors of this device (`t` is the 1-based step).
+  /// ops/optim.hpp adamw_update on tensors of this device (`t` is the 1-based step).
   virtual void adamw_update(tensor& p, const tensor& g, tensor& m, tensor& v, int64_t t, double lr,
                             const optim_config& c, bool decay, float grad_scale) = 0;
-  /// core/optim.hpp sgd_update on tensors of this device.
+  /// ops/optim.hpp sgd_update on tensors of this device.
   virtual void sgd_update(tensor& p, const tensor& g, tensor& buf, double lr, const optim_config& c, bool decay,
                           float grad_scale) = 0;
   /// Waits for all work queued by this backend; on CUDA also reports (as op_error) an
@@ -77,7 +77,7 @@ bool cuda_compiled() noexcept;
 /// Never throws.
 int cuda_device_count() noexcept;
 
-/// Registers the CUDA tensor hooks (core/device.hpp) when the backend is compiled in; idempotent,
+/// Registers the CUDA tensor hooks (tensor/device.hpp) when the backend is compiled in; idempotent,
 /// a no-op otherwise. make_backend() calls it; call it yourself before tensor::to_device(cuda)
 /// in a program that never makes a backend.
 void register_cuda_backend() noexcept;

@@ -1,10 +1,37 @@
-#include "core/device.hpp"
+#include "tensor/device.hpp"
 
 #include <atomic>
+#include <cstdlib>
 #include <stdexcept>
 #include <string>
 
 namespace fusion {
+
+int cuda_index_of(const std::string& device) {
+  if (device == "cpu") return -1;
+  if (device == "cuda") return 0;
+  if (device.rfind("cuda:", 0) == 0) {
+    const std::string digits = device.substr(5);
+    char* end = nullptr;
+    const long v = std::strtol(digits.c_str(), &end, 10);
+    if (!digits.empty() && *end == '\0' && v >= 0 && v <= 1024 && digits.find_first_of("+- ") == std::string::npos)
+      return static_cast<int>(v);
+  }
+  throw std::runtime_error("bad device '" + device + "' (use cpu, cuda or cuda:N, e.g. cuda:0)");
+}
+
+std::string normalize_device(const std::string& device) {
+  const int n = cuda_index_of(device);
+  return n < 0 ? std::string("cpu") : "cuda:" + std::to_string(n);
+}
+
+bool same_device(const std::string& a, const std::string& b) {
+  try {
+    return normalize_device(a) == normalize_device(b);
+  } catch (const std::runtime_error&) {
+    return a == b;
+  }
+}
 
 namespace {
 
@@ -24,7 +51,7 @@ const char* to_string(device_kind d) {
 
 void register_device_hooks(device_kind kind, const device_hooks* hooks) {
   if (kind != device_kind::cuda)
-    throw std::invalid_argument(std::string("register_device_hooks: no hooks for device kind ") + to_string(kind));
+    throw std::runtime_error(std::string("register_device_hooks: no hooks for device kind ") + to_string(kind));
   cuda_slot.store(hooks, std::memory_order_release);
 }
 

@@ -1,9 +1,9 @@
-// Dense tensor: shape, element type and owned storage on one device (core/device.hpp).
+// Dense tensor: shape, element type and owned storage on one device (tensor/device.hpp).
 //
 // Tensors are the payload of every forward and backward message. They are deep-copyable (CAF
 // messages are copy-on-write, so a copy happens only when a message fans out) and cheap to move.
 // CPU storage is 64-byte aligned host memory. CUDA storage is device memory reached through the
-// hook table of core/device.hpp (so this header needs no CUDA); for a CUDA tensor, data<T>(),
+// hook table of tensor/device.hpp (so this header needs no CUDA); for a CUDA tensor, data<T>(),
 // f32(), bytes() and friends return DEVICE pointers, which host code must not dereference:
 // move the tensor with to_cpu() / to_device() (or a backend's upload/download) first.
 #pragma once
@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "core/device.hpp"
+#include "tensor/device.hpp"
 
 namespace fusion {
 

@@ -1,6 +1,6 @@
 // The CPU backend and make_backend(). The CPU backend forwards to exactly the functions the op
-// actor calls today (fusion::make_op, core/optim.hpp), so adopting it is bit-identical.
-#include "core/backend.hpp"
+// actor calls today (fusion::make_op, ops/optim.hpp), so adopting it is bit-identical.
+#include "ops/backend.hpp"
 
 #include <cstdlib>
 #include <stdexcept>
@@ -16,11 +16,11 @@ namespace {
 
 void check_same(const char* who, const tensor& a, const tensor& b) {
   if (a.shape() != b.shape() || a.type() != dtype::f32 || b.type() != dtype::f32)
-    throw std::invalid_argument(std::string("cpu backend ") + who + ": expects f32 tensors of one shape, got " +
+    throw std::runtime_error(std::string("cpu backend ") + who + ": expects f32 tensors of one shape, got " +
                                 to_string(a.type()) + " " + to_string(a.shape()) + " and " + to_string(b.type()) +
                                 " " + to_string(b.shape()));
   if (a.is_cuda() || b.is_cuda())
-    throw std::invalid_argument(std::string("cpu backend ") + who + ": got a cuda tensor (upload it first)");
+    throw std::runtime_error(std::string("cpu backend ") + who + ": got a cuda tensor (upload it first)");
 }
 
 class cpu_backend final : public backend {
@@ -46,7 +46,7 @@ class cpu_backend final : public backend {
 
   double sum_of_squares(const tensor& t) override {
     if (t.is_cuda() || t.type() != dtype::f32)
-      throw std::invalid_argument("cpu backend sum_of_squares: expects a CPU f32 tensor");
+      throw std::runtime_error("cpu backend sum_of_squares: expects a CPU f32 tensor");
     return fusion::sum_of_squares(t.f32(), t.numel());
   }
 
@@ -89,17 +89,7 @@ int cuda_device_count() noexcept {
 
 std::unique_ptr<backend> make_backend(const std::string& device) {
   if (device == "cpu") return std::make_unique<cpu_backend>();
-  if (device != "cuda" && device.rfind("cuda:", 0) != 0)
-    throw std::runtime_error("unknown device '" + device + "' (expected cpu, cuda or cuda:N)");
-  int index = 0;
-  if (device != "cuda") {
-    const std::string digits = device.substr(5);
-    char* end = nullptr;
-    const long v = std::strtol(digits.c_str(), &end, 10);
-    if (digits.empty() || *end != '\0' || v < 0 || v > 1024)
-      throw std::runtime_error("bad device '" + device + "': expected cuda:N with N a device number");
-    index = static_cast<int>(v);
-  }
+  const int index = cuda_index_of(device);  // throws std::runtime_error for a bad name
 #if FUSION_HAVE_CUDA
   register_cuda_backend();
   return cuda::make_backend(index);

@@ -1,4 +1,4 @@
-#include "core/tensor.hpp"
+#include "tensor/tensor.hpp"
 
 #include <algorithm>
 #include <atomic>

@@ -1,5 +1,5 @@
 // Shape legend: n elements of one parameter tensor.
-#include "core/optim.hpp"
+#include "ops/optim.hpp"
 
 #include <cmath>
 #include <numbers>
