@@ -156,6 +156,8 @@ class cluster_loader {
       out.site_index = site_ref(n.site(), line_of(t, nd, "site", -1, line), who + "site");
       if (!n.device().empty()) {
         try {
+          // A cluster file names the device exactly: "cuda" alone is refused, not read as cuda:0.
+          if (n.device() == "cuda") throw std::runtime_error("ambiguous");
           out.device = normalize_device(n.device());
           out.cuda_device = cuda_index_of(out.device);
         } catch (const std::runtime_error&) {
