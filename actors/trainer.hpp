@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -55,11 +56,25 @@ struct train_config {
   std::string transport = "tcp";           ///< cross-process tensors: "tcp" data channel or "caf" messages
   uint32_t window = 4;                     ///< chunks in flight per cross-process edge
   uint64_t chunk_bytes = uint64_t{4} << 20;  ///< largest chunk of a tensor on a cross-process edge
+  // ---- admin shell (docs/admin.md) ----
+  uint16_t admin_port = 0;                 ///< publish the admin actor on this port (0: off)
+  std::string admin_host = "127.0.0.1";    ///< address the admin actor listens on
+  /// Called once the admin actor listens, with its port (tests connect fusion-admin from here).
+  std::function<void(uint16_t port)> on_admin_listening;
   /// Called once the coordinator listens, with its port (tests start their nodes from here).
   std::function<void(uint16_t port)> on_listening;
-  /// When set (e.g. by a SIGINT handler), train() stops after the step in flight, writes the
-  /// checkpoint (if configured) and returns with `interrupted` set.
+  /// When set (e.g. by a SIGINT handler) the run stops in whatever phase it is: while nodes
+  /// join, at once; while training, after the step in flight (a step that does not finish within
+  /// runtime.stop-grace seconds is abandoned), then writes the checkpoint if configured and
+  /// returns with `interrupted` set (the session constructor throws fusion::interrupted_error
+  /// when it happens before training).
   const std::atomic<bool>* stop_flag = nullptr;
+};
+
+/// Thrown by the session constructor when stop_flag is raised before training starts (while
+/// nodes join or the run is wired); fusion-train exits 130 on it.
+struct interrupted_error : std::runtime_error {
+  using std::runtime_error::runtime_error;
 };
 
 /// Measured work of one operator in one step (kept for the scheduler, written to the metrics).

@@ -10,7 +10,7 @@ packages=(
   libboost-dev
   doctest-dev
   libopenblas-dev
-  libedit-dev
+  libedit-dev nlohmann-json3-dev
   bible-kjv bible-kjv-text
   iproute2 procps
 )

@@ -1,0 +1,53 @@
+// The admin protocol: what `fusion-admin HOST:PORT` (and anything else holding the handle)
+// may ask of a running coordinator. The coordinator publishes an admin actor of this typed
+// interface on admin.port; CAF checks at connect time that both ends speak the same interface
+// (remote_actor<admin_actor> fails with a clear error otherwise).
+//
+// Queries are read-only and answered in every phase (joining ... finished). Each returns one
+// JSON object (docs/admin.md has the schema):
+//   status     {"phase", "step", "steps", "loss", "tokens_per_s", "eta_s", "elapsed_s", "model",
+//               "cluster", "failure"}
+//   nodes      {"nodes": [{"name", "site", "device", "gflops", "memory_bytes", "pid", "state"}]}
+//   placement  {"policy", "ops": [{"op", "node"}], "edges": [{"id", "dir", "producer",
+//               "consumer", "from", "to", "bytes_per_micro_batch", "codec"}]}
+//   ops        {"step", "ops": [{"op", "node", "fwd_ms", "bwd_ms"}]}         (last step, summed
+//                                                                             over micro-batches)
+//   links      {"step", "edges": [{"id", "dir", "producer", "consumer", "from", "to", "bytes",
+//               "tensors", "seconds", "mbit_s"}]}                             (last step)
+// An unknown topic is answered with fusion_errc::bad_command.
+//
+// Commands change the run: a verb and its arguments, answered with a JSON object or an error
+// (fusion_errc::bad_command for an unknown verb or a wrong argument, wrong_phase when the run
+// cannot do it now). Served today: `pause` (the step in flight finishes, the next is held) and
+// `resume`. Reserved for the migration issue, answered with bad_command until then: `move OP|GLOB
+// NODE`, `plan`, `rebalance`, `compress EDGE none|RATIO|auto`, `checkpoint [FILE]`.
+#pragma once
+
+#include <caf/all.hpp>
+
+#include <string>
+#include <vector>
+
+namespace fusion {
+
+using query_atom = caf::atom_constant<caf::atom("query")>;
+using command_atom = caf::atom_constant<caf::atom("command")>;
+
+/// The admin actor's interface.
+using admin_actor = caf::typed_actor<caf::replies_to<query_atom, std::string>::with<std::string>,
+                                     caf::replies_to<command_atom, std::string, std::vector<std::string>>::with<std::string>>;
+
+/// The query topics, in the order `help` lists them.
+inline const std::vector<std::string>& admin_topics() {
+  static const std::vector<std::string> topics = {"status", "nodes", "placement", "ops", "links"};
+  return topics;
+}
+
+/// The command verbs the protocol knows (served or reserved), in the order `help` lists them.
+inline const std::vector<std::string>& admin_verbs() {
+  static const std::vector<std::string> verbs = {"pause", "resume", "move", "plan", "rebalance", "compress",
+                                                 "checkpoint"};
+  return verbs;
+}
+
+}  // namespace fusion

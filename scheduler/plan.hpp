@@ -1,0 +1,114 @@
+// The plan of a run: where every operator runs (placement) and how the graph is wired across
+// nodes (one plan_edge per direction of every graph edge whose ends sit on different nodes).
+// The coordinator executes plans; migration, recovery and compression changes are all "make a
+// new plan, diff it against the current one, apply the diff at a step boundary".
+// Plain C++ (graph + cluster + profile in, plan out), tested without actors.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/cluster.hpp"
+#include "core/graph.hpp"
+#include "scheduler/placement.hpp"
+
+namespace fusion {
+
+/// What is known about one node when the run is planned: what its hello carried (the scheduler
+/// issue adds timed op kinds).
+struct node_profile {
+  std::string name;
+  std::string site;
+  std::string device = "cpu";   ///< "cpu" or "cuda:N"
+  double gflops = 0;            ///< measured sgemm rate; 0 when unknown
+  uint64_t memory_bytes = 0;    ///< 0 when unknown
+};
+
+/// A measured (or, before measuring, configured) site-to-site link.
+struct link_profile {
+  int site_a = -1, site_b = -1; ///< indices into cluster_spec::sites
+  double mbit = 0;              ///< per direction
+  double rtt_s = 0;             ///< round-trip time; 0 when unknown
+};
+
+/// Everything placement may use besides the graph and the cluster file.
+struct cluster_profile {
+  std::vector<node_profile> nodes;  ///< by cluster node index
+  std::vector<link_profile> links;  ///< per measured site pair
+};
+
+/// The profile a cluster file implies before anything is measured: names, sites and devices of
+/// its nodes, its links at their configured rates.
+cluster_profile profile_from_cluster(const cluster_spec& c);
+
+/// How one direction of a cross-node edge is carried. Compression settings come later; today
+/// "none" is the only codec.
+struct edge_setting {
+  std::string codec = "none";
+  double keep_ratio = 1.0;
+  bool operator==(const edge_setting&) const = default;
+};
+
+/// One direction of a graph edge whose producer and consumer run on different nodes.
+struct plan_edge {
+  uint64_t id = 0;              ///< unique within a run; never reused by a later plan
+  bool forward = true;          ///< activation (producer -> consumer) or gradient (back)
+  int producer = -1;            ///< graph node id of the op whose output the edge carries
+  int consumer = -1;            ///< graph node id of the op reading it
+  int slot = -1;                ///< the consumer's input slot
+  int consumer_index = -1;      ///< position of (consumer, slot) in the producer's consumers
+  int from = -1, to = -1;       ///< cluster node indices: sender and receiver of this direction
+  uint64_t bytes_per_micro_batch = 0;  ///< tensor bytes per micro-batch in this direction
+  edge_setting setting;
+};
+
+/// Placement plus wiring.
+struct plan {
+  placement where;              ///< node of every graph node (inputs included)
+  std::vector<plan_edge> edges; ///< ordered by (producer, consumer_index, forward before backward)
+  uint64_t next_edge_id = 1;    ///< the id a later plan of this run starts from
+
+  /// The edge with this id, or null.
+  const plan_edge* find(uint64_t id) const;
+  /// The edge carrying direction `forward` of the graph edge producer -> its consumer number
+  /// `consumer_index`, or null when both ends share a node.
+  const plan_edge* find(int producer, int consumer_index, bool forward) const;
+  /// Ops (graph node ids, inputs included) placed on cluster node `node`.
+  std::vector<int> ops_on(int node) const;
+};
+
+/// The wiring of a placement: two plan_edges (forward and backward, consecutive ids from
+/// `first_id`) for every graph edge whose ends are on different nodes; bytes per micro-batch from
+/// the shapes `g` was loaded with. Throws std::invalid_argument when `where` does not cover `g`.
+plan make_plan(const graph& g, placement where, uint64_t first_id = 1);
+
+/// Places `g` on `c` with the cluster file's policy, which receives `profile`, and wires it.
+plan plan_run(const graph& g, const cluster_spec& c, const cluster_profile& profile, uint64_t first_id = 1);
+
+/// The same placement and wiring with every edge given a fresh id from `first_id` (a re-wiring
+/// that replaces every edge sender, e.g. to test that edges can be swapped on a live run).
+plan renumber(plan p, uint64_t first_id);
+
+/// What changes from one plan to the next. Edges are matched by (producer, consumer_index,
+/// direction): a match with other nodes is removed + added; with the same nodes but another id
+/// or setting it is changed.
+struct plan_diff {
+  std::vector<int> moved_ops;                              ///< graph node ids whose node changed
+  std::vector<plan_edge> added;                            ///< in the new plan only
+  std::vector<plan_edge> removed;                          ///< in the old plan only
+  std::vector<std::pair<plan_edge, plan_edge>> changed;    ///< (old, new)
+  bool empty() const { return moved_ops.empty() && added.empty() && removed.empty() && changed.empty(); }
+};
+
+/// The difference between `before` and `after` (plans of the same graph).
+plan_diff diff(const plan& before, const plan& after);
+
+/// A printable summary: "3 ops move (a: n0 -> n1, ...), 2 edges added, ...", or "no change".
+std::string format_diff(const graph& g, const cluster_spec& c, const plan_diff& d);
+
+/// The placement table (format_placement) followed by one line per plan edge: id, direction,
+/// "producer -> consumer", "from -> to" node names, bytes per micro-batch, codec.
+std::string format_plan(const graph& g, const cluster_spec& c, const plan& p);
+
+}  // namespace fusion
