@@ -10,6 +10,11 @@ void route_table::set(uint64_t edge, edge_route r) {
   routes_[edge] = std::move(r);
 }
 
+bool route_table::erase(uint64_t edge) {
+  std::lock_guard<std::mutex> guard(mutex_);
+  return routes_.erase(edge) > 0;
+}
+
 std::optional<edge_route> route_table::find(uint64_t edge) const {
   std::lock_guard<std::mutex> guard(mutex_);
   auto it = routes_.find(edge);
@@ -110,11 +115,14 @@ class tcp_link : public data_link {
     auto node = node_;
     auto peer = sender_->peer();
     auto st = sender_->try_send(std::move(header), data, length, source, [node, peer](const std::string& error) {
-      if (!error.empty()) caf::anon_send(node, fail_atom::value, std::string("data channel"), "sending to " + peer + ": " + error);
+      if (!error.empty())
+        caf::anon_send(node, fail_atom::value,
+                       make_error(fusion_errc::connect_failed, "data channel: sending to " + peer + ": " + error));
     });
     if (st != net::send_status::queued)
-      caf::anon_send(node_, fail_atom::value, std::string("data channel"),
-                     "cannot queue a chunk for " + peer + ": " + net::to_string(st));
+      caf::anon_send(node_, fail_atom::value,
+                     make_error(fusion_errc::connect_failed,
+                                "data channel: cannot queue a chunk for " + peer + ": " + net::to_string(st)));
   }
 
  private:

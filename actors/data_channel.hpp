@@ -37,6 +37,8 @@ struct edge_route {
 class route_table {
  public:
   void set(uint64_t edge, edge_route r);
+  /// Removes the route of `edge` (its chunks are refused from now on); false if there was none.
+  bool erase(uint64_t edge);
   std::optional<edge_route> find(uint64_t edge) const;
 
  private:

@@ -66,8 +66,9 @@ void enqueue(edge_ptr self, wire_header base, tensor value) {
       value = std::move(value).to_cpu();
     } catch (const std::exception& e) {
       if (st.reporter)
-        self->send(st.reporter, fail_atom::value, "edge " + std::to_string(st.edge),
-                   std::string("cannot copy a CUDA tensor to the host: ") + e.what());
+        self->send(st.reporter, fail_atom::value,
+                   make_error(fusion_errc::op_failed, "edge " + std::to_string(st.edge) +
+                                                          ": cannot copy a CUDA tensor to the host: " + e.what()));
       return;
     }
   }

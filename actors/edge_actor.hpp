@@ -41,7 +41,7 @@ class data_link {
 
 /// Spawns the sending end of edge `edge`. Chunks go to `peer` (the receiving node actor) as
 /// wire_atom messages, or through `link` when it is set. Completed tensors are reported to
-/// `reporter` as stats_atom(edge_stat); errors as fail_atom("edge N", message).
+/// `reporter` as stats_atom(edge_stat); errors as fail_atom(caf::error).
 caf::actor spawn_edge_sender(caf::actor_system& sys, uint64_t edge, caf::actor peer, edge_config cfg,
                              caf::actor reporter, std::shared_ptr<data_link> link = nullptr);
 

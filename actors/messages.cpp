@@ -1,5 +1,6 @@
 #include "actors/messages.hpp"
 
+#include "actors/admin_protocol.hpp"
 #include "actors/edge_actor.hpp"
 #include "actors/op_actor.hpp"
 
@@ -17,6 +18,9 @@ void add_fusion_message_types(caf::actor_system_config& cfg) {
   cfg.add_message_type<node_spec>("fusion.node_spec");
   cfg.add_message_type<actor_run_params>("fusion.actor_run_params");
   cfg.add_message_type<edge_config>("fusion.edge_config");
+  cfg.add_message_type<std::vector<std::string>>("fusion.string_list");
+  cfg.add_message_type<admin_actor>("fusion.admin_actor");
+  add_fusion_error_category(cfg);
 }
 
 }  // namespace fusion

@@ -1,9 +1,11 @@
-// Message vocabulary between operator actors and the coordinator, and the CAF serialization
-// of tensors. Only actors/ and apps/ include this header (it pulls in CAF).
+// Message vocabulary between the coordinator (actors/coordinator.hpp), the node actors, the op
+// actors and the edge senders, and the CAF serialization of tensors. Only actors/ and apps/
+// include this header (it pulls in CAF). docs/architecture.md draws the protocols.
 //
 // Wiring: coordinator -> every op actor connect_atom(consumers, producers, coordinator), each
-// acknowledged with `true`; no data is fed before every acknowledgement is in (across processes,
-// tensors on the data channel could otherwise overtake a connect_atom).
+// answered with `true`; no data is fed before every answer is in (across processes, tensors on
+// the data channel could otherwise overtake a connect_atom). connect_atom may be sent again
+// between steps (re-wiring: new edge senders, or a neighbour that moved).
 //
 // Protocol of one training step (S = step, M = micro-batches, m = micro-batch index):
 //   coordinator -> input actors   forward_atom(S, m, slot 0, mode, tokens|targets)
@@ -12,16 +14,18 @@
 //   op actor    -> producer       backward_atom(S, m, consumer index, gradient)    summed in consumer order
 //   op actor    -> coordinator    grads_atom(S, node id, sum of squared grads, forward seconds per
 //                                 micro-batch, backward seconds per micro-batch)  after its M-th backward
-//   coordinator -> param actors   step_atom(S, lr, clip scale)  -> replies stepped_atom
-// Errors inside an actor never escape: it sends fail_atom(node name, message) to the coordinator.
+//   coordinator -> param actors   step_atom(S, lr, clip scale) -> stepped_atom(node id), or an error
+// Errors never escape an actor: it sends fail_atom(caf::error) to the coordinator, a fusion
+// error (actors/errors.hpp) whose message names the op or node.
 //
-// Across processes (actors/node_actor.hpp): a node says hello_atom(node_hello, node actor) to the
-// coordinator, which answers welcome_atom(index, version, refusal); a non-empty refusal says why
-// the node may not join. The coordinator then asks nodes
-// to spawn_atom op actors, edge_atom senders and route_atom receiving ends, polls stats_atom after
-// every step and ends the run with shutdown_atom. Tensors on a cross-process edge travel as
-// wire_chunk messages (a proto/wire.proto header + raw bytes) and are acknowledged chunk by chunk
-// with credit_atom, which bounds the bytes in flight per edge.
+// Across processes (actors/node_actor.hpp): a node asks hello_atom(node_hello, node actor); the
+// coordinator answers welcome_atom(index, version) or a fusion_errc::refused error saying why.
+// The coordinator then asks nodes to spawn_atom op actors, edge_atom senders and route_atom
+// receiving ends (unroute_atom and drop_atom remove them again when the wiring changes), polls
+// stats_atom after every step and ends the run with shutdown_atom. Tensors on a cross-process
+// edge travel as wire_chunk messages or over the data channel (a proto/wire.proto header + raw
+// bytes) and are acknowledged chunk by chunk with credit_atom, which bounds the bytes in flight
+// per edge.
 #pragma once
 
 #include <caf/all.hpp>
@@ -30,6 +34,7 @@
 #include <string>
 #include <vector>
 
+#include "actors/errors.hpp"
 #include "tensor/tensor.hpp"
 
 namespace fusion {
@@ -58,6 +63,20 @@ using wire_atom = caf::atom_constant<caf::atom("wire")>;
 using credit_atom = caf::atom_constant<caf::atom("credit")>;
 using stats_atom = caf::atom_constant<caf::atom("stats")>;
 using shutdown_atom = caf::atom_constant<caf::atom("shutdown")>;
+using unroute_atom = caf::atom_constant<caf::atom("unroute")>;
+using drop_atom = caf::atom_constant<caf::atom("dropedge")>;
+// The session (actors/trainer.hpp) and tests talking to the coordinator.
+using start_atom = caf::atom_constant<caf::atom("start")>;
+using train_atom = caf::atom_constant<caf::atom("train")>;
+using eval_atom = caf::atom_constant<caf::atom("eval")>;
+using sample_atom = caf::atom_constant<caf::atom("sample")>;
+using save_atom = caf::atom_constant<caf::atom("save")>;
+using load_atom = caf::atom_constant<caf::atom("load")>;
+using stop_atom = caf::atom_constant<caf::atom("stop")>;
+using pause_atom = caf::atom_constant<caf::atom("pause")>;
+using resume_atom = caf::atom_constant<caf::atom("resume")>;
+using rewire_atom = caf::atom_constant<caf::atom("rewire")>;
+using timeout_atom = caf::atom_constant<caf::atom("timeout")>;
 
 /// Named tensors, the unit of checkpoint state exchanged with op actors.
 using named_tensors = std::vector<std::pair<std::string, tensor>>;

@@ -9,6 +9,7 @@
 #include "actors/edge_actor.hpp"
 #include "actors/messages.hpp"
 #include "actors/op_actor.hpp"
+#include "core/log.hpp"
 #include "core/wire.hpp"
 
 namespace fusion {
@@ -19,7 +20,8 @@ struct node_state {
   node_identity id;
   std::shared_ptr<std::atomic<int>> exit_code;
   caf::actor coordinator;
-  std::vector<caf::actor> hosted;
+  std::vector<caf::actor> hosted;                           // op actors
+  std::map<uint64_t, caf::actor> senders;                   // edge senders by edge id
   std::shared_ptr<route_table> routes;
   std::map<std::string, std::shared_ptr<data_link>> links;  // data channels to peers, by "host:port"
   wire_assembler assembler;                                 // chunks that came over CAF
@@ -34,7 +36,9 @@ using node_ptr = caf::stateful_actor<node_state>*;
 
 void stop_hosted(node_ptr self) {
   for (auto& a : self->state.hosted) self->send_exit(a, caf::exit_reason::user_shutdown);
+  for (auto& [edge, a] : self->state.senders) self->send_exit(a, caf::exit_reason::user_shutdown);
   self->state.hosted.clear();
+  self->state.senders.clear();
 }
 
 // A refused message is counted and logged, and the coordinator hears of it: a chunk missing on
@@ -43,8 +47,10 @@ void reject(node_ptr self, const std::string& why) {
   auto& st = self->state;
   ++st.rejected;
   st.last_rejection = why;
-  std::cerr << "fusion-node " << st.id.name << ": rejected wire message: " << why << std::endl;
-  if (st.coordinator) self->send(st.coordinator, fail_atom::value, "node " + st.id.name, "rejected wire message: " + why);
+  log_warn("fusion-node " + st.id.name, "rejected wire message: " + why);
+  if (st.coordinator)
+    self->send(st.coordinator, fail_atom::value,
+               make_error(fusion_errc::wire_rejected, "node " + st.id.name + ": rejected wire message: " + why));
 }
 
 void receive_chunk(node_ptr self, const wire_chunk& c) {
@@ -77,8 +83,7 @@ caf::behavior node_actor_fn(node_ptr self, node_identity id, std::shared_ptr<std
     auto& st = self->state;
     if (dm.source != st.coordinator.address()) return;
     if (!st.shutting_down) {
-      std::cerr << "fusion-node " << st.id.name << ": lost the coordinator (" << caf::to_string(dm.reason)
-                << "), stopping" << std::endl;
+      log_error("fusion-node " + st.id.name, "lost the coordinator (" + describe(dm.reason) + "), stopping");
       st.exit_code->store(1);
     }
     stop_hosted(self);
@@ -95,8 +100,7 @@ caf::behavior node_actor_fn(node_ptr self, node_identity id, std::shared_ptr<std
           self->state.hosted.push_back(a);
           return a;
         } catch (const std::exception& e) {
-          return caf::make_error(caf::sec::cannot_spawn_actor_from_arguments,
-                                 "node " + self->state.id.name + ": " + e.what());
+          return make_error(fusion_errc::spawn_failed, "node " + self->state.id.name + ": " + e.what());
         }
       },
       [=](edge_atom, uint64_t edge, caf::actor& peer, edge_config& cfg, std::string& host,
@@ -106,21 +110,39 @@ caf::behavior node_actor_fn(node_ptr self, node_identity id, std::shared_ptr<std
           std::string err;
           link = link_to(self, host, port, err);
           if (!link)
-            return caf::make_error(caf::sec::cannot_connect_to_node, "node " + self->state.id.name + ": " + err);
+            return make_error(fusion_errc::connect_failed, "node " + self->state.id.name + ": " + err);
         }
-        auto a = spawn_edge_sender(self->system(), edge, peer, cfg, caf::actor_cast<caf::actor>(self), link);
-        self->state.hosted.push_back(a);
-        return a;
+        auto& slot = self->state.senders[edge];
+        if (slot) self->send_exit(slot, caf::exit_reason::user_shutdown);  // replaced
+        slot = spawn_edge_sender(self->system(), edge, peer, cfg, caf::actor_cast<caf::actor>(self), link);
+        return slot;
       },
       [=](route_atom, uint64_t edge, caf::actor& target, caf::actor& sender) {
         self->state.routes->set(edge, edge_route{target, sender});
         return true;
       },
+      // Re-wiring: the coordinator removes the edges of the old wiring once the new one is in place.
+      [=](unroute_atom, uint64_t edge) {
+        self->state.routes->erase(edge);
+        return true;
+      },
+      [=](drop_atom, uint64_t edge) {
+        auto& st = self->state;
+        if (auto it = st.senders.find(edge); it != st.senders.end()) {
+          self->send_exit(it->second, caf::exit_reason::user_shutdown);
+          st.senders.erase(it);
+          st.traffic.erase(edge);
+        }
+        return true;
+      },
       [=](wire_atom, const wire_chunk& c) { receive_chunk(self, c); },
       [=](wire_atom, const std::string& rejection) { reject(self, rejection); },
-      [=](fail_atom, std::string& who, std::string& what) {
+      [=](fail_atom, caf::error& e) {
         auto& st = self->state;
-        if (st.coordinator) self->send(st.coordinator, fail_atom::value, "node " + st.id.name, who + ": " + what);
+        if (st.coordinator)
+          self->send(st.coordinator, fail_atom::value,
+                     make_error(code_of(e) == fusion_errc::none ? fusion_errc::op_failed : code_of(e),
+                                "node " + st.id.name + ": " + describe(e)));
       },
       [=](stats_atom, const edge_stat& s) {
         auto& t = self->state.traffic[s.edge];

@@ -83,7 +83,8 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 
 void report_failure(self_ptr self, const std::string& what) {
   if (self->state.coordinator)
-    self->send(self->state.coordinator, fail_atom::value, self->state.spec.name, what);
+    self->send(self->state.coordinator, fail_atom::value,
+               make_error(fusion_errc::op_failed, "op actor '" + self->state.spec.name + "' failed: " + what));
 }
 
 // Runs backward for every micro-batch whose output gradients are complete, strictly in
@@ -269,10 +270,11 @@ caf::behavior op_actor_fn(self_ptr self, node_spec spec, actor_run_params run, s
   return {
       [=](connect_atom, std::vector<caf::actor>& consumers, std::vector<caf::actor>& producers,
           caf::actor& coordinator) {
+        // Between steps only (the coordinator re-wires at step boundaries): nothing is in flight.
         self->state.consumers = std::move(consumers);
         self->state.producers = std::move(producers);
         self->state.coordinator = std::move(coordinator);
-        return true;  // the coordinator waits for every actor before it sends data (see session)
+        return true;  // the coordinator waits for every actor before it sends data
       },
       [=](forward_atom, uint64_t step, uint32_t mb, uint32_t slot, uint8_t mode, tensor& value) {
         guarded([&] {
@@ -293,15 +295,20 @@ caf::behavior op_actor_fn(self_ptr self, node_spec spec, actor_run_params run, s
       [=](backward_atom, uint64_t step, uint32_t mb, uint32_t consumer, tensor& grad) {
         guarded([&] { add_output_grad(self, step, mb, consumer, std::move(grad)); });
       },
-      [=](step_atom, uint64_t step, double lr, float scale) {
-        guarded([&] { apply_step(self, step, lr, scale); });
-        return caf::make_message(stepped_atom::value, static_cast<int32_t>(self->state.spec.id));
+      [=](step_atom, uint64_t step, double lr, float scale) -> caf::result<stepped_atom, int32_t> {
+        try {
+          apply_step(self, step, lr, scale);
+        } catch (const std::exception& e) {
+          return make_error(fusion_errc::op_failed,
+                            "op actor '" + self->state.spec.name + "' failed in the optimizer step: " + e.what());
+        }
+        return {stepped_atom::value, static_cast<int32_t>(self->state.spec.id)};
       },
       [=](get_state_atom) -> caf::result<named_tensors> {
         try {
           return collect_state(self->state);
         } catch (const std::exception& e) {
-          return caf::make_error(caf::sec::runtime_error, self->state.spec.name + ": " + e.what());
+          return make_error(fusion_errc::op_failed, "op actor '" + self->state.spec.name + "': " + e.what());
         }
       },
       [=](set_state_atom, named_tensors& in) -> caf::result<bool> {
@@ -309,7 +316,7 @@ caf::behavior op_actor_fn(self_ptr self, node_spec spec, actor_run_params run, s
           restore_state(self->state, in);
           return true;
         } catch (const std::exception& e) {
-          return caf::make_error(caf::sec::invalid_argument, self->state.spec.name + ": " + e.what());
+          return make_error(fusion_errc::bad_state, "op actor '" + self->state.spec.name + "': " + e.what());
         }
       },
   };

@@ -46,6 +46,7 @@ struct train_config {
   /// actor's device is a GPU (runtime.device, or a cuda node of the cluster file).
   std::string cpu_ops;
   double step_timeout_s = 600;             ///< a step that takes longer is a hang: abort
+  double stop_grace_s = 5;                 ///< after stop_flag, a step still running this long is abandoned
   bool progress = true;                    ///< progress lines on stderr
   // ---- several processes (docs/cluster.md) ----
   std::string cluster_file;                ///< cluster file: op actors run on fusion-node processes
@@ -132,6 +133,16 @@ class session {
   std::string sample(int n, const std::string& prompt, double temperature, uint64_t seed);
   void save_checkpoint(const std::string& path);
   void load_checkpoint(const std::string& path);
+
+  /// Replaces every cross-node edge by a fresh edge sender with a new id at the next step
+  /// boundary (at once when no step runs); returns once done. Safe from another thread while
+  /// train() runs. The losses are unchanged by it (tests/actors/rewire_test.cpp).
+  void rewire();
+  /// The coordinator's answer to an admin query (actors/admin_protocol.hpp), as JSON. Safe from
+  /// another thread while train() runs.
+  std::string query(const std::string& topic);
+  /// An admin command (pause, resume, ...), as JSON; throws std::runtime_error with the reason.
+  std::string command(const std::string& verb, const std::vector<std::string>& args = {});
 
   int64_t step() const;
   int64_t param_count() const;

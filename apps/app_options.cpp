@@ -1,12 +1,22 @@
 #include "apps/app_options.hpp"
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <map>
+#include <set>
 #include <sstream>
 
 #include "core/graph_names.hpp"
+#include "core/wire.hpp"
+
+#ifndef FUSION_VERSION
+#error "FUSION_VERSION must come from the top-level CMakeLists.txt (project(fusion VERSION ...))"
+#endif
 
 namespace fusion {
 
@@ -32,35 +42,97 @@ const char* kind_name(ini_option::kind k) {
   }
 }
 
-/// Rewrites the aliases into CAF's --key=value form and pulls out "--config F".
-std::vector<std::string> normalise_args(int argc, char** argv, std::string& config_file,
-                                        const std::vector<option_alias>& aliases) {
-  std::vector<std::string> out;
+std::string key_of(const option_row& r) { return std::string(r.category) + "." + r.name; }
+
+/// The command line, sorted out: what goes to CAF's parser and what this file handles itself.
+struct parsed_args {
+  std::vector<std::string> caf_args;                       ///< "--category.key=value" (and CAF's own options)
+  std::vector<std::pair<const option_row*, bool>> bools;   ///< bool options, applied after CAF's parse
+  std::set<std::string> cli_keys;                          ///< "category.key" given on the command line
+  std::vector<std::string> stray;                          ///< arguments that belong to no option
+  std::string config_file;
+  bool help = false, version = false;
+};
+
+bool parse_bool(const std::string& text, bool& out) {
+  if (text == "true") out = true;
+  else if (text == "false") out = false;
+  else return false;
+  return true;
+}
+
+/// Rewrites `--key value`, aliases and bools into what CAF 0.17 understands (`--key=value`),
+/// pulls out `--config F`, and collects the bools and stray words. Throws usage_error.
+parsed_args normalise_args(int argc, char** argv, const std::vector<option_row>& rows,
+                           const std::vector<option_alias>& aliases) {
+  std::map<std::string, const option_row*> by_flag;
+  for (auto& r : rows) by_flag["--" + key_of(r)] = &r;
+  parsed_args out;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
+    if (a == "-h" || a == "--help") {
+      out.help = true;
+      continue;
+    }
+    if (a == "--version") {
+      out.version = true;
+      continue;
+    }
+    if (a.size() < 2 || a[0] != '-') {
+      out.stray.push_back(a);
+      continue;
+    }
     auto eq = a.find('=');
-    std::string key = a.substr(0, eq);
+    std::string flag = a.substr(0, eq);
     bool has_value = eq != std::string::npos;
     std::string value = has_value ? a.substr(eq + 1) : "";
-    auto take_value = [&]() -> bool {
-      if (has_value) return true;
-      if (i + 1 >= argc) return false;
+    auto take_value = [&](const std::string& what) {
+      if (has_value) return;
+      if (i + 1 >= argc) throw usage_error(flag + " needs " + what + " (" + flag + "=VALUE or " + flag + " VALUE)");
       value = argv[++i];
-      return true;
+      has_value = true;
     };
-    if (key == "--config") {
-      if (!take_value()) throw std::runtime_error("--config needs a file name");
-      config_file = value;
+    if (flag == "--config") {
+      take_value("a file name");
+      if (value.empty()) throw usage_error("--config needs a file name");
+      out.config_file = value;
       continue;
     }
-    auto alias = std::find_if(aliases.begin(), aliases.end(), [&](auto& al) { return key == al.flag; });
-    if (alias != aliases.end()) {
-      if (!take_value()) throw std::runtime_error(key + " needs a value");
-      out.push_back(std::string("--") + alias->key + "=" + (alias->is_string ? "\"" + value + "\"" : value));
+    const option_row* row = nullptr;
+    bool alias_string = false;
+    if (auto al = std::find_if(aliases.begin(), aliases.end(), [&](auto& x) { return flag == x.flag; });
+        al != aliases.end()) {
+      auto it = by_flag.find(std::string("--") + al->key);
+      if (it == by_flag.end()) throw std::logic_error(flag + " is an alias of unknown option " + al->key);
+      row = it->second;
+      alias_string = al->is_string;
+    } else if (auto it = by_flag.find(flag); it != by_flag.end()) {
+      row = it->second;
+    }
+    if (!row) {
+      out.caf_args.push_back(a);  // CAF's own options, or a mistake CAF reports with a did-you-mean
       continue;
     }
-    // CAF rejects "--key=" outright; an empty string option must be spelled --key="".
-    out.push_back(has_value && value.empty() ? a + "\"\"" : a);
+    const std::string key = key_of(*row), option = "--" + key;
+    out.cli_keys.insert(key);
+    if (std::holds_alternative<bool*>(row->target)) {
+      // A bare flag means true; "--flag true|false" takes the next word only when it is one of those.
+      bool v = true;
+      if (!has_value && i + 1 < argc && parse_bool(argv[i + 1], v)) {
+        ++i;
+      } else if (has_value && !parse_bool(value, v)) {
+        throw usage_error("bad value in '" + a + "': " + option + " is true or false (" + option +
+                          " alone means true)");
+      }
+      out.bools.emplace_back(row, v);
+      continue;
+    }
+    take_value("a value");
+    // CAF rejects "--key=" outright; an empty string option must be spelled --key="". A string
+    // is passed raw (CAF keeps it as written) unless it is already quoted.
+    bool is_string = alias_string || std::holds_alternative<std::string*>(row->target);
+    if (value.empty() && is_string) value = "\"\"";
+    out.caf_args.push_back(option + "=" + value);
   }
   return out;
 }
@@ -74,7 +146,7 @@ void report_cli_error(const char* program, const table_config& cfg, const std::v
     if (caf_text.find("\"" + a + "\"") != std::string::npos) bad = a;
   std::string key = bad.substr(0, bad.find('='));
   std::vector<std::string> known;
-  for (auto& r : cfg.rows()) known.push_back(std::string("--") + r.category + "." + r.name);
+  for (auto& r : cfg.rows()) known.push_back("--" + key_of(r));
   if (bad.empty()) {
     std::cerr << program << ": bad command line: " << caf_text << "\n";
   } else if (caf_text.find("not_an_option") != std::string::npos) {
@@ -88,6 +160,9 @@ void report_cli_error(const char* program, const table_config& cfg, const std::v
   }
 }
 
+// Marks a path option the config file may set: no INI value or command line can produce it.
+const std::string unset_path = "\x1f(unset)\x1f";
+
 }  // namespace
 
 void table_config::add_rows(std::vector<option_row> rows) {
@@ -100,40 +175,89 @@ void table_config::add_rows(std::vector<option_row> rows) {
 
 std::vector<ini_option> table_config::schema() const {
   std::vector<ini_option> out;
-  for (auto& r : rows_) out.push_back({r.category, r.name, kind_of(r)});
+  for (auto& r : rows_) out.push_back({r.category, r.name, kind_of(r), r.max});
   return out;
+}
+
+std::string version_line(const std::string& program) {
+  return program + " " + FUSION_VERSION + " (wire protocol " + std::to_string(wire_protocol_version) + ")";
+}
+
+std::string resolve_config_path(const std::string& path, const std::string& config_file) {
+  namespace fs = std::filesystem;
+  if (path.empty() || fs::path(path).is_absolute()) return path;
+  fs::path dir = fs::path(config_file).parent_path();
+  if (dir.empty()) return path;
+  return (dir / path).lexically_normal().string();
 }
 
 load_result load_options(const char* program, const std::string& usage, table_config& cfg, int argc, char** argv,
                          const std::vector<option_alias>& aliases) {
-  std::string config_file;
-  auto args = normalise_args(argc, argv, config_file, aliases);
-  if (std::any_of(args.begin(), args.end(), [](auto& a) { return a == "-h" || a == "--help"; })) {
-    std::cout << usage << "\noptions:\n";
+  parsed_args args;
+  try {
+    args = normalise_args(argc, argv, cfg.rows(), aliases);
+  } catch (const usage_error& e) {
+    std::cerr << program << ": " << e.what() << " (see --help)\n";
+    return load_result::exit_usage;
+  }
+  if (args.help) {
+    std::cout << usage << "\noptions (--category.key=value or --category.key value; a bool alone means true):\n";
     for (auto& r : cfg.rows()) {
-      std::string key = std::string("--") + r.category + "." + r.name + "=<" + kind_name(kind_of(r)) + ">";
+      std::string key = "--" + key_of(r) + "=<" + (r.is_path ? "path" : kind_name(kind_of(r))) + ">";
       std::printf("  %-36s %s\n", key.c_str(), r.help);
     }
+    std::printf("  %-36s %s\n", "--version", "print the version and exit");
     std::cout << std::flush;
+    return load_result::exit_ok;
+  }
+  if (args.version) {
+    std::cout << version_line(program) << std::endl;
     return load_result::exit_ok;
   }
   // One read of the file serves both the linter and CAF's parser.
   std::stringstream ini;
-  if (!config_file.empty()) {
-    std::ifstream in(config_file);
-    if (!in) throw std::runtime_error("cannot open config file " + config_file);
+  if (!args.config_file.empty()) {
+    std::ifstream in(args.config_file);
+    if (!in) {
+      std::cerr << program << ": cannot open config file " << args.config_file << ": " << std::strerror(errno)
+                << "\n";
+      return load_result::exit_usage;
+    }
     ini << in.rdbuf();
-    auto problems = check_ini(ini.str(), config_file, cfg.schema());
+    auto problems = check_ini(ini.str(), args.config_file, cfg.schema());
     if (!problems.empty()) {
       for (auto& p : problems) std::cerr << to_string(p) << "\n";
-      std::cerr << program << ": " << problems.size() << " problem(s) in " << config_file << "\n";
+      std::cerr << program << ": " << problems.size() << " problem(s) in " << args.config_file << "\n";
       return load_result::exit_usage;
     }
   }
-  if (auto err = cfg.parse(args, ini)) {
-    report_cli_error(program, cfg, args, cfg.render(err));
+  // A path the config file sets is relative to the file's directory; to tell it from the
+  // default, every path option the command line leaves alone starts out as a marker.
+  std::vector<std::pair<std::string*, std::string>> path_defaults;
+  for (auto& r : cfg.rows())
+    if (r.is_path && !args.cli_keys.count(key_of(r))) {
+      auto* target = std::get<std::string*>(r.target);
+      path_defaults.emplace_back(target, *target);
+      *target = unset_path;
+    }
+  auto err = cfg.parse(args.caf_args, ini);
+  for (auto& [target, default_value] : path_defaults)
+    *target = *target == unset_path ? default_value : resolve_config_path(*target, args.config_file);
+  if (err) {
+    report_cli_error(program, cfg, args.caf_args, cfg.render(err));
     return load_result::exit_usage;
   }
+  if (!args.stray.empty()) {
+    std::cerr << program << ": unexpected argument '" << args.stray.front()
+              << "' (options are --category.key=value or --category.key value; see --help)\n";
+    return load_result::exit_usage;
+  }
+  for (auto& [row, value] : args.bools) *std::get<bool*>(row->target) = value;
+  for (auto& r : cfg.rows())
+    if (auto* u = std::get_if<uint64_t*>(&r.target); u && r.max > 0 && **u > r.max) {
+      std::cerr << program << ": --" << key_of(r) << "=" << **u << ": must be at most " << r.max << "\n";
+      return load_result::exit_usage;
+    }
   return cfg.cli_helptext_printed ? load_result::exit_ok : load_result::run;
 }
 

@@ -2,10 +2,17 @@
 // CAF's parser, --help and the INI linter (core/ini_check.hpp): CAF 0.17's INI reader silently
 // drops unknown keys and values of the wrong type, so every file is linted first and every
 // problem is reported with its file and line.
+//
+// Command line: `--category.key=value` and `--category.key value` are the same; a bool option
+// alone (`--runtime.quiet`) means true, and `--runtime.quiet=true|false` (or `... true|false`)
+// sets it either way (CAF 0.17 itself only knows the bare flag). Relative paths that a config
+// file gives to a path option (model.file, data.file, ...) are relative to the config file's
+// directory; paths on the command line stay relative to the current directory.
 #pragma once
 
 #include <caf/all.hpp>
 
+#include <stdexcept>
 #include <string>
 #include <variant>
 #include <vector>
@@ -20,13 +27,26 @@ struct option_row {
   const char* name;
   const char* help;
   std::variant<bool*, int64_t*, uint64_t*, double*, std::string*> target;
+  uint64_t max = 0;      ///< unsigned options: largest accepted value, e.g. 65535 for a port (0: none)
+  bool is_path = false;  ///< a file path: a relative value in the config file is resolved against its directory
 };
+
+/// A path option row (see option_row::is_path).
+inline option_row path_option(const char* category, const char* name, const char* help, std::string* target) {
+  return option_row{category, name, help, target, 0, true};
+}
 
 /// A short flag that stands for an option, e.g. {"--model", "model.file"}.
 struct option_alias {
   const char* flag;
   const char* key;
   bool is_string;
+};
+
+/// A mistake in the command line or the configuration that the user must fix: programs exit 2
+/// on it (fusion-train's exit codes: docs/training.md).
+struct usage_error : std::runtime_error {
+  using std::runtime_error::runtime_error;
 };
 
 /// An actor_system_config whose custom options come from `rows`.
@@ -45,9 +65,19 @@ class table_config : public caf::actor_system_config {
 enum class load_result { run, exit_ok, exit_usage };
 
 /// Reads `--config FILE` (linted against the table), applies `aliases` and the command line,
-/// and parses everything into `cfg`. Prints `usage` and the table for -h/--help (exit_ok);
-/// prints problems naming the file and line, or the bad option with a did-you-mean (exit_usage).
+/// and parses everything into `cfg`. Prints `usage` and the table for -h/--help and the
+/// version_line for --version (exit_ok); prints problems naming the file and line, or the bad
+/// option with a did-you-mean (exit_usage).
 load_result load_options(const char* program, const std::string& usage, table_config& cfg, int argc, char** argv,
                          const std::vector<option_alias>& aliases);
+
+/// "fusion-train 0.4.0 (wire protocol 1)": the project version (CMake project(VERSION)) and
+/// core/wire.hpp's wire_protocol_version; what every fusion-* program prints for --version.
+std::string version_line(const std::string& program);
+
+/// `path` resolved against the directory of `config_file`: unchanged when it is empty or
+/// absolute or when the config file has no directory part; else "DIR/path", lexically normalised
+/// ("configs/runs/../../data/kjv.txt" -> "data/kjv.txt").
+std::string resolve_config_path(const std::string& path, const std::string& config_file);
 
 }  // namespace fusion

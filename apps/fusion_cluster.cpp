@@ -10,7 +10,9 @@
 
 #include "core/cluster.hpp"
 #include "core/graph.hpp"
+#include "core/wire.hpp"
 #include "scheduler/placement.hpp"
+#include "scheduler/plan.hpp"
 
 namespace {
 
@@ -19,12 +21,14 @@ using namespace fusion;
 constexpr const char* usage_text =
     R"(usage: fusion-cluster check CLUSTER [--model FILE] [--batch N]
        fusion-cluster netns CLUSTER
-       fusion-cluster --help
+       fusion-cluster --help | --version
 
 check   validates the cluster file (format: docs/cluster.md) and prints its sites, nodes and
-        links. With --model, also loads the model for batch size N (default 8) and prints the
-        placement of its operators on the nodes (policy from the cluster file): per node the
-        ops, their estimated FLOPs per step and share, then every cross-node edge.
+        links. With --model, also loads the model for (micro-)batch size N (default 8) and
+        prints the plan of a run: the placement of its operators on the nodes (policy from the
+        cluster file; per node the ops, their estimated FLOPs per step and share, every
+        cross-node edge), then the plan's edges, one line per direction of every cross-node
+        edge: id, fwd/bwd, producer -> consumer, from -> to node, bytes per micro-batch, codec.
 netns   prints the cluster for shell scripts, one item per line, fields separated by spaces:
           site NAME INDEX            (INDEX from 1, file order)
           node NAME SITE DEVICE
@@ -84,6 +88,10 @@ int run(const std::vector<std::string>& args) {
     std::cout << usage_text;
     return 0;
   }
+  if (args[0] == "--version") {
+    std::cout << "fusion-cluster " << FUSION_VERSION << " (wire protocol " << wire_protocol_version << ")\n";
+    return 0;
+  }
   const std::string& cmd = args[0];
   if (cmd != "check" && cmd != "netns") throw usage_error("unknown command '" + cmd + "' (check or netns)");
   std::string cluster_file, model_file;
@@ -126,8 +134,8 @@ int run(const std::vector<std::string>& args) {
   print_summary(c);
   if (!model_file.empty()) {
     graph g = load_graph(model_file, batch);
-    placement p = place_ops(g, c);
-    std::cout << format_placement(g, c, p);
+    plan p = plan_run(g, c, profile_from_cluster(c));
+    std::cout << format_plan(g, c, p);
   }
   return 0;
 }

@@ -4,15 +4,24 @@
 //   fusion-node --config configs/nodes/site-a.ini [--node.coordinator=HOST:PORT] ...
 //
 // It exits 0 when the coordinator ends the run, 1 when the coordinator goes away or cannot be
-// reached, 2 for a bad configuration or when the coordinator refuses it.
+// reached, 2 for a bad configuration or when the coordinator refuses it, 130 when stopped by
+// SIGINT/SIGTERM (the first stops it cleanly, a second exits at once). Its messages are log
+// lines with time and level (core/log.hpp).
 #include <caf/all.hpp>
 #include <caf/io/all.hpp>
 
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <iostream>
+#include <mutex>
+#include <new>
 #include <thread>
 
 #include "actors/data_channel.hpp"
@@ -21,6 +30,7 @@
 #include "actors/op_device.hpp"
 #include "apps/app_options.hpp"
 #include "core/cluster.hpp"
+#include "core/log.hpp"
 #include "core/wire.hpp"
 #include "ops/cpu/blas.hpp"
 
@@ -64,11 +74,130 @@ const char* usage =
     "--cluster FILE), reports its device and hosts the operator actors placed on it until the run\n"
     "ends. See docs/cluster.md.\n";
 
+constexpr int exit_interrupted = 130;
+
+// What main() names when memory runs out.
+std::string doing = "reading the options";
+
+const char* signal_name(int sig) { return sig == SIGINT ? "SIGINT" : sig == SIGTERM ? "SIGTERM" : "a signal"; }
+
+// SIGINT and SIGTERM: the handler only notes the signal and writes its number to a pipe
+// (async-signal-safe); a watcher thread reads it, logs, and asks the node actor to stop (main
+// then closes the data channel, stops the actor system and exits 130). A second signal, or a stop
+// that takes longer than stop_deadline_s, exits 130 at once. (sigwait would not do: threads that
+// libraries start before main, such as OpenBLAS's, do not block the signals.)
+std::atomic<bool> stop_signalled{false};
+std::atomic<int> stop_signal_number{0};
+int stop_pipe_write = -1;
+
+extern "C" void on_stop_signal(int sig) {
+  int saved = errno;
+  stop_signal_number.store(sig);
+  stop_signalled.store(true);
+  unsigned char b = static_cast<unsigned char>(sig);
+  if (stop_pipe_write >= 0 && ::write(stop_pipe_write, &b, 1) < 0) {
+  }
+  errno = saved;
+}
+
+class stop_watcher {
+ public:
+  static constexpr int stop_deadline_s = 5;
+
+  /// Installs the handlers and starts the watcher thread.
+  void start() {
+    int fds[2];
+    if (::pipe2(fds, O_CLOEXEC) != 0)
+      throw std::runtime_error(std::string("cannot create a pipe: ") + std::strerror(errno));
+    read_fd_ = fds[0];
+    stop_pipe_write = fds[1];
+    struct sigaction sa {};
+    sa.sa_handler = on_stop_signal;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = SA_RESTART;
+    sigaction(SIGINT, &sa, nullptr);
+    sigaction(SIGTERM, &sa, nullptr);
+    std::thread([this] { watch(); }).detach();
+  }
+  /// Who the log lines name and which actor a stop signal ends.
+  void set_target(const std::string& who, caf::actor node) {
+    std::lock_guard<std::mutex> lock(m_);
+    who_ = who;
+    node_ = std::move(node);
+    if (acted_ && node_) caf::anon_send_exit(node_, caf::exit_reason::user_shutdown);
+  }
+  bool stopping() const { return stop_signalled.load(); }
+  /// Waits (at most `ms` milliseconds) until the watcher has logged the signal, so that the
+  /// log lines come in order.
+  void await_acted(int ms) {
+    for (int i = 0; i < ms / 10; ++i) {
+      {
+        std::lock_guard<std::mutex> lock(m_);
+        if (acted_) return;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+  }
+  int signal() const { return stop_signal_number.load(); }
+
+ private:
+  // The next signal number from the pipe; -1 when none came within `timeout_ms` (-1: forever).
+  int next_signal(int timeout_ms) {
+    pollfd p{read_fd_, POLLIN, 0};
+    auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+    for (;;) {
+      int left = timeout_ms < 0 ? -1
+                                : static_cast<int>(std::max<int64_t>(
+                                      0, std::chrono::duration_cast<std::chrono::milliseconds>(
+                                             until - std::chrono::steady_clock::now()).count()));
+      int r = ::poll(&p, 1, left);
+      if (r < 0 && errno == EINTR) continue;
+      if (r <= 0) return -1;
+      unsigned char b = 0;
+      ssize_t n = ::read(read_fd_, &b, 1);
+      if (n == 1) return b;
+      if (n < 0 && errno == EINTR) continue;
+      return -1;
+    }
+  }
+
+  void watch() {
+    int sig = next_signal(-1);
+    if (sig < 0) return;
+    std::string who;
+    caf::actor node;
+    {
+      std::lock_guard<std::mutex> lock(m_);
+      acted_ = true;
+      who = who_;
+      node = node_;
+    }
+    log_info(who, std::string(signal_name(sig)) + " received: stopping (send it again to exit at once)");
+    if (node) caf::anon_send_exit(node, caf::exit_reason::user_shutdown);
+    int again = next_signal(stop_deadline_s * 1000);
+    if (again > 0)
+      log_warn(who, std::string(signal_name(again)) + " again: exiting at once");
+    else
+      log_warn(who, "still not stopped after " + format_seconds(stop_deadline_s) + ": exiting at once");
+    ::_exit(exit_interrupted);
+  }
+
+  int read_fd_ = -1;
+  std::mutex m_;
+  bool acted_ = false;
+  std::string who_ = "fusion-node";
+  caf::actor node_;
+};
+
+// Never destroyed: the detached watcher thread may use it until the process ends.
+stop_watcher& watcher = *new stop_watcher;
+
 uint64_t physical_memory() {
   return static_cast<uint64_t>(sysconf(_SC_PHYS_PAGES)) * static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
 }
 
 int run(int argc, char** argv) {
+  watcher.start();
   node_app_config cfg;
   switch (load_options("fusion-node", usage, cfg, argc, argv, {{"--name", "node.name", true}})) {
     case load_result::exit_ok: return 0;
@@ -76,16 +205,17 @@ int run(int argc, char** argv) {
     case load_result::run: break;
   }
   if (cfg.id.name.empty()) {
-    std::cerr << "fusion-node: no node name: set [node] name in the config or pass --node.name=NAME\n";
+    log_error("fusion-node", "no node name: set [node] name in the config or pass --node.name=NAME");
     return 2;
   }
+  const std::string me = "fusion-node " + cfg.id.name;
+  watcher.set_target(me, caf::actor{});
   if (auto why = device_problem(cfg.id.device); !why.empty()) {
-    std::cerr << "fusion-node " << cfg.id.name << ": node.device: " << why << "\n";
+    log_error(me, "node.device: " + why);
     return 2;
   }
   cfg.id.device = normalize_device(cfg.id.device);
   auto [coord_host, coord_port] = parse_host_port(cfg.coordinator, "node.coordinator");
-  const std::string me = "fusion-node " + cfg.id.name;
   set_liveness(cfg, cfg.heartbeat_ms, cfg.peer_timeout_ms);
   cfg.load<caf::io::middleman>();
   add_fusion_message_types(cfg);
@@ -94,6 +224,7 @@ int run(int argc, char** argv) {
   set_scheduler_policy(cfg, cfg.scheduler);
   cpu::set_blas_threads(std::max<int>(1, static_cast<int>(cfg.blas_threads)));
 
+  doing = "measuring the device";
   node_hello hello;
   hello.version = wire_protocol_version;
   hello.name = cfg.id.name;
@@ -106,12 +237,14 @@ int run(int argc, char** argv) {
   hello.memory_bytes = physical_memory();
   hello.pid = static_cast<int32_t>(getpid());
 
+  doing = "starting the actor system";
   caf::actor_system sys{cfg};
   auto exit_code = std::make_shared<std::atomic<int>>(1);
   auto routes = std::make_shared<route_table>();
   auto node = spawn_node_actor(sys, cfg.id, exit_code, routes);
+  watcher.set_target(me, node);
   if (cfg.data_port > 65535) {
-    std::cerr << me << ": node.data-port " << cfg.data_port << " is not a port\n";
+    log_error(me, "node.data-port " + std::to_string(cfg.data_port) + " is not a port (0..65535)");
     anon_send_exit(node, caf::exit_reason::user_shutdown);
     return 2;
   }
@@ -119,7 +252,7 @@ int run(int argc, char** argv) {
   try {
     data = std::make_unique<data_channel_server>(cfg.host, static_cast<uint16_t>(cfg.data_port), node, routes);
   } catch (const std::exception& e) {
-    std::cerr << me << ": " << e.what() << "\n";
+    log_error(me, e.what());
     anon_send_exit(node, caf::exit_reason::user_shutdown);
     return 2;
   }
@@ -129,55 +262,73 @@ int run(int argc, char** argv) {
     self->send_exit(node, caf::exit_reason::user_shutdown);
     return code;
   };
+  // Stopped by a signal: the node actor already has its exit; close the data channel before
+  // the actor system stops (when `sys` goes out of scope).
+  auto interrupted = [&]() {
+    watcher.await_acted(500);
+    self->send_exit(node, caf::exit_reason::user_shutdown);
+    data.reset();
+    log_info(me, std::string("stopped by ") + signal_name(watcher.signal()) + ", exiting with status 130");
+    return exit_interrupted;
+  };
 
   // The coordinator may start after us: keep trying until join-timeout.
+  doing = "joining the coordinator";
   auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(cfg.join_timeout_s);
   caf::actor coordinator;
   std::string last_error;
   for (bool said = false;;) {
+    if (watcher.stopping()) return interrupted();
     auto c = sys.middleman().remote_actor(coord_host, coord_port);
     if (c) {
       coordinator = *c;
       break;
     }
-    last_error = sys.render(c.error());
+    last_error = describe(c.error());
     if (std::chrono::steady_clock::now() > deadline) {
-      std::cerr << me << ": cannot reach the coordinator at " << cfg.coordinator << " within "
-                << cfg.join_timeout_s << " s (node.join-timeout): " << last_error << "\n";
+      log_error(me, "cannot reach the coordinator at " + cfg.coordinator + " within " +
+                        format_seconds(cfg.join_timeout_s) + " (node.join-timeout): " + last_error);
       return give_up(1);
     }
-    if (!said) std::cerr << me << ": waiting for the coordinator at " << cfg.coordinator << "\n";
+    if (!said) log_info(me, "waiting for the coordinator at " + cfg.coordinator);
     said = true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    for (int i = 0; i < 10 && !watcher.stopping(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
 
   int code = -1;
   self->request(coordinator, std::chrono::seconds(30), hello_atom::value, hello, node)
       .receive(
-          [&](welcome_atom, int32_t index, uint32_t version, std::string& refusal) {
-            if (!refusal.empty()) {
-              std::cerr << me << ": the coordinator refused this node: " << refusal << "\n";
-              code = 2;
-              return;
-            }
+          [&](welcome_atom, int32_t index, uint32_t version) {
             if (version != wire_protocol_version) {
-              std::cerr << me << ": the coordinator speaks protocol version " << version << ", this node "
-                        << wire_protocol_version << ": run the same build everywhere\n";
+              log_error(me, "the coordinator speaks protocol version " + std::to_string(version) + ", this node " +
+                                std::to_string(wire_protocol_version) + ": run the same build everywhere");
               code = 2;
               return;
             }
-            std::cerr << me << ": joined the coordinator at " << cfg.coordinator << " as node " << index << " ("
-                      << hello.device << ", " << static_cast<int>(hello.gflops) << " GFLOP/s)\n";
+            log_info(me, "joined the coordinator at " + cfg.coordinator + " as node " + std::to_string(index) + " (" +
+                             hello.device + ", " + std::to_string(static_cast<int>(hello.gflops)) + " GFLOP/s)");
             self->send(node, welcome_atom::value, coordinator);
           },
           [&](caf::error& e) {
-            std::cerr << me << ": no answer from the coordinator at " << cfg.coordinator << ": " << sys.render(e)
-                      << "\n";
+            // A refusal (wrong name, version or device) says why in plain words; anything else
+            // means the coordinator did not answer.
+            if (code_of(e) == fusion_errc::refused) {
+              log_error(me, "the coordinator refused this node: " + describe(e));
+              code = 2;
+              return;
+            }
+            log_error(me, "no answer from the coordinator at " + cfg.coordinator + ": " + describe(e));
             code = 1;
           });
+  if (watcher.stopping()) return interrupted();
   if (code >= 0) return give_up(code);
+  doing = "hosting operators";
   self->wait_for(node);
-  std::cerr << me << ": " << (exit_code->load() == 0 ? "run ended, exiting" : "exiting after an error") << "\n";
+  if (watcher.stopping()) return interrupted();
+  if (exit_code->load() == 0)
+    log_info(me, "run ended, exiting");
+  else
+    log_error(me, "exiting after an error");
   return exit_code->load();
 }
 
@@ -186,8 +337,11 @@ int run(int argc, char** argv) {
 int main(int argc, char** argv) {
   try {
     return run(argc, argv);
+  } catch (const std::bad_alloc&) {
+    log_error("fusion-node", "out of memory while " + doing);
+    return 1;
   } catch (const std::exception& e) {
-    std::cerr << "fusion-node: error: " << e.what() << "\n";
+    log_error("fusion-node", std::string("error: ") + e.what());
     return 2;
   }
 }

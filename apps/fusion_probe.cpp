@@ -12,6 +12,7 @@
 #include <iostream>
 #include <string>
 
+#include "core/wire.hpp"
 #include "net/frame_channel.hpp"
 #include "net/link_probe.hpp"
 
@@ -20,7 +21,8 @@ namespace {
 int usage(const char* why) {
   if (why && *why) std::cerr << "fusion-probe: " << why << "\n";
   std::cerr << "usage: fusion-probe serve [--host H] [--port P]\n"
-               "       fusion-probe measure HOST:PORT [--seconds S] [--warmup S] [--frame-kib K]\n";
+               "       fusion-probe measure HOST:PORT [--seconds S] [--warmup S] [--frame-kib K]\n"
+               "       fusion-probe --version\n";
   return 2;
 }
 
@@ -115,5 +117,9 @@ int main(int argc, char** argv) {
   if (cmd == "serve") return serve(argc, argv);
   if (cmd == "measure") return measure(argc, argv);
   if (cmd == "--help" || cmd == "-h") return usage("") == 2 ? 0 : 0;
+  if (cmd == "--version") {
+    std::printf("fusion-probe %s (wire protocol %u)\n", FUSION_VERSION, static_cast<unsigned>(fusion::wire_protocol_version));
+    return 0;
+  }
   return usage(("unknown command '" + cmd + "'").c_str());
 }

@@ -4,28 +4,69 @@
 //   fusion-train --config configs/runs/char-tiny.ini --sample 300 [--prompt "In the beginning"]
 //
 // Settings come from the INI file named by --config and are overridden on the command line
-// (--category.key=value). CAF's INI parser silently drops unknown keys and values of the wrong
-// type, so the file is linted against the option table first and every problem is reported.
+// (--category.key=value or --category.key value). CAF's INI parser silently drops unknown keys
+// and values of the wrong type, so the file is linted against the option table first and every
+// problem is reported. Relative paths in the file are relative to the file's directory.
+//
+// Exit status (documented in docs/training.md, "Exit status"): 0 done, 1 error or failed run,
+// 2 usage or configuration error, 130 interrupted.
 #include <caf/all.hpp>
+
+#include <signal.h>
+#include <unistd.h>
 
 #include <csignal>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
+#include <new>
 #include <sstream>
 #include <variant>
 
 #include "actors/trainer.hpp"
 #include "apps/app_options.hpp"
+#include "core/data.hpp"
+#include "core/log.hpp"
+#include "ops/optim.hpp"
 
 namespace {
 
 using namespace fusion;
 
-// Set by SIGINT/SIGTERM: the run finishes the step in flight and checkpoints before exiting.
-std::atomic<bool> stop_requested{false};
+constexpr int exit_done = 0, exit_error = 1, exit_usage = 2, exit_interrupted = 130;
 
-extern "C" void on_stop_signal(int) { stop_requested.store(true); }
+// Set by the first SIGINT/SIGTERM while graceful_stop is on (from the session's start): the
+// run finishes the step in flight and checkpoints before exiting. Any other stop signal (the
+// second, or one before the session starts) exits at once with status 130.
+std::atomic<bool> stop_requested{false};
+std::atomic<bool> graceful_stop{false};
+
+// What main() names when memory runs out, and what to try then.
+std::string doing = "reading the options";
+std::string memory_hint;
+
+extern "C" void on_stop_signal(int) {
+  // Only async-signal-safe calls here: atomics, write(2), _exit(2).
+  if (graceful_stop.load() && !stop_requested.exchange(true)) {
+    static const char msg[] = "\nfusion-train: stopping (a step in flight finishes first; interrupt again to exit at once)\n";
+    if (::write(2, msg, sizeof msg - 1) < 0) {
+    }
+    return;
+  }
+  static const char msg[] = "\nfusion-train: interrupted, exiting at once\n";
+  if (::write(2, msg, sizeof msg - 1) < 0) {
+  }
+  ::_exit(exit_interrupted);
+}
+
+void install_stop_handlers() {
+  struct sigaction sa {};
+  sa.sa_handler = on_stop_signal;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESTART;
+  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
+}
 
 struct sample_options {
   int64_t count = 0;
@@ -39,18 +80,24 @@ struct train_app_config : table_config {
   sample_options sample;
   uint64_t threads = 0, blas_threads = 1;
   double step_timeout_s = 600;
+  /// [runtime] stop-grace: seconds a step may still run after the first Ctrl-C before it is
+  /// abandoned (to be mapped onto the session's config by the coordinator work).
+  double stop_grace_s = 10;
   bool quiet = false;
   uint64_t window = 0, chunk_kib = 0;
+  uint64_t admin_port = 0;  ///< [admin] port, 0..65535 (train_config::admin_port)
 
   train_app_config() {
     auto& o = run.optim;
     window = run.window;
     chunk_kib = run.chunk_bytes >> 10;
     add_rows({
-        {"model", "file", "OP-DAG model file (.pbtxt); --model FILE for short", &run.model_file},
-        {"data", "file", "training text (default data/kjv.txt from scripts/get-data.sh)", &run.data_file},
-        {"data", "vocab", "character vocabulary file: read if present, else built from the corpus and written",
-         &run.vocab_file},
+        path_option("model", "file", "OP-DAG model file (.pbtxt); --model FILE for short", &run.model_file),
+        path_option("data", "file", "training text (default data/kjv.txt from scripts/get-data.sh)", &run.data_file),
+        path_option("data", "vocab",
+                    "character vocabulary file (default: next to the corpus, e.g. data/kjv.vocab); rebuilt "
+                    "when the corpus has characters it lacks",
+                    &run.vocab_file),
         {"data", "val-fraction", "fraction of the corpus tail held out for validation", &run.val_fraction},
         {"train", "batch", "global batch: sequences per optimizer step", &run.batch},
         {"train", "micro-batches", "pipeline micro-batches per step (divides batch)", &run.micro_batches},
@@ -59,7 +106,7 @@ struct train_app_config : table_config {
         {"train", "eval-every", "validate every N steps (0: at the end only)", &run.eval_every},
         {"train", "eval-batches", "validation batches per evaluation", &run.eval_batches},
         {"train", "log-every", "progress line every N steps (when stderr is not a terminal)", &run.log_every},
-        {"train", "resume", "checkpoint to resume from (or to sample from)", &run.resume_from},
+        path_option("train", "resume", "checkpoint to resume from (or to sample from)", &run.resume_from),
         {"optim", "kind", "adamw or sgd", &o.kind},
         {"optim", "lr", "peak learning rate", &o.lr},
         {"optim", "min-lr", "cosine schedule floor", &o.min_lr},
@@ -71,9 +118,9 @@ struct train_app_config : table_config {
         {"optim", "weight-decay", "weight decay (decoupled for AdamW)", &o.weight_decay},
         {"optim", "momentum", "SGD momentum", &o.momentum},
         {"optim", "grad-clip", "max global gradient norm (0: off)", &o.grad_clip},
-        {"output", "metrics", "JSON-lines metrics file", &run.metrics_file},
-        {"output", "checkpoint", "checkpoint file (written at the end and every checkpoint-every steps)",
-         &run.checkpoint_file},
+        path_option("output", "metrics", "JSON-lines metrics file", &run.metrics_file),
+        path_option("output", "checkpoint", "checkpoint file (written at the end and every checkpoint-every steps)",
+                    &run.checkpoint_file),
         {"output", "checkpoint-every", "checkpoint interval in steps (0: at the end only)", &run.checkpoint_every},
         {"output", "sample-chars", "characters generated after training (0: none)", &sample.after_training},
         {"sample", "count", "generate N characters from the checkpoint and exit; --sample N for short",
@@ -86,11 +133,13 @@ struct train_app_config : table_config {
         {"runtime", "cpu-ops", "comma-separated op-name globs kept on the CPU in a GPU run (e.g. \"lm_head,h1.*\")",
          &run.cpu_ops},
         {"runtime", "step-timeout", "seconds before a stuck step aborts the run", &step_timeout_s},
+        {"runtime", "stop-grace", "seconds a step may still run after Ctrl-C before it is abandoned", &stop_grace_s},
         {"runtime", "quiet", "no progress lines", &quiet},
         {"runtime", "scheduler", "actor scheduler: stealing or sharing (default: stealing, sharing with a cluster)",
          &run.scheduler},
-        {"cluster", "file", "cluster file: run the operators on fusion-node processes (empty: all in this process)",
-         &run.cluster_file},
+        path_option("cluster", "file",
+                    "cluster file: run the operators on fusion-node processes (empty: all in this process)",
+                    &run.cluster_file),
         {"cluster", "listen", "HOST:PORT this coordinator listens on for nodes (default: the cluster file's)",
          &run.listen},
         {"cluster", "join-timeout", "seconds to wait for every node of the cluster file to join", &run.join_timeout_s},
@@ -101,6 +150,8 @@ struct train_app_config : table_config {
          &run.transport},
         {"flow", "window", "chunks in flight per cross-process edge", &window},
         {"flow", "chunk-kib", "largest chunk of a tensor on a cross-process edge, KiB", &chunk_kib},
+        {"admin", "port", "publish the admin actor on this port for fusion-admin (0: off)", &admin_port, 65535},
+        {"admin", "host", "address the admin actor listens on", &run.admin_host},
     });
     o.total_steps = 0;
   }
@@ -112,8 +163,49 @@ const char* usage =
     "Trains an OP-DAG model, one CAF actor per operator, on a text corpus: in this process, or on the\n"
     "fusion-node processes of a cluster file (--cluster). Settings are [category] key=value lines of\n"
     "the INI file; the command line overrides any of them as --category.key=value (e.g.\n"
-    "--train.steps=50 --optim.lr=3.0e-4). INI reals need a decimal point and strings double quotes;\n"
-    "the file is checked and every problem is reported. See docs/training.md and docs/cluster.md.\n";
+    "--train.steps=50 --optim.lr=3.0e-4, or --train.steps 50). INI reals need a decimal point and\n"
+    "strings double quotes; the file is checked and every problem is reported. Relative paths in\n"
+    "the file are relative to its directory, those on the command line to the current one.\n\n"
+    "Exit status: 0 done, 1 error or failed run, 2 usage or configuration error, 130 interrupted\n"
+    "(Ctrl-C: the step in flight finishes and the checkpoint is written; a second Ctrl-C exits at\n"
+    "once). Details: docs/training.md (\"Exit status\"); see also docs/cluster.md.\n";
+
+// Settings that are wrong whatever the model and data: reported as usage errors (exit 2)
+// before anything is loaded. Throws usage_error.
+void check_settings(const train_app_config& cfg) {
+  const train_config& r = cfg.run;
+  if (r.model_file.empty()) throw usage_error("no model file: set [model] file in the config or pass --model FILE");
+  if (r.batch < 1) throw usage_error("train.batch must be at least 1, got " + std::to_string(r.batch));
+  if (r.micro_batches < 1 || r.batch % r.micro_batches != 0)
+    throw usage_error("train.micro-batches (" + std::to_string(r.micro_batches) + ") must be at least 1 and divide "
+                      "train.batch (" + std::to_string(r.batch) + ")");
+  if (r.steps < 0) throw usage_error("train.steps must be at least 0, got " + std::to_string(r.steps));
+  if (!(r.val_fraction >= 0 && r.val_fraction < 1))
+    throw usage_error("data.val-fraction must be at least 0 and below 1, got " + format_number(r.val_fraction));
+  if (!(cfg.step_timeout_s > 0))
+    throw usage_error("runtime.step-timeout must be more than 0 seconds, got " + format_seconds(cfg.step_timeout_s));
+  if (!(cfg.stop_grace_s >= 0))
+    throw usage_error("runtime.stop-grace must be at least 0 seconds, got " + format_seconds(cfg.stop_grace_s));
+  try {
+    check_optim_config(r.optim);
+  } catch (const std::invalid_argument& e) {
+    throw usage_error(e.what());
+  }
+}
+
+// The vocabulary follows the corpus (core/data.hpp): without data.vocab it is the file next to
+// the corpus (data/kjv.txt -> data/kjv.vocab); a file that lacks characters of the corpus is
+// rebuilt from it, with a note, instead of failing the run.
+void settle_vocabulary(train_config& run) {
+  doing = "reading the corpus " + run.data_file;
+  memory_hint = "the whole corpus is held in memory";
+  std::string text = read_text_file(run.data_file);
+  const std::string vocab = run.vocab_file.empty() ? default_vocab_path(run.data_file) : run.vocab_file;
+  char_tokenizer tok;
+  auto got = prepare_vocabulary(vocab, text, tok);
+  if (!got.note.empty()) std::fprintf(stderr, "fusion-train: note: %s\n", got.note.c_str());
+  run.vocab_file = got.what == vocab_outcome::action::not_saved ? std::string() : vocab;
+}
 
 int run(int argc, char** argv) {
   train_app_config cfg;
@@ -124,36 +216,45 @@ int run(int argc, char** argv) {
                                                     {"--steps", "train.steps", false},
                                                     {"--cluster", "cluster.file", true}};
   switch (load_options("fusion-train", usage, cfg, argc, argv, aliases)) {
-    case load_result::exit_ok: return 0;
-    case load_result::exit_usage: return 2;
+    case load_result::exit_ok: return exit_done;
+    case load_result::exit_usage: return exit_usage;
     case load_result::run: break;
   }
-  if (cfg.run.model_file.empty())
-    throw std::runtime_error("no model file: set [model] file in the config or pass --model FILE");
+  check_settings(cfg);
   if (cfg.run.optim.total_steps == 0) cfg.run.optim.total_steps = cfg.run.steps;
   cfg.run.threads = static_cast<int>(cfg.threads);
   cfg.run.blas_threads = static_cast<int>(cfg.blas_threads);
   cfg.run.step_timeout_s = cfg.step_timeout_s;
+  // The coordinator work maps [runtime] stop-grace here: cfg.run.stop_grace_s = cfg.stop_grace_s;
   cfg.run.progress = !cfg.quiet;
   cfg.run.window = static_cast<uint32_t>(std::max<uint64_t>(1, cfg.window));
   cfg.run.chunk_bytes = std::max<uint64_t>(1, cfg.chunk_kib) << 10;
+  cfg.run.admin_port = static_cast<uint16_t>(cfg.admin_port);
 
   if (cfg.sample.count > 0) {
     if (cfg.run.resume_from.empty()) cfg.run.resume_from = cfg.run.checkpoint_file;
     if (cfg.run.resume_from.empty())
-      throw std::runtime_error("--sample needs a checkpoint: set [output] checkpoint or pass --resume FILE");
+      throw usage_error("--sample needs a checkpoint: set [output] checkpoint or pass --resume FILE");
     cfg.run.metrics_file.clear();
+    settle_vocabulary(cfg.run);
+    doing = "loading the model " + cfg.run.model_file + " and the checkpoint " + cfg.run.resume_from;
     session s(cfg.run);
+    doing = "sampling";
     std::cout << cfg.sample.prompt
               << s.sample(static_cast<int>(cfg.sample.count), cfg.sample.prompt, cfg.sample.temperature, cfg.run.seed)
               << std::endl;
-    return 0;
+    return exit_done;
   }
 
+  settle_vocabulary(cfg.run);
   cfg.run.stop_flag = &stop_requested;
-  std::signal(SIGINT, on_stop_signal);
-  std::signal(SIGTERM, on_stop_signal);
+  graceful_stop.store(true);
+  memory_hint = "try a smaller train.batch, more train.micro-batches or a smaller model";
+  doing = "loading the model " + cfg.run.model_file + " for train.batch " + std::to_string(cfg.run.batch) + " in " +
+          std::to_string(cfg.run.micro_batches) + " micro-batches";
   session s(cfg.run);
+  doing = "training (train.batch " + std::to_string(cfg.run.batch) + ", " + std::to_string(cfg.run.micro_batches) +
+          " micro-batches)";
   std::fprintf(stderr, "fusion-train: model %s, %lld parameters, %zu operator actors, batch %lld in %lld micro-batches\n",
                cfg.run.model_file.c_str(), static_cast<long long>(s.param_count()), s.actor_count(),
                static_cast<long long>(cfg.run.batch), static_cast<long long>(cfg.run.micro_batches));
@@ -163,28 +264,40 @@ int run(int argc, char** argv) {
     std::fprintf(stderr, "fusion-train: interrupted at step %lld%s\n", static_cast<long long>(s.step()),
                  cfg.run.checkpoint_file.empty() ? " (no checkpoint configured)"
                                                  : (", checkpoint written to " + cfg.run.checkpoint_file).c_str());
-    return 130;
+    return exit_interrupted;
   }
   std::fprintf(stderr, "fusion-train: %zu steps in %.1f s, %.0f tokens/s, peak RSS %.0f MiB", r.steps.size(), r.seconds,
                r.tokens_per_s, r.peak_rss_mb);
   if (!r.val_losses.empty()) std::fprintf(stderr, ", val_loss %.4f", r.val_losses.back().second);
   std::fprintf(stderr, " (unigram entropy %.4f)\n", s.unigram_entropy());
+  doing = "sampling";
   if (cfg.sample.after_training > 0)
     std::cout << "--- sample ---\n"
               << cfg.sample.prompt
               << s.sample(static_cast<int>(cfg.sample.after_training), cfg.sample.prompt, cfg.sample.temperature,
                           cfg.run.seed)
               << "\n--------------" << std::endl;
-  return 0;
+  return exit_done;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
+  install_stop_handlers();
   try {
     return run(argc, argv);
+  } catch (const interrupted_error&) {
+    std::cerr << "fusion-train: interrupted before training started\n";
+    return exit_interrupted;
+  } catch (const usage_error& e) {
+    std::cerr << "fusion-train: " << e.what() << " (see --help)\n";
+    return exit_usage;
+  } catch (const std::bad_alloc&) {
+    std::cerr << "fusion-train: out of memory while " << doing << (memory_hint.empty() ? "" : ": " + memory_hint)
+              << "\n";
+    return exit_error;
   } catch (const std::exception& e) {
     std::cerr << "fusion-train: error: " << e.what() << "\n";
-    return 1;
+    return exit_error;
   }
 }

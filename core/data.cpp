@@ -2,13 +2,19 @@
 #include "core/data.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <memory>
 #include <stdexcept>
+
+#include <unistd.h>
+
+#include "core/log.hpp"
 
 namespace fusion {
 
@@ -42,11 +48,17 @@ bool parse_decimal(std::string_view s, int64_t max, int64_t& out) {
   return true;
 }
 
-void check_batch_shape(int64_t B, int64_t T, const int32_t* x, const int32_t* y) {
+// Messages here reach users (fusion-train prints them): plain words and the option names a user
+// writes (train.batch, data.val-fraction), never class or field names.
+void check_batch_shape(int64_t B, int64_t T) {
   if (B < 1 || T < 1)
-    throw std::invalid_argument("text_dataset: batch shape B=" + std::to_string(B) +
-                                ", T=" + std::to_string(T) + " must be positive");
-  if (!x || !y) throw std::invalid_argument("text_dataset: null x or y buffer");
+    throw std::invalid_argument("a batch of " + std::to_string(B) + " sequences of " + std::to_string(T) +
+                                " tokens: both numbers must be at least 1");
+}
+
+void check_batch_shape(int64_t B, int64_t T, const int32_t* x, const int32_t* y) {
+  check_batch_shape(B, T);
+  if (!x || !y) throw std::invalid_argument("internal error: no buffer for a data batch");
 }
 
 }  // namespace
@@ -111,11 +123,24 @@ void char_tokenizer::load(const std::string& path) {
 void char_tokenizer::save(const std::string& path) const {
   std::string out = std::string(vocab_magic) + "\n" + std::to_string(chars_.size()) + "\n";
   for (unsigned char c : chars_) out += std::to_string(c) + "\n";
-  std::ofstream f(path, std::ios::binary | std::ios::trunc);
-  if (!f) throw std::runtime_error(path + ": cannot write vocabulary file: " + std::strerror(errno));
-  f.write(out.data(), static_cast<std::streamsize>(out.size()));
-  f.close();
-  if (!f) throw std::runtime_error(path + ": error writing vocabulary file");
+  // A temporary file renamed over `path`: several runs may share one vocabulary file.
+  static std::atomic<unsigned> counter{0};
+  const std::string tmp = path + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(counter++);
+  {
+    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
+    if (!f) throw std::runtime_error(path + ": cannot write vocabulary file: " + std::strerror(errno));
+    f.write(out.data(), static_cast<std::streamsize>(out.size()));
+    f.close();
+    if (!f) {
+      std::remove(tmp.c_str());
+      throw std::runtime_error(path + ": error writing vocabulary file");
+    }
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    int e = errno;
+    std::remove(tmp.c_str());
+    throw std::runtime_error(path + ": cannot write vocabulary file: " + std::strerror(e));
+  }
 }
 
 std::vector<int32_t> char_tokenizer::encode(std::string_view text) const {
@@ -124,7 +149,7 @@ std::vector<int32_t> char_tokenizer::encode(std::string_view text) const {
     auto c = static_cast<unsigned char>(text[i]);
     int16_t id = index_[c];
     if (id < 0)
-      throw std::runtime_error("char_tokenizer: character " + describe_byte(c) + " at offset " +
+      throw std::runtime_error("character " + describe_byte(c) + " at offset " +
                                std::to_string(i) + " is not in the vocabulary");
     ids[i] = id;
   }
@@ -136,7 +161,7 @@ std::string char_tokenizer::decode(std::span<const int32_t> ids) const {
   for (size_t i = 0; i < ids.size(); ++i) {
     int32_t id = ids[i];
     if (id < 0 || id >= size())
-      throw std::runtime_error("char_tokenizer: token id " + std::to_string(id) + " at position " +
+      throw std::runtime_error("token id " + std::to_string(id) + " at position " +
                                std::to_string(i) + " is outside the vocabulary [0, " +
                                std::to_string(size()) + ")");
     out[i] = static_cast<char>(chars_[static_cast<size_t>(id)]);
@@ -155,8 +180,8 @@ uint64_t splitmix64(uint64_t x) noexcept {
 
 text_dataset::text_dataset(std::vector<int32_t> tokens, double val_fraction) : tokens_(std::move(tokens)) {
   if (!(val_fraction >= 0.0 && val_fraction < 1.0))
-    throw std::invalid_argument("text_dataset: validation fraction " + std::to_string(val_fraction) +
-                                " must be in [0, 1)");
+    throw std::invalid_argument("data.val-fraction must be at least 0 and below 1, got " +
+                                format_number(val_fraction));
   auto n = static_cast<int64_t>(tokens_.size());
   auto n_val = static_cast<int64_t>(std::floor(static_cast<double>(n) * val_fraction));
   n_train_ = n - n_val;
@@ -174,8 +199,10 @@ void text_dataset::train_batch(uint64_t seed, uint64_t step, int64_t B, int64_t 
                                int32_t* y) const {
   check_batch_shape(B, T, x, y);
   if (n_train_ < T + 1)
-    throw std::runtime_error("text_dataset: training split has " + std::to_string(n_train_) +
-                             " tokens, fewer than T+1 = " + std::to_string(T + 1));
+    throw std::runtime_error("training split has " + std::to_string(n_train_) +
+                             " tokens (the corpus less its data.val-fraction tail), fewer than the " +
+                             std::to_string(T + 1) + " one sequence needs (the model's context + 1): "
+                             "use a longer corpus or a smaller data.val-fraction");
   // Valid starts are [0, n_train - T - 1]: the y window ends at start + T <= n_train - 1.
   auto starts = static_cast<uint64_t>(n_train_ - T);
   uint64_t step_key = splitmix64(splitmix64(seed) ^ step);
@@ -190,17 +217,16 @@ void text_dataset::train_batch(uint64_t seed, uint64_t step, int64_t B, int64_t 
 }
 
 int64_t text_dataset::val_batches(int64_t B, int64_t T) const {
-  if (B < 1 || T < 1)
-    throw std::invalid_argument("text_dataset: batch shape B=" + std::to_string(B) +
-                                ", T=" + std::to_string(T) + " must be positive");
+  check_batch_shape(B, T);
   auto n_val = static_cast<int64_t>(tokens_.size()) - n_train_;
   int64_t windows = n_val >= T + 1 ? (n_val - 1) / T : 0;
   int64_t batches = windows / B;
   if (batches == 0)
-    throw std::runtime_error("text_dataset: validation split has " + std::to_string(n_val) +
-                             " tokens, fewer than the B*T+1 = " + std::to_string(B * T + 1) +
-                             " needed for one batch (B=" + std::to_string(B) + ", T=" +
-                             std::to_string(T) + ")");
+    throw std::runtime_error("validation split has " + std::to_string(n_val) +
+                             " tokens (the data.val-fraction tail of the corpus), fewer than the " +
+                             std::to_string(B * T + 1) + " one validation batch needs (" + std::to_string(B) + " sequences of " +
+                             std::to_string(T) + " tokens, plus one): raise data.val-fraction, or set "
+                             "train.eval-batches=0 to train without validation");
   return batches;
 }
 
@@ -208,7 +234,7 @@ void text_dataset::val_batch(int64_t index, int64_t B, int64_t T, int32_t* x, in
   check_batch_shape(B, T, x, y);
   int64_t count = val_batches(B, T);
   if (index < 0 || index >= count)
-    throw std::out_of_range("text_dataset: validation batch " + std::to_string(index) +
+    throw std::out_of_range("validation batch " + std::to_string(index) +
                             " out of range [0, " + std::to_string(count) + ")");
   const int32_t* val = tokens_.data() + n_train_;
   for (int64_t r = 0; r < B; ++r) {
@@ -221,12 +247,13 @@ void text_dataset::val_batch(int64_t index, int64_t B, int64_t T, int32_t* x, in
 // ---- corpus helpers --------------------------------------------------------------------------
 
 double unigram_entropy(std::span<const int32_t> tokens, int vocab) {
-  if (vocab < 1) throw std::invalid_argument("unigram_entropy: vocab " + std::to_string(vocab) + " < 1");
+  if (vocab < 1)
+    throw std::invalid_argument("a vocabulary of " + std::to_string(vocab) + " tokens: it needs at least 1");
   std::vector<int64_t> counts(static_cast<size_t>(vocab), 0);
   for (size_t i = 0; i < tokens.size(); ++i) {
     int32_t t = tokens[i];
     if (t < 0 || t >= vocab)
-      throw std::runtime_error("unigram_entropy: token " + std::to_string(t) + " at position " +
+      throw std::runtime_error("token " + std::to_string(t) + " at position " +
                                std::to_string(i) + " is outside [0, " + std::to_string(vocab) + ")");
     ++counts[static_cast<size_t>(t)];
   }
@@ -253,6 +280,54 @@ std::string read_text_file(const std::string& path) {
   while ((got = std::fread(buf, 1, sizeof buf, f.get())) > 0) text.append(buf, got);
   if (std::ferror(f.get())) throw std::runtime_error("corpus file " + path + ": read error");
   return text;
+}
+
+// ---- the vocabulary file of a corpus ---------------------------------------------------------
+
+std::string default_vocab_path(const std::string& corpus_path) {
+  std::filesystem::path p(corpus_path);
+  if (p.filename().empty()) return corpus_path + ".vocab";
+  return p.replace_extension(".vocab").string();
+}
+
+std::vector<unsigned char> missing_chars(const char_tokenizer& tok, std::string_view text) {
+  std::array<bool, 256> seen{};
+  for (char c : text) seen[static_cast<unsigned char>(c)] = true;
+  std::array<bool, 256> known{};
+  for (unsigned char c : tok.chars()) known[c] = true;
+  std::vector<unsigned char> out;
+  for (int b = 0; b < 256; ++b)
+    if (seen[b] && !known[b]) out.push_back(static_cast<unsigned char>(b));
+  return out;
+}
+
+vocab_outcome prepare_vocabulary(const std::string& vocab_path, std::string_view text, char_tokenizer& tok) {
+  vocab_outcome out;
+  std::error_code ec;
+  if (std::filesystem::exists(vocab_path, ec)) {
+    tok.load(vocab_path);
+    auto missing = missing_chars(tok, text);
+    if (missing.empty()) return out;
+    std::string which;
+    for (size_t i = 0; i < missing.size() && i < 5; ++i) which += (i ? ", " : "") + describe_byte(missing[i]);
+    if (missing.size() > 5) which += ", ...";
+    out.what = vocab_outcome::action::rebuilt;
+    out.note = "vocabulary " + vocab_path + " lacks " + std::to_string(missing.size()) + " character" +
+               (missing.size() == 1 ? "" : "s") + " of the corpus (" + which +
+               "): it was built from another corpus; rebuilt from this one";
+  } else {
+    out.what = vocab_outcome::action::created;
+  }
+  tok.build(text);
+  try {
+    auto parent = std::filesystem::path(vocab_path).parent_path();
+    if (!parent.empty()) std::filesystem::create_directories(parent);
+    tok.save(vocab_path);
+  } catch (const std::exception& e) {
+    out.what = vocab_outcome::action::not_saved;
+    out.note = std::string(e.what()) + "; using the corpus's vocabulary without saving it";
+  }
+  return out;
 }
 
 }  // namespace fusion

@@ -35,7 +35,8 @@ class char_tokenizer {
   /// Replaces the vocabulary by the one in a vocabulary file; throws std::runtime_error
   /// "PATH:LINE: problem" for a missing or malformed file.
   void load(const std::string& path);
-  /// Writes the vocabulary file; throws std::runtime_error naming the path on failure.
+  /// Writes the vocabulary file (to a temporary file renamed over `path`, so readers see the old
+  /// or the new file, never half of one); throws std::runtime_error naming the path on failure.
   void save(const std::string& path) const;
 
   /// V, the number of tokens.
@@ -103,5 +104,36 @@ double unigram_entropy(std::span<const int32_t> tokens, int vocab);
 /// The whole file as bytes; throws std::runtime_error
 /// "corpus file PATH not found: run scripts/get-data.sh" when it does not exist.
 std::string read_text_file(const std::string& path);
+
+// ---- the vocabulary file of a corpus ---------------------------------------------------------
+//
+// The vocabulary follows the corpus: without data.vocab it lives next to the corpus under a
+// name derived from it (data/kjv.txt -> data/kjv.vocab), and a vocabulary file that lacks
+// characters of the corpus (built from another one) is rebuilt from the corpus with a note
+// instead of failing the run.
+
+/// The vocabulary file that goes with a corpus when none is named: the corpus path with its
+/// extension replaced by ".vocab" ("data/kjv.txt" -> "data/kjv.vocab", "notes" -> "notes.vocab").
+std::string default_vocab_path(const std::string& corpus_path);
+
+/// The distinct bytes of `text` that `tok` has no token for, in increasing order.
+std::vector<unsigned char> missing_chars(const char_tokenizer& tok, std::string_view text);
+
+/// What prepare_vocabulary did.
+struct vocab_outcome {
+  enum class action {
+    loaded,     ///< the file existed and covers the corpus (it may hold more characters)
+    created,    ///< there was no file: built from the corpus and written
+    rebuilt,    ///< the file lacked characters of the corpus: built from the corpus and rewritten
+    not_saved,  ///< built from the corpus, but the file could not be written (see note)
+  } what = action::loaded;
+  std::string note;  ///< one line for the user when rebuilt or not saved; empty otherwise
+};
+
+/// Makes `tok` a vocabulary that encodes `text` and keeps the file `vocab_path` in step with it
+/// (see the actions above). The file is written atomically (temporary file, then rename), so a
+/// run reading it at the same time never sees half of it. A malformed file throws
+/// std::runtime_error "PATH:LINE: problem"; a file that cannot be written is no error (not_saved).
+vocab_outcome prepare_vocabulary(const std::string& vocab_path, std::string_view text, char_tokenizer& tok);
 
 }  // namespace fusion

@@ -50,6 +50,7 @@ class builder {
     std::vector<int> order = topo_order();
     infer_shapes(order);
     check_declarations();
+    check_unfed_inputs();
     check_dead_ends();
     return assemble(order, model_name);
   }
@@ -233,6 +234,20 @@ class builder {
     if (numel_of(shapes_[loss]) != 1 || nodes_[loss].kind == "input")
       fail(decls_[3].line, "loss", "node '" + nodes_[loss].name + "' must be a scalar op output, got shape " +
                                        to_string(shapes_[loss]));
+  }
+
+  // The runtime feeds exactly two inputs, the tokens and the targets (actors/trainer.cpp); any
+  // other input would leave its consumers waiting for data forever.
+  void check_unfed_inputs() const {
+    const int tokens = declared_[0], targets = declared_[1];
+    for (size_t i = 0; i < nodes_.size(); ++i) {
+      const auto& n = nodes_[i];
+      if (n.kind != "input" || static_cast<int>(i) == tokens || static_cast<int>(i) == targets) continue;
+      fail(n.line, "node '" + n.name + "'",
+           "input '" + n.name + "' is not fed by anything (only the tokens and targets inputs are fed: '" +
+               nodes_[tokens].name + "' and '" + nodes_[targets].name +
+               "'; name it in `tokens:` or `targets:`, or compute it from them with an op)");
+    }
   }
 
   // A dead end would never receive a gradient, and its producers would wait for it forever.

@@ -5,8 +5,9 @@
 //   2. constants, in file order
 //   3. expand inputs, nodes and blocks in file order (block instances named "h0.ln1", ...)
 //   4. resolve names to producers, make ops, check arity, edges, cycles (Boost.Graph)
-//   5. infer shapes in topological order, check the tokens/targets/logits/loss declarations
-//      and that no node is a dead end.
+//   5. infer shapes in topological order, check the tokens/targets/logits/loss declarations,
+//      that every input is one the runtime feeds (tokens or targets) and that no node is a
+//      dead end.
 // Format reference: docs/model-format.md.
 #include "core/graph_loader.hpp"
 

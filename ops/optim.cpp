@@ -2,6 +2,7 @@
 #include "ops/optim.hpp"
 
 #include <cmath>
+#include <cstdio>
 #include <numbers>
 #include <stdexcept>
 
@@ -9,35 +10,46 @@ namespace fusion {
 
 namespace {
 
-[[noreturn]] void bad_field(const char* field, const std::string& why) {
-  throw std::invalid_argument(std::string("optimizer config: ") + field + " " + why);
+// Names the option as a user writes it (optim.weight-decay), never the C++ field.
+[[noreturn]] void bad_field(const char* option, const std::string& why) {
+  throw std::invalid_argument(std::string(option) + " " + why);
+}
+
+// 0.001, 0.9, 1e-08: the value as a user would write it (std::to_string gives 0.001000).
+std::string num(double v) {
+  if (std::isnan(v)) return "nan";
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.6g", v);
+  return buf;
 }
 
 }  // namespace
 
 void check_optim_config(const optim_config& c) {
-  if (c.kind != "adamw" && c.kind != "sgd") bad_field("kind", "\"" + c.kind + "\" is not adamw or sgd");
+  if (c.kind != "adamw" && c.kind != "sgd")
+    bad_field("optim.kind", "must be \"adamw\" or \"sgd\", got \"" + c.kind + "\"");
   // `!(x >= 0)` also rejects NaN.
-  if (!(c.lr >= 0)) bad_field("lr", "must be >= 0, got " + std::to_string(c.lr));
-  if (!(c.min_lr >= 0)) bad_field("min_lr", "must be >= 0, got " + std::to_string(c.min_lr));
-  if (!(c.beta1 >= 0 && c.beta1 < 1)) bad_field("beta1", "must be in [0, 1), got " + std::to_string(c.beta1));
-  if (!(c.beta2 >= 0 && c.beta2 < 1)) bad_field("beta2", "must be in [0, 1), got " + std::to_string(c.beta2));
-  if (!(c.eps > 0)) bad_field("eps", "must be > 0, got " + std::to_string(c.eps));
-  if (!(c.weight_decay >= 0)) bad_field("weight_decay", "must be >= 0, got " + std::to_string(c.weight_decay));
-  if (!(c.momentum >= 0 && c.momentum < 1)) bad_field("momentum", "must be in [0, 1), got " + std::to_string(c.momentum));
-  if (std::isnan(c.grad_clip)) bad_field("grad_clip", "is NaN");
-  if (c.warmup_steps < 0) bad_field("warmup_steps", "must be >= 0, got " + std::to_string(c.warmup_steps));
-  if (c.total_steps < 0) bad_field("total_steps", "must be >= 0, got " + std::to_string(c.total_steps));
+  if (!(c.lr >= 0)) bad_field("optim.lr", "must be >= 0, got " + num(c.lr));
+  if (!(c.min_lr >= 0)) bad_field("optim.min-lr", "must be >= 0, got " + num(c.min_lr));
+  if (!(c.beta1 >= 0 && c.beta1 < 1)) bad_field("optim.beta1", "must be in [0, 1), got " + num(c.beta1));
+  if (!(c.beta2 >= 0 && c.beta2 < 1)) bad_field("optim.beta2", "must be in [0, 1), got " + num(c.beta2));
+  if (!(c.eps > 0)) bad_field("optim.eps", "must be > 0, got " + num(c.eps));
+  if (!(c.weight_decay >= 0)) bad_field("optim.weight-decay", "must be >= 0, got " + num(c.weight_decay));
+  if (!(c.momentum >= 0 && c.momentum < 1))
+    bad_field("optim.momentum", "must be in [0, 1), got " + num(c.momentum));
+  if (std::isnan(c.grad_clip)) bad_field("optim.grad-clip", "is not a number (nan)");
+  if (c.warmup_steps < 0) bad_field("optim.warmup-steps", "must be >= 0, got " + std::to_string(c.warmup_steps));
+  if (c.total_steps < 0) bad_field("optim.total-steps", "must be >= 0, got " + std::to_string(c.total_steps));
 }
 
 int optim_state_count(const optim_config& c) {
   if (c.kind == "adamw") return 2;
   if (c.kind == "sgd") return 1;
-  bad_field("kind", "\"" + c.kind + "\" is not adamw or sgd");
+  bad_field("optim.kind", "must be \"adamw\" or \"sgd\", got \"" + c.kind + "\"");
 }
 
 double lr_at(const optim_config& c, int64_t step) {
-  if (step < 0) throw std::invalid_argument("lr_at: negative step " + std::to_string(step));
+  if (step < 0) throw std::invalid_argument("learning-rate schedule: negative step " + std::to_string(step));
   if (step < c.warmup_steps)
     return c.lr * static_cast<double>(step + 1) / static_cast<double>(c.warmup_steps);
   if (step >= c.total_steps) return c.min_lr;
@@ -53,7 +65,7 @@ float clip_scale(double global_grad_norm, double grad_clip) {
 
 void adamw_update(float* p, const float* g, float* m, float* v, int64_t n, int64_t t, double lr,
                   const optim_config& c, bool decay, float grad_scale) {
-  if (t < 1) throw std::invalid_argument("adamw_update: step t must be >= 1 (1-based), got " + std::to_string(t));
+  if (t < 1) throw std::invalid_argument("AdamW update: the step count must be >= 1 (1-based), got " + std::to_string(t));
   // Scalars in double, element math in float as PyTorch does for f32 parameters.
   const auto shrink = static_cast<float>(decay ? 1.0 - lr * c.weight_decay : 1.0);
   const auto b1 = static_cast<float>(c.beta1);

@@ -34,7 +34,9 @@ class even_placer : public placer {
  public:
   const char* name() const override { return "even"; }
 
-  placement place(const graph& g, const cluster_spec& c) const override {
+  // Balances estimated FLOPs only: node speeds and link rates in the profile are not used yet
+  // (that is OP-Fence's job), so the profile is ignored.
+  placement place(const graph& g, const cluster_spec& c, const cluster_profile&) const override {
     std::vector<double> flops = op_flops(g);
     std::vector<int> compute;
     std::vector<double> costs;
@@ -63,7 +65,9 @@ class explicit_placer : public placer {
  public:
   const char* name() const override { return "explicit"; }
 
-  placement place(const graph& g, const cluster_spec& c) const override {
+  // The cluster file says where every op goes; nothing measured changes that, so the profile is
+  // ignored.
+  placement place(const graph& g, const cluster_spec& c, const cluster_profile&) const override {
     const auto& assigns = c.placement.assigns;
     if (assigns.empty())
       throw placement_error(at(c, c.placement.line) + "explicit placement without assign entries");
@@ -118,14 +122,6 @@ std::string human_flops(double f) {
   return buf;
 }
 
-std::string human_bytes(double b) {
-  char buf[32];
-  if (b >= 1 << 20) std::snprintf(buf, sizeof buf, "%.1f MiB", b / (1 << 20));
-  else if (b >= 1 << 10) std::snprintf(buf, sizeof buf, "%.1f KiB", b / (1 << 10));
-  else std::snprintf(buf, sizeof buf, "%.0f B", b);
-  return buf;
-}
-
 std::string mbit_text(double mbit) {
   std::ostringstream s;
   s << mbit;
@@ -142,7 +138,19 @@ std::unique_ptr<placer> make_placer(placement_policy policy) {
   throw placement_error("unknown placement policy " + std::to_string(static_cast<int>(policy)));
 }
 
-placement place_ops(const graph& g, const cluster_spec& c) { return make_placer(c.placement.policy)->place(g, c); }
+placement place_ops(const graph& g, const cluster_spec& c, const cluster_profile& profile) {
+  return make_placer(c.placement.policy)->place(g, c, profile);
+}
+
+placement place_ops(const graph& g, const cluster_spec& c) { return place_ops(g, c, profile_from_cluster(c)); }
+
+std::string human_bytes(double b) {
+  char buf[32];
+  if (b >= 1 << 20) std::snprintf(buf, sizeof buf, "%.1f MiB", b / (1 << 20));
+  else if (b >= 1 << 10) std::snprintf(buf, sizeof buf, "%.1f KiB", b / (1 << 10));
+  else std::snprintf(buf, sizeof buf, "%.0f B", b);
+  return buf;
+}
 
 std::vector<double> op_flops(const graph& g) {
   std::vector<double> out(g.nodes.size(), 0.0);

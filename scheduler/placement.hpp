@@ -1,6 +1,6 @@
 // Operator placement: which cluster node runs each node of the OP-DAG. One interface (placer),
 // one implementation per placement_policy; place_ops dispatches on the cluster file's policy.
-// Plain C++ (graph + cluster in, placement out), tested without actors.
+// Plain C++ (graph + cluster + profile in, placement out), tested without actors.
 #pragma once
 
 #include <memory>
@@ -10,6 +10,7 @@
 
 #include "core/cluster.hpp"
 #include "core/graph.hpp"
+#include "scheduler/profile.hpp"
 
 namespace fusion {
 
@@ -32,14 +33,19 @@ class placer {
   virtual ~placer() = default;
   /// The policy name as written in cluster files.
   virtual const char* name() const = 0;
-  /// Places every node of `g` on a node of `c`; throws placement_error when it cannot.
-  virtual placement place(const graph& g, const cluster_spec& c) const = 0;
+  /// Places every node of `g` on a node of `c`, knowing what `profile` says about its nodes and
+  /// links (measured rates, devices); throws placement_error when it cannot.
+  virtual placement place(const graph& g, const cluster_spec& c, const cluster_profile& profile) const = 0;
 };
 
 /// The placer of `policy`.
 std::unique_ptr<placer> make_placer(placement_policy policy);
 
-/// Places `g` on `c` with the cluster file's policy: make_placer(c.placement.policy)->place(g, c).
+/// Places `g` on `c` with the cluster file's policy:
+/// make_placer(c.placement.policy)->place(g, c, profile).
+placement place_ops(const graph& g, const cluster_spec& c, const cluster_profile& profile);
+
+/// place_ops(g, c, profile_from_cluster(c)): the placement before anything is measured.
 placement place_ops(const graph& g, const cluster_spec& c);
 
 /// Estimated FLOPs of one training step (forward + backward) of every graph node, by id, from
@@ -54,6 +60,9 @@ bool glob_match(const std::string& pattern, const std::string& name);
 /// most expensive run (ties: the smallest sum of squared run costs). Returns parts + 1 offsets,
 /// first 0 and last costs.size(); requires 1 <= parts <= costs.size().
 std::vector<size_t> balanced_cuts(const std::vector<double>& costs, size_t parts);
+
+/// A byte count for people: "512 B", "64.0 KiB", "1.5 MiB".
+std::string human_bytes(double bytes);
 
 /// One row of a placement table.
 struct placement_row {

@@ -7,40 +7,15 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/cluster.hpp"
 #include "core/graph.hpp"
 #include "scheduler/placement.hpp"
+#include "scheduler/profile.hpp"
 
 namespace fusion {
-
-/// What is known about one node when the run is planned: what its hello carried (the scheduler
-/// issue adds timed op kinds).
-struct node_profile {
-  std::string name;
-  std::string site;
-  std::string device = "cpu";   ///< "cpu" or "cuda:N"
-  double gflops = 0;            ///< measured sgemm rate; 0 when unknown
-  uint64_t memory_bytes = 0;    ///< 0 when unknown
-};
-
-/// A measured (or, before measuring, configured) site-to-site link.
-struct link_profile {
-  int site_a = -1, site_b = -1; ///< indices into cluster_spec::sites
-  double mbit = 0;              ///< per direction
-  double rtt_s = 0;             ///< round-trip time; 0 when unknown
-};
-
-/// Everything placement may use besides the graph and the cluster file.
-struct cluster_profile {
-  std::vector<node_profile> nodes;  ///< by cluster node index
-  std::vector<link_profile> links;  ///< per measured site pair
-};
-
-/// The profile a cluster file implies before anything is measured: names, sites and devices of
-/// its nodes, its links at their configured rates.
-cluster_profile profile_from_cluster(const cluster_spec& c);
 
 /// How one direction of a cross-node edge is carried. Compression settings come later; today
 /// "none" is the only codec.
@@ -95,6 +70,7 @@ plan renumber(plan p, uint64_t first_id);
 /// or setting it is changed.
 struct plan_diff {
   std::vector<int> moved_ops;                              ///< graph node ids whose node changed
+  std::vector<std::pair<int, int>> moves;                  ///< (old, new) node of each moved_ops entry
   std::vector<plan_edge> added;                            ///< in the new plan only
   std::vector<plan_edge> removed;                          ///< in the old plan only
   std::vector<std::pair<plan_edge, plan_edge>> changed;    ///< (old, new)

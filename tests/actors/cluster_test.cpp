@@ -18,6 +18,7 @@
 #include "actors/trainer.hpp"
 #include "core/wire.hpp"
 #include "tests/support/child_process.hpp"
+#include "tests/support/cluster_fixtures.hpp"
 #include "tests/support/fixtures.hpp"
 
 using namespace fusion;
@@ -26,60 +27,7 @@ using fusion::test::losses_of;
 using fusion::test::src;
 using fusion::test::tiny_train_config;
 
-namespace {
-
-std::string temp_path(const std::string& name) { return fusion::test::temp_path("cluster", name); }
-
-// A cluster file of `n` nodes n0..n{n-1}, one site each, coordinator on any free port.
-std::string write_cluster(const std::string& name, int n, const std::string& placement) {
-  std::string text = "name: \"" + name + "\"\ncoordinator { host: \"127.0.0.1\" port: 0 }\n";
-  for (int i = 0; i < n; ++i) text += "site { name: \"s" + std::to_string(i) + "\" }\n";
-  for (int i = 0; i < n; ++i)
-    text += "node { name: \"n" + std::to_string(i) + "\" site: \"s" + std::to_string(i) + "\" device: \"cpu\" }\n";
-  text += placement + "\n";
-  auto path = temp_path(name + ".pbtxt");
-  std::ofstream(path) << text;
-  return path;
-}
-
-child_process start_node(const std::string& name, uint16_t port, const std::string& log_name) {
-  return child_process({std::string(FUSION_BINARY_DIR) + "/apps/fusion-node", "--config",
-                        src("configs/nodes/site-a.ini"), "--node.name=" + name,
-                        "--node.coordinator=127.0.0.1:" + std::to_string(port), "--runtime.threads=1",
-                        "--node.join-timeout=20.0"},
-                       temp_path(log_name + ".log"));
-}
-
-train_config tiny_config(int64_t steps, int64_t micro_batches) {
-  auto c = tiny_train_config(steps, micro_batches, 7);
-  c.threads = 1;
-  return c;
-}
-
-// Makes `c` run on `n` node processes, which are started once the coordinator listens.
-void on_nodes(train_config& c, const std::string& cluster, int n, std::vector<child_process>& nodes,
-              const std::string& tag) {
-  c.cluster_file = cluster;
-  c.join_timeout_s = 30;
-  c.heartbeat_ms = 100;
-  c.peer_timeout_ms = 1000;
-  c.step_timeout_s = 30;
-  c.on_listening = [&nodes, n, tag](uint16_t port) {
-    for (int i = 0; i < n; ++i) {
-      std::string name = "n";  // (operator+ on a literal trips a GCC 12 -Wrestrict false positive)
-      name += std::to_string(i);
-      nodes.push_back(start_node(name, port, tag + name));
-    }
-  };
-}
-
-std::string all_output(const std::vector<child_process>& nodes) {
-  std::string out;
-  for (auto& n : nodes) out += n.output();
-  return out;
-}
-
-}  // namespace
+using namespace fusion::test::cluster;
 
 TEST_CASE("cluster: three node processes compute the losses of one process, for several placements") {
   // Tolerance: the same kernels run in the same order on every placement (gradients of a fan-out
@@ -223,11 +171,11 @@ TEST_CASE("cluster: the coordinator refuses a node of another protocol version o
       h.version = version;
       h.name = name;
       self->request(*coord, std::chrono::seconds(10), hello_atom::value, h, caf::actor_cast<caf::actor>(self))
-          .receive([&](welcome_atom, int32_t index, uint32_t, std::string& why) {
-            CHECK(index == -1);
-            refusals.push_back(why);
-          },
-                   [&](caf::error& e) { FAIL(sys.render(e)); });
+          .receive([&](welcome_atom, int32_t index, uint32_t) { FAIL("admitted as node " << index); },
+                   [&](caf::error& e) {
+                     CHECK(code_of(e) == fusion_errc::refused);
+                     refusals.push_back(describe(e));
+                   });
     }
   }); };
   std::string error;

@@ -56,7 +56,7 @@ TEST_CASE("node: malformed wire messages are rejected and counted, and the node 
         CHECK(h.gflops > 0);
         node_actor = n;
         data_port = h.data_port;
-        return caf::make_message(welcome_atom::value, int32_t{0}, wire_protocol_version, std::string{});
+        return caf::make_message(welcome_atom::value, int32_t{0}, wire_protocol_version);
       },
       caf::after(30s) >> [&] { FAIL("the node did not say hello: " << node.output()); });
   REQUIRE(node_actor);
@@ -103,7 +103,7 @@ TEST_CASE("node: malformed wire messages are rejected and counted, and the node 
     CAPTURE(bc.what);
     self->send(node_actor, wire_atom::value, make_chunk(bc.header, bc.payload));
     std::string reported;
-    self->receive([&](fail_atom, std::string& who, std::string& msg) { reported = who + ": " + msg; },
+    self->receive([&](fail_atom, caf::error& e) { reported = describe(e); },
                   caf::after(10s) >> [] {});
     CHECK(reported.find("node w0") != std::string::npos);
     CHECK(reported.find(bc.expect) != std::string::npos);
@@ -117,7 +117,7 @@ TEST_CASE("node: malformed wire messages are rejected and counted, and the node 
   bad.version = 9;
   REQUIRE((*channel)->send(encode_wire_header(bad), payload->data(), 16, payload) == net::send_status::queued);
   std::string reported;
-  self->receive([&](fail_atom, std::string& who, std::string& msg) { reported = who + ": " + msg; },
+  self->receive([&](fail_atom, caf::error& e) { reported = describe(e); },
                 caf::after(10s) >> [] {});
   CHECK(reported.find("wire protocol version 9") != std::string::npos);
   self->request(node_actor, 10s, stats_atom::value)
@@ -146,7 +146,7 @@ TEST_CASE("node: malformed wire messages are rejected and counted, and the node 
                     CHECK(slot == 0);
                     delivered = std::move(t);
                   },
-                  [&](fail_atom, std::string&, std::string& msg) { FAIL(msg); }, caf::after(10s) >> [] {});
+                  [&](fail_atom, caf::error& e) { FAIL(describe(e)); }, caf::after(10s) >> [] {});
   CHECK(credits == 2);
   REQUIRE(delivered.shape() == shape_t{2, 2});
   CHECK(delivered.bytes()[0] == std::byte{1});
@@ -158,7 +158,7 @@ TEST_CASE("node: malformed wire messages are rejected and counted, and the node 
   for (int i = 0; i < 2; ++i)
     self->receive([&](credit_atom, uint64_t, uint32_t n) { credits += static_cast<int>(n); },
                   [&](forward_atom, uint64_t, uint32_t, uint32_t, uint8_t, tensor& t) { delivered = std::move(t); },
-                  [&](fail_atom, std::string&, std::string& msg) { FAIL(msg); }, caf::after(10s) >> [] {});
+                  [&](fail_atom, caf::error& e) { FAIL(describe(e)); }, caf::after(10s) >> [] {});
   CHECK(credits == 1);
   REQUIRE(delivered.shape() == shape_t{2, 2});
   CHECK(delivered.bytes()[7] == std::byte{3});

@@ -25,8 +25,9 @@ std::string write_temp(const std::string& name, const std::string& text) {
   return path;
 }
 
+// The config lives in /tmp: its relative paths would be relative to /tmp (docs/training.md, "Paths").
 const char* base_ini = R"([model]
-file="configs/models/gpt-char-tiny.pbtxt"
+file=")" FUSION_SOURCE_DIR R"(/configs/models/gpt-char-tiny.pbtxt"
 [train]
 batch=8
 micro-batches=2

@@ -257,3 +257,85 @@ TEST_CASE("core/data: the KJV corpus, when present, matches its documented stati
   auto ids = tok.encode(text);
   CHECK(unigram_entropy(ids, tok.size()) == doctest::Approx(3.02).epsilon(0.005));
 }
+
+TEST_CASE("core/data: messages a user sees use plain words and option names") {
+  auto msg = error_of([] { (void)text_dataset(iota_tokens(10), 1.0); });
+  CHECK(contains(msg, "data.val-fraction"));
+  CHECK(contains(msg, "got 1"));
+  CHECK_FALSE(contains(msg, "1.000000"));
+  text_dataset ds(iota_tokens(100));  // train 90, val 10
+  std::vector<int32_t> x(200), y(200);
+  char_tokenizer tok;
+  tok.build("abc");
+  std::vector<int32_t> bad_id{7};
+  for (const std::string& m :
+       {msg, error_of([&] { ds.train_batch(0, 0, 1, 90, x.data(), y.data()); }), error_of([&] { ds.val_batches(1, 10); }),
+        error_of([&] { ds.val_batches(0, 4); }), error_of([&] { ds.val_batch(5, 1, 4, x.data(), y.data()); }),
+        error_of([&] { tok.encode("abz"); }), error_of([&] { tok.decode(bad_id); }),
+        error_of([&] { unigram_entropy(bad_id, 3); }), error_of([&] { unigram_entropy(bad_id, 0); })}) {
+    CAPTURE(m);
+    CHECK_FALSE(m.empty());
+    for (const char* internal : {"text_dataset", "char_tokenizer", "unigram_entropy", "val_fraction", "B*T"})
+      CHECK_FALSE(contains(m, internal));
+  }
+  // What to change, in option names.
+  CHECK(contains(error_of([&] { ds.val_batches(1, 10); }), "train.eval-batches=0"));
+  CHECK(contains(error_of([&] { ds.train_batch(0, 0, 1, 90, x.data(), y.data()); }), "data.val-fraction"));
+}
+
+TEST_CASE("core/data: the vocabulary file follows the corpus") {
+  CHECK(default_vocab_path("data/kjv.txt") == "data/kjv.vocab");
+  CHECK(default_vocab_path("/x/y/notes") == "/x/y/notes.vocab");
+  CHECK(default_vocab_path("my.corpus.txt") == "my.corpus.vocab");
+
+  const auto dir = scratch_path("vocab_dir");
+  fs::remove_all(dir);
+  const std::string vocab = (dir / "sub" / "c.vocab").string();
+  char_tokenizer tok;
+
+  // No file: built from the corpus and written (directories included), no note.
+  auto r = prepare_vocabulary(vocab, "abc", tok);
+  CHECK(r.what == vocab_outcome::action::created);
+  CHECK(r.note.empty());
+  CHECK(tok.size() == 3);
+  REQUIRE(fs::exists(vocab));
+
+  // A corpus the file covers: loaded as it is (a larger vocabulary stays, ids unchanged).
+  r = prepare_vocabulary(vocab, "cab", tok);
+  CHECK(r.what == vocab_outcome::action::loaded);
+  r = prepare_vocabulary(vocab, "a", tok);
+  CHECK(r.what == vocab_outcome::action::loaded);
+  CHECK(tok.size() == 3);
+
+  // A corpus with characters the file lacks (a user's own text, the file built from another
+  // corpus): rebuilt from this corpus and rewritten, with a one-line note naming them.
+  r = prepare_vocabulary(vocab, "abxyz\n", tok);
+  CHECK(r.what == vocab_outcome::action::rebuilt);
+  CHECK(contains(r.note, vocab));
+  CHECK(contains(r.note, "4 characters"));
+  CHECK(contains(r.note, "'x'"));
+  CHECK(contains(r.note, "'\\n'"));
+  CHECK(r.note.find('\n') == std::string::npos);
+  CHECK(tok.size() == 6);
+  CHECK_NOTHROW(tok.encode("abxyz\n"));
+  char_tokenizer again;
+  again.load(vocab);
+  CHECK(again.chars() == tok.chars());
+
+  // Written atomically: no temporary file is left next to it.
+  int files = 0;
+  for (auto& e : fs::directory_iterator(dir / "sub")) files += e.is_regular_file() ? 1 : 0;
+  CHECK(files == 1);
+
+  // A malformed file is an error naming it, not silently replaced.
+  write_file(vocab, "not a vocabulary\n");
+  CHECK(contains(error_of([&] { prepare_vocabulary(vocab, "abc", tok); }), vocab + ":1:"));
+
+  // A place that cannot be written (below a regular file): built, not saved, said so.
+  write_file(dir / "plain", "x");
+  r = prepare_vocabulary((dir / "plain" / "c.vocab").string(), "hello", tok);
+  CHECK(r.what == vocab_outcome::action::not_saved);
+  CHECK(contains(r.note, "without saving"));
+  CHECK(tok.size() == 4);
+  fs::remove_all(dir);
+}

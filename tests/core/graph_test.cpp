@@ -293,6 +293,23 @@ TEST_CASE("core/graph: unused nodes are errors") {
               "unused");
 }
 
+TEST_CASE("core/graph: an input that nothing feeds is an error naming its file and line") {
+  // Consumed, so it is no dead end, but the runtime only feeds the tokens and targets inputs.
+  std::string extra = "input { name: \"mask\" shape: \"B,T,C\" }\n"
+                      "node { name: \"x\" op: \"add\" in: \"emb\" in: \"mask\" }\n";
+  CHECK_ERROR(model(extra), "m.pbtxt:8: node 'mask': ", "input 'mask' is not fed by anything",
+              "only the tokens and targets inputs are fed");
+  // Unconsumed as well: still reported as unfed (the more basic problem), on its own line.
+  CHECK_ERROR(model(lin_x + "\ninput { name: \"spare\" shape: \"B,T\" dtype: I32 }\n"),
+              "m.pbtxt:10: node 'spare': ", "input 'spare' is not fed by anything");
+  // The tokens and targets inputs themselves are fed under any name.
+  std::string renamed = model(lin_x);
+  for (auto [from, to] : {std::pair<std::string, std::string>{"\"tokens\"", "\"ids\""}, {"\"targets\"", "\"next\""}})
+    for (size_t at; (at = renamed.find(from)) != std::string::npos;) renamed.replace(at, from.size(), to);
+  REQUIRE(renamed.find("tokens: \"ids\"") != std::string::npos);
+  CHECK_NOTHROW(load(renamed));
+}
+
 TEST_CASE("core/graph: block errors") {
   auto block = [](const std::string& repeat, const std::string& out, const std::string& in = "$in") {
     return model("block { name: \"h\" input: \"emb\" output: \"" + out + "\"\n repeat: \"" + repeat +

@@ -175,8 +175,48 @@ TEST_CASE("core/optim: config check names the bad field") {
   CHECK(message(c).find("lr") != std::string::npos);
   c = {};
   c.total_steps = -1;
-  CHECK(message(c).find("total_steps") != std::string::npos);
+  CHECK(message(c).find("optim.total-steps") != std::string::npos);
   c = {};
   c.kind = "sgd";
   CHECK(optim_state_count(c) == 1);
+}
+
+TEST_CASE("core/optim: config messages name the options a user writes, with plain numbers") {
+  auto message = [](optim_config bad) {
+    try {
+      check_optim_config(bad);
+    } catch (const std::invalid_argument& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  // Every field, by the option name of docs/training.md; no C++ field name (min_lr, weight_decay,
+  // warmup_steps, total_steps, grad_clip) and no std::to_string padding (-1.000000).
+  struct bad_case {
+    void (*spoil)(optim_config&);
+    const char* option;
+    const char* value;
+  };
+  const bad_case cases[] = {
+      {[](optim_config& c) { c.kind = "adam"; }, "optim.kind", "\"adam\""},
+      {[](optim_config& c) { c.lr = -1; }, "optim.lr", "got -1"},
+      {[](optim_config& c) { c.min_lr = -0.5; }, "optim.min-lr", "got -0.5"},
+      {[](optim_config& c) { c.beta1 = 1.5; }, "optim.beta1", "got 1.5"},
+      {[](optim_config& c) { c.beta2 = 1; }, "optim.beta2", "got 1"},
+      {[](optim_config& c) { c.eps = 0; }, "optim.eps", "got 0"},
+      {[](optim_config& c) { c.weight_decay = -0.1; }, "optim.weight-decay", "got -0.1"},
+      {[](optim_config& c) { c.momentum = 1; }, "optim.momentum", "got 1"},
+      {[](optim_config& c) { c.grad_clip = std::nan(""); }, "optim.grad-clip", "nan"},
+      {[](optim_config& c) { c.warmup_steps = -2; }, "optim.warmup-steps", "got -2"},
+      {[](optim_config& c) { c.total_steps = -1; }, "optim.total-steps", "got -1"},
+  };
+  for (auto& k : cases) {
+    optim_config c;
+    k.spoil(c);
+    std::string m = message(c);
+    CAPTURE(m);
+    CHECK(m.rfind(k.option, 0) == 0);
+    CHECK(m.find(k.value) != std::string::npos);
+    for (const char* internal : {"_", "optimizer config", ".000000"}) CHECK(m.find(internal) == std::string::npos);
+  }
 }

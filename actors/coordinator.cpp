@@ -1,0 +1,663 @@
+// The coordinator's phases: nodes join, the run is planned from their profile, op actors are
+// spawned and wired by executing the plan, and later re-wired by applying a plan diff at a step
+// boundary; queries and commands in every phase; failure and shutdown. Training steps live in
+// actors/coordinator_train.cpp.
+#include <caf/io/all.hpp>
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cstdio>
+
+#include "actors/admin_protocol.hpp"
+#include "actors/coordinator_state.hpp"
+#include "actors/edge_actor.hpp"
+#include "actors/node_actor.hpp"
+#include "actors/op_actor.hpp"
+#include "actors/op_device.hpp"
+#include "core/wire.hpp"
+
+namespace fusion {
+
+using json = nlohmann::ordered_json;
+
+const char* to_string(run_phase p) {
+  switch (p) {
+    case run_phase::joining: return "joining";
+    case run_phase::planning: return "planning";
+    case run_phase::wiring: return "wiring";
+    case run_phase::ready: return "ready";
+    case run_phase::training: return "training";
+    case run_phase::paused: return "paused";
+    case run_phase::finished: return "finished";
+    case run_phase::failed: return "failed";
+  }
+  return "?";
+}
+
+std::string node_label(const coordinator_state& st, size_t i) {
+  const auto& n = st.in->cluster.nodes[i];
+  return "node '" + n.name + "' (site " + n.site + ")";
+}
+
+namespace {
+
+std::chrono::milliseconds ms_of(double seconds) {
+  return std::chrono::milliseconds(static_cast<int64_t>(std::max(0.0, seconds) * 1e3));
+}
+
+bool cluster_mode(const coordinator_state& st) { return !st.in->cluster.nodes.empty(); }
+
+void progress(coord_ptr self, const std::string& line) {
+  if (self->state.in->cfg.progress) std::fprintf(stderr, "fusion-train: %s\n", line.c_str());
+}
+
+// ---- planning and wiring ----------------------------------------------------------------------
+
+void finish_start(coord_ptr self) {
+  auto& st = self->state;
+  st.phase = run_phase::ready;
+  st.act = activity::idle;
+  ++st.timer;
+  if (st.start_rp.pending()) st.start_rp.deliver(true);
+}
+
+// The handle an op sends its output to for consumer number `i`, and the one it sends the
+// gradient of input `slot` to: the op actor itself when both ends share a node, else the edge
+// sender of that direction.
+caf::actor consumer_handle(coordinator_state& st, const graph_node& n, int i) {
+  if (auto* e = st.current.find(n.id, i, true)) return st.senders.at(e->id);
+  return st.actors[n.consumers[i].node];
+}
+
+caf::actor producer_handle(coordinator_state& st, const graph& g, const graph_node& n, int slot) {
+  int p = n.inputs[slot];
+  const auto& cons = g.nodes[p].consumers;
+  for (int i = 0; i < static_cast<int>(cons.size()); ++i)
+    if (cons[i].node == n.id && cons[i].slot == slot) {
+      if (auto* e = st.current.find(p, i, false)) return st.senders.at(e->id);
+      return st.actors[p];
+    }
+  return st.actors[p];
+}
+
+// Tells every op actor its neighbours under st.current and calls `done` once all have answered.
+void connect_all(coord_ptr self, std::function<void()> done) {
+  auto& st = self->state;
+  const graph& g = st.in->model;
+  auto me = caf::actor_cast<caf::actor>(self);
+  const auto timeout = ms_of(st.in->cfg.step_timeout_s);
+  gather<bool>(self, g.nodes.size(), [=](size_t id) {
+    auto& s = self->state;
+    const auto& n = s.in->model.nodes[id];
+    std::vector<caf::actor> consumers, producers;
+    for (int i = 0; i < static_cast<int>(n.consumers.size()); ++i) consumers.push_back(consumer_handle(s, n, i));
+    for (int slot = 0; slot < static_cast<int>(n.inputs.size()); ++slot)
+      producers.push_back(producer_handle(s, s.in->model, n, slot));
+    return self->request(s.actors[id], timeout, connect_atom::value, std::move(consumers), std::move(producers), me);
+  }, [=](std::vector<bool>) { done(); });
+}
+
+// Creates the edge senders of `add` (on each edge's sending node), then their routes (on each
+// receiving node), and calls `done`. Route targets are the op actors of st.actors.
+void create_edges(coord_ptr self, std::vector<plan_edge> add, std::function<void()> done) {
+  auto& st = self->state;
+  const auto& cfg = st.in->cfg;
+  const edge_config ec{cfg.window, cfg.chunk_bytes};
+  const bool tcp = cfg.transport == "tcp";
+  const auto timeout = std::chrono::seconds(60);
+  auto edges = std::make_shared<std::vector<plan_edge>>(std::move(add));
+  gather<caf::actor>(self, edges->size(), [=](size_t i) {
+    auto& s = self->state;
+    const auto& e = (*edges)[i];
+    const auto& peer = s.hellos[e.to];
+    return self->request(s.nodes[e.from], timeout, edge_atom::value, e.id, s.nodes[e.to], ec,
+                         tcp ? peer.host : std::string{}, tcp ? peer.data_port : uint16_t{0});
+  }, [=](std::vector<caf::actor> made) {
+    auto& s = self->state;
+    for (size_t i = 0; i < made.size(); ++i) s.senders[(*edges)[i].id] = made[i];
+    gather<bool>(self, edges->size(), [=](size_t i) {
+      auto& s2 = self->state;
+      const auto& e = (*edges)[i];
+      auto target = s2.actors[e.forward ? e.consumer : e.producer];
+      return self->request(s2.nodes[e.to], timeout, route_atom::value, e.id, target, s2.senders.at(e.id));
+    }, [=](std::vector<bool>) { done(); });
+  });
+}
+
+// Removes the routes and edge senders of `drop` (edges of a plan that is no longer current).
+void drop_edges(coord_ptr self, std::vector<plan_edge> drop, std::function<void()> done) {
+  auto edges = std::make_shared<std::vector<plan_edge>>(std::move(drop));
+  const auto timeout = std::chrono::seconds(60);
+  gather<bool>(self, edges->size() * 2, [=](size_t k) {
+    auto& s = self->state;
+    const auto& e = (*edges)[k / 2];
+    if (k % 2 == 0) return self->request(s.nodes[e.to], timeout, unroute_atom::value, e.id);
+    return self->request(s.nodes[e.from], timeout, drop_atom::value, e.id);
+  }, [=](std::vector<bool>) {
+    for (auto& e : *edges) self->state.senders.erase(e.id);
+    done();
+  });
+}
+
+void spawn_ops(coord_ptr self, std::function<void()> done) {
+  auto& st = self->state;
+  const graph& g = st.in->model;
+  actor_run_params run{static_cast<uint32_t>(st.in->cfg.micro_batches), st.in->cfg.seed, st.in->cfg.optim};
+  const auto cpu_ops = split_patterns(st.in->cfg.cpu_ops);
+  st.actors.assign(g.nodes.size(), caf::actor{});
+  if (!cluster_mode(st)) {
+    try {
+      for (auto& n : g.nodes) {
+        run.device = device_for_op(normalize_device(st.in->cfg.device), cpu_ops, n.name);
+        st.actors[n.id] = spawn_op_actor(self->system(), make_node_spec(g, n.id), run);
+        // Linked: if the coordinator dies of an error, its local op actors end with it (remote
+        // ones end with their node, which watches the coordinator).
+        self->link_to(st.actors[n.id]);
+      }
+    } catch (const std::exception& e) {
+      return fail(self, make_error(fusion_errc::spawn_failed, e.what()));
+    }
+    return done();
+  }
+  gather<caf::actor>(self, g.nodes.size(), [=](size_t id) mutable {
+    auto& s = self->state;
+    int node = s.current.where.node_of_op[id];
+    run.device = device_for_op(s.in->cluster.nodes[node].device, cpu_ops, s.in->model.nodes[id].name);
+    return self->request(s.nodes[node], std::chrono::seconds(60), spawn_atom::value, make_node_spec(s.in->model, id),
+                         run);
+  }, [=](std::vector<caf::actor> made) {
+    self->state.actors = std::move(made);
+    done();
+  });
+}
+
+void plan_and_wire(coord_ptr self) {
+  auto& st = self->state;
+  st.phase = run_phase::planning;
+  const graph& g = st.in->model;
+  try {
+    if (cluster_mode(st)) {
+      st.profile = profile_from_cluster(st.in->cluster);
+      // What the nodes measured and reported when they joined.
+      for (size_t i = 0; i < st.hellos.size(); ++i) {
+        st.profile.nodes[i].gflops = st.hellos[i].gflops;
+        st.profile.nodes[i].memory_bytes = st.hellos[i].memory_bytes;
+      }
+      st.current = plan_run(g, st.in->cluster, st.profile, 1);
+    } else {
+      st.current = make_plan(g, placement{std::vector<int>(g.nodes.size(), 0)}, 1);
+    }
+  } catch (const std::exception& e) {
+    return fail(self, make_error(fusion_errc::bad_config, e.what()));
+  }
+  st.phase = run_phase::wiring;
+  st.act = activity::wiring;
+  spawn_ops(self, [=] {
+    create_edges(self, self->state.current.edges, [=] {
+      connect_all(self, [=] {
+        auto& s = self->state;
+        if (cluster_mode(s) && s.in->cfg.progress)
+          std::fprintf(stderr, "fusion-train: plan (%s):\n%s",
+                       placement_policy_names()[static_cast<int>(s.in->cluster.placement.policy)].c_str(),
+                       format_plan(s.in->model, s.in->cluster, s.current).c_str());
+        if (s.in->cfg.resume_from.empty()) return finish_start(self);
+        load_checkpoint_async(self, s.in->cfg.resume_from, [=] { finish_start(self); });
+      });
+    });
+  });
+}
+
+// ---- joining ---------------------------------------------------------------------------------
+
+caf::result<welcome_atom, int32_t, uint32_t> on_hello(coord_ptr self, node_hello& h, caf::actor& node) {
+  auto& st = self->state;
+  const auto& cluster = st.in->cluster;
+  std::string why;
+  int idx = cluster.find_node(h.name);
+  if (h.version != wire_protocol_version)
+    why = "node '" + h.name + "' speaks protocol version " + std::to_string(h.version) + ", this coordinator speaks " +
+          std::to_string(wire_protocol_version) + ": run the same build";
+  else if (idx < 0)
+    why = "node '" + h.name + "' is not in cluster file " + cluster.file;
+  else if (st.nodes[idx])
+    why = "node '" + h.name + "' has already joined";
+  else if (st.phase != run_phase::joining)
+    why = "node '" + h.name + "' comes too late: the run is " + to_string(st.phase);
+  else if (!same_device(h.device.substr(0, h.device.find(' ')), cluster.nodes[idx].device))
+    why = "node '" + h.name + "' drives " + h.device + " but " + cluster.file + " gives it device " +
+          cluster.nodes[idx].device + ": set [node] device in its config to match";
+  if (!why.empty()) {
+    std::fprintf(stderr, "fusion-train: refused a node: %s\n", why.c_str());
+    return make_error(fusion_errc::refused, why);
+  }
+  st.nodes[idx] = node;
+  st.hellos[idx] = h;
+  st.node_state[idx] = "joined";
+  self->monitor(node);
+  ++st.joined;
+  if (st.in->cfg.progress)
+    std::fprintf(stderr, "fusion-train: %s joined: %s, %.0f GFLOP/s, %.1f GiB, pid %d (%zu/%zu)\n",
+                 node_label(st, idx).c_str(), h.device.c_str(), h.gflops,
+                 static_cast<double>(h.memory_bytes) / (1 << 30), h.pid, st.joined, cluster.nodes.size());
+  if (st.joined == cluster.nodes.size()) {
+    ++st.timer;
+    // Plan once the welcome went out: the node must know its coordinator before spawn requests.
+    self->send(self, start_atom::value, true);
+  }
+  return {welcome_atom::value, static_cast<int32_t>(idx), wire_protocol_version};
+}
+
+void on_down(coord_ptr self, const caf::down_msg& dm) {
+  auto& st = self->state;
+  for (size_t i = 0; i < st.nodes.size(); ++i) {
+    if (!st.nodes[i] || st.nodes[i].address() != dm.source) continue;
+    st.nodes[i] = nullptr;
+    st.node_state[i] = st.phase == run_phase::finished ? "exited" : "lost";
+    if (st.phase == run_phase::finished || st.phase == run_phase::failed) continue;
+    fail(self, make_error(fusion_errc::node_lost,
+                          node_label(st, i) + " is gone (" + describe(dm.reason) +
+                              "): it was killed, crashed or stopped answering heartbeats for " +
+                              std::to_string(st.in->cfg.peer_timeout_ms) + " ms"));
+  }
+}
+
+void publish_admin(coord_ptr self);
+
+}  // namespace
+
+void begin_join(coord_ptr self) {
+  auto& st = self->state;
+  publish_admin(self);
+  if (!cluster_mode(st)) return plan_and_wire(self);
+  const auto& cluster = st.in->cluster;
+  std::string host = cluster.coordinator_host;
+  uint16_t port = static_cast<uint16_t>(cluster.coordinator_port);
+  if (!st.in->cfg.listen.empty()) std::tie(host, port) = parse_host_port(st.in->cfg.listen, "cluster.listen");
+  auto bound = self->system().middleman().publish(caf::actor_cast<caf::actor>(self), port, host.c_str(), true);
+  if (!bound)
+    return fail(self, make_error(fusion_errc::bad_config, "cannot listen for nodes on " + host + ":" +
+                                                              std::to_string(port) + ": " + describe(bound.error())));
+  st.nodes.assign(cluster.nodes.size(), caf::actor{});
+  st.hellos.assign(cluster.nodes.size(), {});
+  st.node_state.assign(cluster.nodes.size(), "waiting");
+  st.act = activity::joining;
+  if (st.in->cfg.progress)
+    std::fprintf(stderr, "fusion-train: waiting for %zu node(s) of %s on %s:%u\n", cluster.nodes.size(),
+                 cluster.file.c_str(), host.c_str(), static_cast<unsigned>(*bound));
+  if (st.in->cfg.on_listening) st.in->cfg.on_listening(*bound);
+  arm_timeout(self, st.in->cfg.join_timeout_s);
+}
+
+void fail(coord_ptr self, const caf::error& e) {
+  auto& st = self->state;
+  if (st.phase == run_phase::failed) return;
+  auto err = code_of(e) == fusion_errc::none ? make_error(fusion_errc::op_failed, describe(e)) : e;
+  std::string msg = describe(err);
+  if (!st.last_checkpoint.empty() && code_of(err) != fusion_errc::interrupted)
+    msg += " (last checkpoint: " + st.last_checkpoint + ")";
+  st.failure = msg;
+  st.phase = run_phase::failed;
+  st.act = activity::idle;
+  ++st.timer;
+  auto out = make_error(code_of(err), msg);
+  for (auto* rp : {&st.start_rp, &st.train_rp, &st.pass_rp, &st.pause_rp})
+    if (rp->pending()) rp->deliver(out);
+  for (auto& rp : st.rewire_rps)
+    if (rp.pending()) rp.deliver(out);
+  st.rewire_rps.clear();
+}
+
+void arm_timeout(coord_ptr self, double seconds) {
+  auto token = ++self->state.timer;
+  self->delayed_send(self, ms_of(seconds), timeout_atom::value, token);
+}
+
+// Replaces every cross-node edge by a fresh one (new ids, new edge senders) between two steps:
+// the new senders and routes first, then every op actor learns its new neighbours, then the old
+// routes and senders go. Migration applies general plan diffs the same way.
+void apply_rewire(coord_ptr self, std::function<void()> done) {
+  auto& st = self->state;
+  plan next = renumber(st.current, st.current.next_edge_id);
+  plan_diff d = diff(st.current, next);
+  std::vector<plan_edge> add = d.added, drop = d.removed;
+  for (auto& [before, after] : d.changed) add.push_back(after), drop.push_back(before);
+  auto old_plan = std::make_shared<plan>(st.current);
+  st.current = std::move(next);
+  st.act = activity::wiring;
+  create_edges(self, add, [=] {
+    connect_all(self, [=] {
+      drop_edges(self, drop, [=] {
+        self->state.act = activity::idle;
+        if (self->state.in->cfg.progress)
+          std::fprintf(stderr, "fusion-train: re-wired at step %lld: %s\n", static_cast<long long>(self->state.step),
+                       format_diff(self->state.in->model, self->state.in->cluster, diff(*old_plan, self->state.current))
+                           .c_str());
+        done();
+      });
+    });
+  });
+}
+
+void shutdown_nodes(coord_ptr self, std::function<void()> done) {
+  auto& st = self->state;
+  st.phase = st.phase == run_phase::failed ? run_phase::failed : run_phase::finished;
+  for (auto& a : st.actors)
+    if (a && !cluster_mode(st)) self->send_exit(a, caf::exit_reason::user_shutdown);
+  if (st.admin) self->send_exit(st.admin, caf::exit_reason::user_shutdown);
+  std::vector<caf::actor> live;
+  for (auto& n : st.nodes)
+    if (n) live.push_back(n);
+  if (live.empty()) return done();
+  auto left = std::make_shared<size_t>(live.size());
+  for (auto& n : live)
+    self->request(n, std::chrono::seconds(5), shutdown_atom::value)
+        .then([=](bool) { if (--*left == 0) done(); }, [=](caf::error&) { if (--*left == 0) done(); });
+}
+
+// ---- queries ---------------------------------------------------------------------------------
+
+std::string answer_query(coord_ptr self, const std::string& topic, caf::error& err) {
+  auto& st = self->state;
+  const graph& g = st.in->model;
+  if (topic == "status") return status_json(self);
+  if (topic == "ops") return ops_json(self);
+  if (topic == "links") return links_json(self);
+  if (topic == "nodes") {
+    json out = {{"nodes", json::array()}};
+    if (!cluster_mode(st)) {
+      out["nodes"].push_back({{"name", "local"}, {"site", ""}, {"device", st.in->cfg.device}, {"gflops", 0.0},
+                              {"memory_bytes", 0}, {"pid", static_cast<int>(::getpid())},
+                              {"state", to_string(st.phase)}});
+    }
+    for (size_t i = 0; i < st.in->cluster.nodes.size(); ++i) {
+      const auto& n = st.in->cluster.nodes[i];
+      const node_hello* h = i < st.hellos.size() && !st.hellos[i].name.empty() ? &st.hellos[i] : nullptr;
+      out["nodes"].push_back({{"name", n.name}, {"site", n.site}, {"device", h ? h->device : n.device},
+                              {"gflops", h ? h->gflops : 0.0}, {"memory_bytes", h ? h->memory_bytes : 0},
+                              {"pid", h ? h->pid : 0},
+                              {"state", i < st.node_state.size() ? st.node_state[i] : "waiting"}});
+    }
+    return out.dump();
+  }
+  if (topic == "placement") {
+    json out = {{"policy", cluster_mode(st)
+                               ? placement_policy_names()[static_cast<int>(st.in->cluster.placement.policy)]
+                               : std::string("one process")},
+                {"ops", json::array()},
+                {"edges", json::array()}};
+    auto node_name = [&](int i) { return cluster_mode(st) ? st.in->cluster.nodes[i].name : std::string("local"); };
+    if (st.current.where.node_of_op.size() == g.nodes.size())
+      for (auto& n : g.nodes) out["ops"].push_back({{"op", n.name}, {"node", node_name(st.current.where.node_of_op[n.id])}});
+    for (auto& e : st.current.edges)
+      out["edges"].push_back({{"id", e.id}, {"dir", e.forward ? "fwd" : "bwd"}, {"producer", g.nodes[e.producer].name},
+                              {"consumer", g.nodes[e.consumer].name}, {"from", node_name(e.from)},
+                              {"to", node_name(e.to)}, {"bytes_per_micro_batch", e.bytes_per_micro_batch},
+                              {"codec", e.setting.codec}});
+    return out.dump();
+  }
+  err = make_error(fusion_errc::bad_command, "unknown topic '" + topic + "' (topics: status, nodes, placement, ops, links)");
+  return {};
+}
+
+namespace {
+
+// ---- the admin actor ---------------------------------------------------------------------------
+
+// Forwards to the coordinator: the admin actor is the typed face published on admin.port, so a
+// remote shell can only send what admin_actor declares.
+admin_actor::behavior_type admin_fn(admin_actor::pointer self, caf::actor coordinator) {
+  return {
+      [=](query_atom, std::string& topic) -> caf::result<std::string> {
+        auto rp = self->make_response_promise<std::string>();
+        self->request(coordinator, std::chrono::seconds(10), query_atom::value, std::move(topic))
+            .then([=](std::string& s) mutable { rp.deliver(std::move(s)); },
+                  [=](caf::error& e) mutable { rp.deliver(std::move(e)); });
+        return rp;
+      },
+      [=](command_atom, std::string& verb, std::vector<std::string>& args) -> caf::result<std::string> {
+        auto rp = self->make_response_promise<std::string>();
+        // pause answers when the step in flight has finished, which may take a step's time.
+        self->request(coordinator, std::chrono::minutes(10), command_atom::value, std::move(verb), std::move(args))
+            .then([=](std::string& s) mutable { rp.deliver(std::move(s)); },
+                  [=](caf::error& e) mutable { rp.deliver(std::move(e)); });
+        return rp;
+      },
+  };
+}
+
+void publish_admin(coord_ptr self) {
+  auto& st = self->state;
+  if (st.in->cfg.admin_port == 0 && !st.in->cfg.on_admin_listening) return;
+  auto admin = self->system().spawn(admin_fn, caf::actor_cast<caf::actor>(self));
+  st.admin = caf::actor_cast<caf::actor>(admin);
+  auto bound = self->system().middleman().publish(admin, st.in->cfg.admin_port, st.in->cfg.admin_host.c_str(), true);
+  if (!bound)
+    return fail(self, make_error(fusion_errc::bad_config, "cannot open the admin shell on " + st.in->cfg.admin_host +
+                                                              ":" + std::to_string(st.in->cfg.admin_port) +
+                                                              " (admin.port): " + describe(bound.error())));
+  std::fprintf(stderr, "fusion-train: admin shell listening on %s:%u\n", st.in->cfg.admin_host.c_str(),
+               static_cast<unsigned>(*bound));
+  if (st.in->cfg.on_admin_listening) st.in->cfg.on_admin_listening(*bound);
+}
+
+// pause: the step in flight finishes and the next one is held; answered once paused.
+void request_pause(coord_ptr self, caf::response_promise rp) {
+  auto& st = self->state;
+  if (st.phase == run_phase::paused) return void(rp.deliver(status_json(self)));
+  if (st.phase != run_phase::training && st.phase != run_phase::ready)
+    return void(rp.deliver(make_error(fusion_errc::wrong_phase, std::string("cannot pause while ") + to_string(st.phase))));
+  if (st.phase == run_phase::ready) {
+    st.phase = run_phase::paused;
+    return void(rp.deliver(status_json(self)));
+  }
+  st.pause_requested = true;
+  st.pause_rp = std::move(rp);
+}
+
+std::string request_resume(coord_ptr self, caf::error& err) {
+  auto& st = self->state;
+  if (st.phase != run_phase::paused) {
+    err = make_error(fusion_errc::wrong_phase, std::string("not paused (the run is ") + to_string(st.phase) + ")");
+    return {};
+  }
+  st.pause_requested = false;
+  st.phase = st.training_job ? run_phase::training : run_phase::ready;
+  if (st.training_job) self->send(self, resume_atom::value, true);  // continue the held step loop
+  return status_json(self);
+}
+
+caf::behavior coordinator_fn(coord_ptr self, std::shared_ptr<run_inputs> in) {
+  auto& st = self->state;
+  st.in = std::move(in);
+  st.micro_rows = st.in->cfg.batch / st.in->cfg.micro_batches;
+  for (auto& n : st.in->model.nodes)
+    if (!n.is_input()) st.compute_nodes.push_back(n.id);
+  self->set_down_handler([=](caf::down_msg& dm) { on_down(self, dm); });
+  // Pure code (data, checkpoints, plans) throws in plain words: the run fails with that message
+  // and every waiting request hears of it, instead of the actor dying silently.
+  self->set_exception_handler([=](std::exception_ptr& p) -> caf::error {
+    std::string what = "an unknown error";
+    try {
+      std::rethrow_exception(p);
+    } catch (const std::bad_alloc&) {
+      what = "out of memory";
+    } catch (const std::exception& e) {
+      what = e.what();
+    } catch (...) {
+    }
+    fail(self, make_error(fusion_errc::bad_config, what));
+    return make_error(fusion_errc::bad_config, what);
+  });
+  // The stop flag is raised by a signal handler, which may not send messages: poll it.
+  auto tick = std::chrono::milliseconds(100);
+  self->delayed_send(self, tick, stop_atom::value, true);
+  return {
+      [=](start_atom) -> caf::result<bool> {
+        self->state.start_rp = self->make_response_promise();
+        begin_join(self);
+        return self->state.start_rp;
+      },
+      [=](start_atom, bool) { plan_and_wire(self); },  // every node has joined
+      [=](hello_atom, node_hello& h, caf::actor& node) { return on_hello(self, h, node); },
+      [=](stop_atom, bool) {  // the stop-flag poll
+        auto& s = self->state;
+        if (s.phase == run_phase::finished) return;
+        self->delayed_send(self, tick, stop_atom::value, true);
+        if (!s.in->cfg.stop_flag || !s.in->cfg.stop_flag->load()) return;
+        self->send(self, stop_atom::value);
+      },
+      [=](stop_atom) {
+        auto& s = self->state;
+        if (s.stop_requested || s.phase == run_phase::failed || s.phase == run_phase::finished) return;
+        s.stop_requested = true;
+        if (s.phase == run_phase::training && s.cur) {
+          progress(self, "stopping after the step in flight (press Ctrl-C again to quit at once)");
+          s.stop_deadline = clock_type::now() + ms_of(s.in->cfg.stop_grace_s);
+          self->delayed_send(self, ms_of(s.in->cfg.stop_grace_s), stop_atom::value, uint64_t{s.timer});
+          return;
+        }
+        // Between steps (evaluating or checkpointing), begin_step sees the request and stops.
+        if (s.phase == run_phase::training) return;
+        if (s.phase == run_phase::paused) {
+          if (s.training_job) finish_training(self, true);
+          return;
+        }
+        if (s.phase == run_phase::ready) return;
+        fail(self, make_error(fusion_errc::interrupted, std::string("interrupted while ") + to_string(s.phase)));
+      },
+      [=](stop_atom, uint64_t) {  // the stop grace expired
+        auto& s = self->state;
+        if (s.phase != run_phase::training || !s.cur) return;
+        fail(self, make_error(fusion_errc::interrupted,
+                              "interrupted: the step in flight did not finish within " +
+                                  std::to_string(static_cast<int>(s.in->cfg.stop_grace_s)) +
+                                  " s (runtime.stop-grace); no checkpoint written"));
+      },
+      [=](timeout_atom, uint64_t token) {
+        auto& s = self->state;
+        if (token != s.timer || s.phase == run_phase::failed) return;
+        if (s.act == activity::joining) {
+          std::string missing;
+          for (size_t i = 0; i < s.nodes.size(); ++i)
+            if (!s.nodes[i]) missing += (missing.empty() ? "" : ", ") + s.in->cluster.nodes[i].name;
+          return fail(self, make_error(fusion_errc::timeout,
+                                       "node(s) " + missing + " of " + s.in->cluster.file + " did not join within " +
+                                           std::to_string(static_cast<int>(s.in->cfg.join_timeout_s)) +
+                                           " s (cluster.join-timeout); start them with fusion-node --config "
+                                           "configs/nodes/..."));
+        }
+        on_step_timeout(self);
+      },
+      [=](train_atom) -> caf::result<bool> {
+        auto& s = self->state;
+        if (s.phase != run_phase::ready)
+          return make_error(fusion_errc::wrong_phase, std::string("cannot train while ") + to_string(s.phase));
+        s.train_rp = self->make_response_promise();
+        s.training_job = true;
+        s.phase = run_phase::training;
+        s.in->result = train_result{};
+        s.train_t0 = clock_type::now();
+        s.train_first = s.step;
+        write_run_record(self);
+        begin_step(self);
+        return s.train_rp;
+      },
+      [=](resume_atom, bool) { begin_step(self); },
+      [=](loss_atom, uint64_t s, uint32_t mb, double l) { on_loss(self, s, mb, l); },
+      [=](grads_atom, uint64_t s, int32_t id, double v, std::vector<double>& fwd, std::vector<double>& bwd) {
+        on_grads(self, s, id, v, fwd, bwd);
+      },
+      [=](output_atom, uint64_t, uint32_t, tensor& logits) { on_output(self, logits); },
+      [=](fail_atom, caf::error& e) { fail(self, e); },
+      [=](eval_atom) -> caf::result<double> {
+        auto& s = self->state;
+        if (s.phase != run_phase::ready)
+          return make_error(fusion_errc::wrong_phase, std::string("cannot evaluate while ") + to_string(s.phase));
+        s.pass_rp = self->make_response_promise();
+        begin_eval(self, [=](double v) { self->state.pass_rp.deliver(v); });
+        return self->state.pass_rp;
+      },
+      [=](sample_atom, int32_t count, std::string& prompt, double temperature, uint64_t seed) -> caf::result<std::string> {
+        auto& s = self->state;
+        if (s.phase != run_phase::ready)
+          return make_error(fusion_errc::wrong_phase, std::string("cannot sample while ") + to_string(s.phase));
+        s.pass_rp = self->make_response_promise();
+        begin_sample(self, count, std::move(prompt), temperature, seed,
+                     [=](std::string text) { self->state.pass_rp.deliver(std::move(text)); });
+        return self->state.pass_rp;
+      },
+      [=](save_atom, std::string& path) -> caf::result<bool> {
+        auto& s = self->state;
+        if (s.phase != run_phase::ready && s.phase != run_phase::paused)
+          return make_error(fusion_errc::wrong_phase, std::string("cannot checkpoint while ") + to_string(s.phase));
+        s.pass_rp = self->make_response_promise();
+        save_checkpoint_async(self, path, [=] { self->state.pass_rp.deliver(true); });
+        return self->state.pass_rp;
+      },
+      [=](load_atom, std::string& path) -> caf::result<bool> {
+        auto& s = self->state;
+        if (s.phase != run_phase::ready)
+          return make_error(fusion_errc::wrong_phase, std::string("cannot load a checkpoint while ") + to_string(s.phase));
+        s.pass_rp = self->make_response_promise();
+        load_checkpoint_async(self, path, [=] { self->state.pass_rp.deliver(true); });
+        return self->state.pass_rp;
+      },
+      [=](rewire_atom) -> caf::result<bool> {
+        auto& s = self->state;
+        if (s.phase != run_phase::ready && s.phase != run_phase::training && s.phase != run_phase::paused)
+          return make_error(fusion_errc::wrong_phase, std::string("cannot re-wire while ") + to_string(s.phase));
+        auto rp = self->make_response_promise();
+        if (s.phase == run_phase::training) {  // at the next step boundary (begin_step)
+          s.rewire_requested = true;
+          s.rewire_rps.push_back(rp);
+          return rp;
+        }
+        apply_rewire(self, [=]() mutable { rp.deliver(true); });
+        return rp;
+      },
+      [=](query_atom, std::string& topic) -> caf::result<std::string> {
+        caf::error err;
+        auto out = answer_query(self, topic, err);
+        if (err) return err;
+        return out;
+      },
+      [=](command_atom, std::string& verb, std::vector<std::string>& args) -> caf::result<std::string> {
+        if ((verb == "pause" || verb == "resume") && !args.empty())
+          return make_error(fusion_errc::bad_command, "'" + verb + "' takes no arguments");
+        if (verb == "pause") {
+          auto rp = self->make_response_promise();
+          request_pause(self, rp);
+          return rp;
+        }
+        if (verb == "resume") {
+          caf::error err;
+          auto out = request_resume(self, err);
+          if (err) return err;
+          return out;
+        }
+        const auto& verbs = admin_verbs();
+        if (std::find(verbs.begin(), verbs.end(), verb) != verbs.end())
+          return make_error(fusion_errc::bad_command,
+                            "'" + verb + "' is not available yet: this admin shell is read-only apart from pause and "
+                                         "resume (write commands come with live rebalancing)");
+        return make_error(fusion_errc::bad_command, "unknown command '" + verb + "'");
+      },
+      [=](shutdown_atom) -> caf::result<bool> {
+        auto rp = self->make_response_promise();
+        shutdown_nodes(self, [=]() mutable {
+          rp.deliver(true);
+          self->quit();
+        });
+        return rp;
+      },
+  };
+}
+
+}  // namespace
+
+caf::actor spawn_coordinator(caf::actor_system& sys, std::shared_ptr<run_inputs> inputs) {
+  return sys.spawn(coordinator_fn, std::move(inputs));
+}
+
+}  // namespace fusion

@@ -1,0 +1,60 @@
+// The coordinator of a run: an event-based actor that owns the plan (scheduler/plan.hpp) and
+// executes it. It moves through explicit phases
+//
+//   joining -> planning -> wiring -> ready <-> training <-> paused      (any) -> failed
+//                                        \-> finished (shut down)
+//
+// and reacts to messages only: nodes saying hello, op actors reporting losses, gradient norms
+// and failures, replies of nodes and op actors, delayed timeout messages, and requests of the
+// session (actors/trainer.hpp), the admin actor and tests. Nothing blocks inside it, so it
+// answers queries in every phase. docs/architecture.md draws the phases and protocols.
+//
+// Requests it serves (the session sends them with request(...).receive):
+//   start_atom                            -> true once joined, planned, wired (and resumed)
+//   train_atom                            -> true once cfg.steps are done or the run stopped;
+//                                            the record is in run_inputs::result
+//   eval_atom                             -> mean validation loss (NaN: no validation data)
+//   sample_atom(count, prompt, temp, seed)-> generated text
+//   save_atom(path), load_atom(path)      -> true (checkpoints)
+//   pause_atom, resume_atom               -> JSON {"phase", "step"}; pause answers once the step
+//                                            in flight has finished
+//   rewire_atom                           -> true once every cross-node edge was replaced by a
+//                                            fresh edge sender at a step boundary
+//   query_atom(topic), command_atom(verb, args) -> JSON (actors/admin_protocol.hpp)
+//   shutdown_atom                         -> true once nodes were told to exit and local actors
+//                                            stopped; the coordinator then quits
+// Every failure is a fusion error (actors/errors.hpp) whose message is in plain words.
+#pragma once
+
+#include <caf/all.hpp>
+
+#include <memory>
+
+#include "actors/trainer.hpp"
+#include "core/cluster.hpp"
+#include "core/data.hpp"
+#include "core/graph.hpp"
+
+namespace fusion {
+
+/// The phases of a run.
+enum class run_phase : uint8_t { joining, planning, wiring, ready, training, paused, finished, failed };
+
+/// "joining", "planning", ...
+const char* to_string(run_phase p);
+
+/// What the session loaded before any actor existed (plain C++ that throws clear errors), and
+/// where the coordinator leaves a training result before it answers train_atom.
+struct run_inputs {
+  train_config cfg;
+  graph model;
+  char_tokenizer tokenizer;
+  std::unique_ptr<text_dataset> data;
+  cluster_spec cluster;       ///< no nodes: a one-process run
+  train_result result;        ///< of the last train_atom
+};
+
+/// Spawns the coordinator of a run (nothing happens before start_atom).
+caf::actor spawn_coordinator(caf::actor_system& sys, std::shared_ptr<run_inputs> inputs);
+
+}  // namespace fusion

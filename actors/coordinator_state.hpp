@@ -1,0 +1,152 @@
+// The coordinator's state and the functions its behavior is made of, shared by
+// actors/coordinator.cpp (phases: joining, planning, wiring, re-wiring; queries, commands,
+// failure, shutdown) and actors/coordinator_train.cpp (training steps, evaluation, sampling,
+// checkpoints, metrics). Internal to actors/.
+#pragma once
+
+#include <caf/all.hpp>
+
+#include <chrono>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "actors/coordinator.hpp"
+#include "actors/errors.hpp"
+#include "actors/messages.hpp"
+#include "scheduler/plan.hpp"
+
+namespace fusion {
+
+using clock_type = std::chrono::steady_clock;
+
+/// What the coordinator is waiting for, so that a timeout or a stray message is judged right.
+enum class activity : uint8_t { idle, joining, wiring, step, optimizer, polling, eval, sample, state };
+
+/// The step in flight.
+struct step_ctx {
+  uint64_t s = 0;
+  clock_type::time_point t0;
+  std::vector<double> losses, sq;
+  size_t n_loss = 0, n_grads = 0;
+  std::vector<char> reported;
+  step_record rec;
+};
+
+/// An evaluation or sampling pass in flight.
+struct pass_ctx {
+  int64_t index = 0, count = 0;     // eval: batch index and count; sample: characters
+  double total = 0;
+  std::vector<double> losses;
+  size_t got = 0;
+  std::vector<int32_t> context;      // sample
+  std::string text;                  // sample
+  std::string prompt;
+  double temperature = 0;
+  std::mt19937_64* rng = nullptr;
+};
+
+struct coordinator_state {
+  std::shared_ptr<run_inputs> in;
+  run_phase phase = run_phase::joining;
+  activity act = activity::idle;
+  std::string failure;                          // plain words, once failed
+  uint64_t timer = 0;                           // the armed timeout; older ones are stale
+  caf::actor admin;                             // the admin actor, when admin.port is set
+  // ---- nodes (cluster mode) ----
+  std::vector<caf::actor> nodes;                // by cluster node index; null: not joined / gone
+  std::vector<node_hello> hellos;
+  std::vector<std::string> node_state;          // "waiting", "joined", "lost", "exited"
+  size_t joined = 0;
+  // ---- the plan and what executes it ----
+  cluster_profile profile;
+  plan current;
+  std::vector<caf::actor> actors;               // op actors by graph node id
+  std::map<uint64_t, caf::actor> senders;       // edge senders by plan edge id
+  std::vector<int> compute_nodes;               // non-input graph node ids
+  int64_t micro_rows = 0;
+  // ---- training ----
+  int64_t step = 0;
+  std::optional<step_ctx> cur;
+  pass_ctx pass;
+  std::function<void()> after_pass;             // continuation once a pass or transfer ends
+  step_record last;                             // the last finished step
+  clock_type::time_point train_t0;
+  int64_t train_first = 0;
+  bool training_job = false;                    // a train_atom is being served
+  bool stop_requested = false, pause_requested = false, rewire_requested = false;
+  clock_type::time_point stop_deadline;
+  std::string last_checkpoint;                  // "FILE at step N"
+  std::ofstream metrics;
+  bool run_record_written = false;
+  // ---- requests being served ----
+  caf::response_promise start_rp, train_rp, pass_rp, pause_rp;
+  std::vector<caf::response_promise> rewire_rps;
+  std::mt19937_64 sample_rng;
+  static inline const char* name = "coordinator";
+};
+
+using coord_ptr = caf::stateful_actor<coordinator_state>*;
+
+// ---- actors/coordinator.cpp ----
+void fail(coord_ptr self, const caf::error& e);
+void arm_timeout(coord_ptr self, double seconds);
+std::string node_label(const coordinator_state& st, size_t i);
+void begin_join(coord_ptr self);
+void apply_rewire(coord_ptr self, std::function<void()> done);
+std::string answer_query(coord_ptr self, const std::string& topic, caf::error& err);
+void shutdown_nodes(coord_ptr self, std::function<void()> done);
+
+// ---- actors/coordinator_train.cpp ----
+void begin_step(coord_ptr self);
+void on_loss(coord_ptr self, uint64_t s, uint32_t mb, double loss);
+void on_grads(coord_ptr self, uint64_t s, int32_t id, double sq, std::vector<double>& fwd, std::vector<double>& bwd);
+void on_output(coord_ptr self, tensor& logits);
+void on_step_timeout(coord_ptr self);
+void begin_eval(coord_ptr self, std::function<void(double)> done);
+void begin_sample(coord_ptr self, int count, std::string prompt, double temperature, uint64_t seed,
+                  std::function<void(std::string)> done);
+void save_checkpoint_async(coord_ptr self, std::string path, std::function<void()> done);
+void load_checkpoint_async(coord_ptr self, std::string path, std::function<void()> done);
+void finish_training(coord_ptr self, bool interrupted);
+void write_run_record(coord_ptr self);
+std::string status_json(coord_ptr self);
+std::string ops_json(coord_ptr self);
+std::string links_json(coord_ptr self);
+
+/// Sends one request per index and calls `done` with the n replies (in index order) once all
+/// are in; the first error fails the run. `request_i(i)` returns CAF's response handle.
+template <class T, class RequestI, class Done>
+void gather(coord_ptr self, size_t n, RequestI request_i, Done done) {
+  struct pending {
+    std::vector<T> values;
+    size_t left = 0;
+    bool failed = false;
+  };
+  auto g = std::make_shared<pending>();
+  g->values.resize(n);
+  g->left = n;
+  if (n == 0) {
+    done(std::move(g->values));
+    return;
+  }
+  for (size_t i = 0; i < n; ++i)
+    request_i(i).then(
+        [=](T& v) {
+          if (g->failed) return;
+          g->values[i] = std::move(v);
+          if (--g->left == 0) done(std::move(g->values));
+        },
+        [=](caf::error& e) {
+          if (g->failed) return;
+          g->failed = true;
+          fail(self, e);
+        });
+}
+
+}  // namespace fusion

@@ -1,0 +1,606 @@
+// The coordinator's training work, as reactions to messages: a step feeds the micro-batches,
+// collects losses and gradient norms, steps the optimizer on every op actor, polls the nodes'
+// traffic and logs; evaluation, sampling and checkpoints are passes of the same kind. Between
+// steps it honours pause, re-wiring and stop requests.
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <ctime>
+#include <filesystem>
+#include <random>
+#include <sstream>
+#include <tuple>
+
+#include <nlohmann/json.hpp>
+#include <unistd.h>
+
+#include "actors/coordinator_state.hpp"
+#include "core/checkpoint.hpp"
+#include "ops/optim.hpp"
+
+namespace fusion {
+
+using json = nlohmann::ordered_json;
+
+namespace {
+
+double seconds_between(clock_type::time_point a, clock_type::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
+
+std::chrono::milliseconds ms_of(double seconds) {
+  return std::chrono::milliseconds(static_cast<int64_t>(std::max(0.0, seconds) * 1e3));
+}
+
+std::string format_duration(double s) {
+  char buf[32];
+  if (s < 60) std::snprintf(buf, sizeof buf, "%.0fs", s);
+  else if (s < 3600) std::snprintf(buf, sizeof buf, "%dm%02ds", static_cast<int>(s) / 60, static_cast<int>(s) % 60);
+  else std::snprintf(buf, sizeof buf, "%dh%02dm", static_cast<int>(s) / 3600, static_cast<int>(s) / 60 % 60);
+  return buf;
+}
+
+// Wall-clock time for the metrics, ISO 8601 in UTC with milliseconds.
+std::string wall_time() {
+  auto now = std::chrono::system_clock::now();
+  auto t = std::chrono::system_clock::to_time_t(now);
+  auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(now.time_since_epoch()).count() % 1000;
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char buf[40];
+  std::snprintf(buf, sizeof buf, "%04d-%02d-%02dT%02d:%02d:%02d.%03lldZ", tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday,
+                tm.tm_hour, tm.tm_min, tm.tm_sec, static_cast<long long>(ms));
+  return buf;
+}
+
+void make_parent_dirs(const std::string& file) {
+  auto parent = std::filesystem::path(file).parent_path();
+  std::error_code ec;
+  if (!parent.empty()) std::filesystem::create_directories(parent, ec);
+  if (ec) throw std::runtime_error("cannot create directory " + parent.string() + ": " + ec.message());
+}
+
+void log_metrics(coordinator_state& st, const std::string& line) {
+  if (st.metrics.is_open()) st.metrics << line << '\n' << std::flush;
+}
+
+bool tty(const coordinator_state& st) { return st.in->cfg.progress && isatty(STDERR_FILENO); }
+
+// Splits a (rows, T) batch into micro-batches and sends tokens and targets to the inputs.
+void feed(coord_ptr self, uint64_t s, pass_mode mode, const std::vector<int32_t>& x, const std::vector<int32_t>& y,
+          int64_t rows, int64_t per_mb, int64_t T) {
+  auto& st = self->state;
+  const graph& g = st.in->model;
+  for (int64_t r = 0, mb = 0; r < rows; r += per_mb, ++mb) {
+    auto xs = std::span<const int32_t>(x).subspan(r * T, per_mb * T);
+    self->send(st.actors[g.tokens_node], forward_atom::value, s, static_cast<uint32_t>(mb), uint32_t{0},
+               static_cast<uint8_t>(mode), tensor::from_i32({per_mb, T}, xs));
+    if (mode == pass_mode::infer) continue;
+    auto ys = std::span<const int32_t>(y).subspan(r * T, per_mb * T);
+    self->send(st.actors[g.targets_node], forward_atom::value, s, static_cast<uint32_t>(mb), uint32_t{0},
+               static_cast<uint8_t>(mode), tensor::from_i32({per_mb, T}, ys));
+  }
+}
+
+// {"step": N, "ops": {...}, "edges": [...]} fields of a step record: per micro-batch for ops, per
+// edge for cross-process traffic.
+std::string measurement_fields(const step_record& rec, const graph& g) {
+  std::string out = "\"ops\": {";
+  char buf[64];
+  auto list = [&](const std::vector<double>& v) {
+    std::string s = "[";
+    for (size_t i = 0; i < v.size(); ++i) {
+      std::snprintf(buf, sizeof buf, "%s%.3f", i ? ", " : "", v[i] * 1e3);
+      s += buf;
+    }
+    return s + "]";
+  };
+  for (size_t i = 0; i < rec.ops.size(); ++i) {
+    auto& m = rec.ops[i];
+    out += (i ? ", \"" : "\"") + g.nodes[m.node].name + "\": {\"fwd_ms\": " + list(m.forward_s) +
+           ", \"bwd_ms\": " + list(m.backward_s) + "}";
+  }
+  out += "}, \"edges\": [";
+  for (size_t i = 0; i < rec.edges.size(); ++i) {
+    auto& e = rec.edges[i];
+    std::snprintf(buf, sizeof buf, "%.6f", e.seconds);
+    out += std::string(i ? ", " : "") + "{\"from\": \"" + e.from_node + "\", \"to\": \"" + e.to_node +
+           "\", \"edge\": \"" + g.nodes[e.producer].name + "->" + g.nodes[e.consumer].name + "\", \"dir\": \"" +
+           (e.forward ? "fwd" : "bwd") + "\", \"bytes\": " + std::to_string(e.bytes) +
+           ", \"tensors\": " + std::to_string(e.tensors) + ", \"seconds\": " + buf + "}";
+  }
+  return out + "]";
+}
+
+void end_step(coord_ptr self, step_record rec);
+
+// Edge traffic of the step that just ended, from every node, then end_step.
+void poll_traffic(coord_ptr self, step_record rec) {
+  auto& st = self->state;
+  std::vector<caf::actor> live;
+  for (auto& n : st.nodes)
+    if (n) live.push_back(n);
+  st.act = activity::polling;
+  auto timeout = ms_of(st.in->cfg.step_timeout_s);
+  auto recp = std::make_shared<step_record>(std::move(rec));
+  gather<node_stats>(self, live.size(), [=](size_t i) { return self->request(live[i], timeout, stats_atom::value); },
+                     [=](std::vector<node_stats> all) {
+                       auto& s = self->state;
+                       auto& out = recp->edges;
+                       for (auto& ns : all)
+                         for (auto& e : ns.edges) {
+                           const plan_edge* info = s.current.find(e.edge);
+                           if (!info) continue;  // an edge of a plan that is gone (re-wired)
+                           out.push_back({info->producer, info->consumer, info->forward,
+                                          s.in->cluster.nodes[info->from].name, s.in->cluster.nodes[info->to].name,
+                                          e.bytes, e.tensors, e.seconds});
+                         }
+                       std::sort(out.begin(), out.end(), [](auto& a, auto& b) {
+                         return std::tie(a.producer, a.consumer, b.forward) < std::tie(b.producer, b.consumer, a.forward);
+                       });
+                       end_step(self, std::move(*recp));
+                     });
+}
+
+void optimizer_step(coord_ptr self) {
+  auto& st = self->state;
+  auto& c = *st.cur;
+  const int64_t M = st.in->cfg.micro_batches;
+  double loss = 0, norm2 = 0;
+  for (double l : c.losses) loss += l;  // micro-batch order: deterministic
+  for (double v : c.sq) norm2 += v;     // node order: deterministic
+  auto& rec = c.rec;
+  std::sort(rec.ops.begin(), rec.ops.end(), [](auto& a, auto& b) { return a.node < b.node; });
+  rec.step = st.step + 1;
+  rec.loss = loss / static_cast<double>(M);
+  rec.grad_norm = std::sqrt(norm2);
+  rec.lr = lr_at(st.in->cfg.optim, st.step);
+  if (!std::isfinite(rec.loss) || !std::isfinite(rec.grad_norm)) {
+    char buf[64];
+    std::snprintf(buf, sizeof buf, "%g", rec.loss);
+    return fail(self, make_error(fusion_errc::op_failed, std::string("the loss became ") + buf + " at step " +
+                                                             std::to_string(st.step + 1) +
+                                                             " (learning rate too high?); the last checkpoint is "
+                                                             "unaffected"));
+  }
+  float scale = clip_scale(rec.grad_norm, st.in->cfg.optim.grad_clip);
+  st.act = activity::optimizer;
+  auto left = std::make_shared<size_t>(st.compute_nodes.size());
+  auto failed = std::make_shared<bool>(false);
+  auto timeout = ms_of(st.in->cfg.step_timeout_s);
+  for (int id : st.compute_nodes)
+    self->request(st.actors[id], timeout, step_atom::value, c.s, rec.lr, scale)
+        .then(
+            [=](stepped_atom, int32_t) {
+              if (*failed || --*left > 0) return;
+              auto& s = self->state;
+              ++s.step;
+              s.cur->rec.tokens_per_s = static_cast<double>(s.in->cfg.batch * s.in->model.context) /
+                                        seconds_between(s.cur->t0, clock_type::now());
+              step_record done = std::move(s.cur->rec);
+              if (!s.nodes.empty()) return poll_traffic(self, std::move(done));
+              end_step(self, std::move(done));
+            },
+            [=](caf::error& e) {
+              if (*failed) return;
+              *failed = true;
+              fail(self, e);
+            });
+}
+
+void end_step(coord_ptr self, step_record rec) {
+  auto& st = self->state;
+  const auto& cfg = st.in->cfg;
+  st.cur.reset();
+  st.act = activity::idle;
+  ++st.timer;
+  const int64_t tokens_per_step = cfg.batch * st.in->model.context;
+  double elapsed = seconds_between(st.train_t0, clock_type::now());
+  double avg_tps = static_cast<double>((st.step - st.train_first) * tokens_per_step) / std::max(elapsed, 1e-9);
+  if (st.metrics.is_open()) {
+    char buf[256];
+    std::snprintf(buf, sizeof buf,
+                  "{\"type\": \"step\", \"step\": %lld, \"loss\": %.6f, \"lr\": %.6g, \"grad_norm\": %.6f, "
+                  "\"tokens_per_s\": %.1f, \"elapsed_s\": %.3f, \"time\": \"%s\", ",
+                  static_cast<long long>(rec.step), rec.loss, rec.lr, rec.grad_norm, rec.tokens_per_s, elapsed,
+                  wall_time().c_str());
+    log_metrics(st, buf + measurement_fields(rec, st.in->model) + "}");
+  }
+  if (cfg.progress && (tty(st) || st.step % std::max<int64_t>(1, cfg.log_every) == 0 || st.step == cfg.steps)) {
+    double eta = static_cast<double>(cfg.steps - st.step) * tokens_per_step / std::max(avg_tps, 1e-9);
+    std::fprintf(stderr, "%sstep %lld/%lld | loss %.4f | lr %.2e | %.0f tok/s | ETA %s%s", tty(st) ? "\r\33[K" : "",
+                 static_cast<long long>(st.step), static_cast<long long>(cfg.steps), rec.loss, rec.lr, avg_tps,
+                 format_duration(eta).c_str(), tty(st) ? "" : "\n");
+  }
+  st.last = rec;
+  st.in->result.steps.push_back(std::move(rec));
+  auto next = [=] {
+    auto& s = self->state;
+    if (!s.in->cfg.checkpoint_file.empty() && s.in->cfg.checkpoint_every > 0 && s.step % s.in->cfg.checkpoint_every == 0)
+      return save_checkpoint_async(self, s.in->cfg.checkpoint_file, [=] { begin_step(self); });
+    begin_step(self);
+  };
+  if (cfg.eval_every > 0 && st.step % cfg.eval_every == 0 && st.step < cfg.steps) {
+    return begin_eval(self, [=](double v) {
+      if (!std::isnan(v)) {
+        auto& s = self->state;
+        s.in->result.val_losses.emplace_back(s.step, v);
+        char buf[160];
+        std::snprintf(buf, sizeof buf, "{\"type\": \"eval\", \"step\": %lld, \"val_loss\": %.6f, \"time\": \"%s\"}",
+                      static_cast<long long>(s.step), v, wall_time().c_str());
+        log_metrics(s, buf);
+        if (s.in->cfg.progress)
+          std::fprintf(stderr, "%sstep %lld | val_loss %.4f\n", tty(s) ? "\r\33[K" : "", static_cast<long long>(s.step), v);
+      }
+      next();
+    });
+  }
+  next();
+}
+
+}  // namespace
+
+void begin_step(coord_ptr self) {
+  auto& st = self->state;
+  if (st.phase == run_phase::failed || !st.training_job) return;
+  if (st.stop_requested) return finish_training(self, true);
+  if (st.rewire_requested) {
+    st.rewire_requested = false;
+    auto rps = std::move(st.rewire_rps);
+    st.rewire_rps.clear();
+    return apply_rewire(self, [=]() mutable {
+      for (auto& rp : rps) rp.deliver(true);
+      begin_step(self);
+    });
+  }
+  if (st.pause_requested) {
+    st.pause_requested = false;
+    st.phase = run_phase::paused;
+    if (st.in->cfg.progress)
+      std::fprintf(stderr, "%sfusion-train: paused after step %lld\n", tty(st) ? "\r\33[K" : "",
+                   static_cast<long long>(st.step));
+    if (st.pause_rp.pending()) st.pause_rp.deliver(status_json(self));
+    return;  // resume sends resume_atom(true), which comes back here
+  }
+  if (st.phase == run_phase::paused) return;
+  if (st.step >= st.in->cfg.steps) return finish_training(self, false);
+  const auto& cfg = st.in->cfg;
+  const int64_t T = st.in->model.context, B = cfg.batch, M = cfg.micro_batches;
+  st.cur.emplace();
+  auto& c = *st.cur;
+  c.s = static_cast<uint64_t>(st.step);
+  c.t0 = clock_type::now();
+  c.losses.assign(M, NAN);
+  c.sq.assign(st.in->model.nodes.size(), 0.0);
+  c.reported.assign(st.in->model.nodes.size(), 0);
+  std::vector<int32_t> x(B * T), y(B * T);
+  st.in->data->train_batch(cfg.seed, c.s, B, T, x.data(), y.data());
+  st.act = activity::step;
+  arm_timeout(self, cfg.step_timeout_s);
+  feed(self, c.s, pass_mode::train, x, y, B, st.micro_rows, T);
+}
+
+void on_loss(coord_ptr self, uint64_t, uint32_t mb, double loss) {
+  auto& st = self->state;
+  if (st.act == activity::eval) {
+    if (mb >= st.pass.losses.size()) return;
+    st.pass.losses[mb] = loss;
+    // A copy: the continuation installs the next one in st.after_pass while it runs.
+    if (++st.pass.got == st.pass.losses.size()) std::function<void()>(st.after_pass)();
+    return;
+  }
+  if (st.act != activity::step || !st.cur || mb >= st.cur->losses.size()) return;
+  st.cur->losses[mb] = loss;
+  ++st.cur->n_loss;
+  if (st.cur->n_loss == st.cur->losses.size() && st.cur->n_grads == st.compute_nodes.size()) optimizer_step(self);
+}
+
+void on_grads(coord_ptr self, uint64_t, int32_t id, double sq, std::vector<double>& fwd, std::vector<double>& bwd) {
+  auto& st = self->state;
+  if (st.act != activity::step || !st.cur || id < 0 || static_cast<size_t>(id) >= st.cur->sq.size()) return;
+  auto& c = *st.cur;
+  c.sq[id] = sq;
+  ++c.n_grads;
+  c.reported[id] = 1;
+  c.rec.ops.push_back({id, std::move(fwd), std::move(bwd)});
+  if (c.n_loss == c.losses.size() && c.n_grads == st.compute_nodes.size()) optimizer_step(self);
+}
+
+void on_step_timeout(coord_ptr self) {
+  auto& st = self->state;
+  std::string what;
+  if (st.act == activity::step && st.cur) {
+    // What is missing points at the stuck edge or node.
+    what = "forward/backward of step " + std::to_string(st.step + 1) + " (losses " + std::to_string(st.cur->n_loss) +
+           "/" + std::to_string(st.cur->losses.size()) + "; no gradients yet from";
+    int listed = 0;
+    for (int id : st.compute_nodes)
+      if (!st.cur->reported[id] && listed++ < 8) what += " " + st.in->model.nodes[id].name;
+    what += listed > 8 ? " ...)" : ")";
+  } else if (st.act == activity::eval) {
+    what = "evaluation";
+  } else if (st.act == activity::sample) {
+    what = "sampling logits";
+  } else {
+    return;
+  }
+  char secs[32];
+  std::snprintf(secs, sizeof secs, "%g", st.in->cfg.step_timeout_s);
+  fail(self, make_error(fusion_errc::timeout, std::string("timed out after ") + secs + " s waiting for " + what +
+                                                  " (runtime.step-timeout)"));
+}
+
+void begin_eval(coord_ptr self, std::function<void(double)> done) {
+  auto& st = self->state;
+  const int64_t T = st.in->model.context, B = st.in->cfg.batch;
+  st.pass = pass_ctx{};
+  st.pass.count = std::min(st.in->cfg.eval_batches, st.in->data->val_batches(B, T));
+  if (st.pass.count <= 0) return done(NAN);
+  auto prev = st.act;
+  auto batch = std::make_shared<std::function<void()>>();
+  *batch = [=] {
+    auto& s = self->state;
+    const int64_t TT = s.in->model.context, BB = s.in->cfg.batch, M = s.in->cfg.micro_batches;
+    if (s.pass.index == s.pass.count) {
+      s.act = prev;
+      ++s.timer;
+      double mean = s.pass.total / static_cast<double>(s.pass.count * M);
+      return done(mean);
+    }
+    std::vector<int32_t> x(BB * TT), y(BB * TT);
+    s.in->data->val_batch(s.pass.index, BB, TT, x.data(), y.data());
+    s.pass.losses.assign(M, NAN);
+    s.pass.got = 0;
+    s.after_pass = [=] {
+      auto& s2 = self->state;
+      for (double l : s2.pass.losses) s2.pass.total += l;
+      ++s2.pass.index;
+      (*batch)();
+    };
+    arm_timeout(self, s.in->cfg.step_timeout_s);
+    feed(self, static_cast<uint64_t>(s.step), pass_mode::eval, x, y, BB, s.micro_rows, TT);
+  };
+  st.act = activity::eval;
+  (*batch)();
+}
+
+void begin_sample(coord_ptr self, int count, std::string prompt, double temperature, uint64_t seed,
+                  std::function<void(std::string)> done) {
+  auto& st = self->state;
+  st.pass = pass_ctx{};
+  st.pass.count = count;
+  st.pass.temperature = temperature;
+  st.pass.context = st.in->tokenizer.encode(prompt.empty() ? std::string("\n") : prompt);
+  st.sample_rng.seed(seed);
+  st.act = activity::sample;
+  auto next = std::make_shared<std::function<void()>>();
+  *next = [=] {
+    auto& s = self->state;
+    if (s.pass.index == s.pass.count) {
+      s.act = activity::idle;
+      ++s.timer;
+      return done(std::move(s.pass.text));
+    }
+    const int64_t T = s.in->model.context;
+    int64_t t = std::min<int64_t>(T, static_cast<int64_t>(s.pass.context.size()));
+    std::vector<int32_t> window(s.pass.context.end() - t, s.pass.context.end());
+    s.pass.got = static_cast<size_t>(t);  // the window length, read back in on_output
+    s.after_pass = *next;
+    arm_timeout(self, s.in->cfg.step_timeout_s);
+    feed(self, static_cast<uint64_t>(s.step), pass_mode::infer, window, {}, 1, 1, t);
+  };
+  (*next)();
+}
+
+void on_output(coord_ptr self, tensor& logits) {
+  auto& st = self->state;
+  if (st.act != activity::sample) return;
+  auto& p = st.pass;
+  const int64_t V = st.in->model.vocab, t = static_cast<int64_t>(p.got);
+  const float* row = logits.f32() + (t - 1) * V;
+  int vocab = st.in->tokenizer.size();  // model rows beyond the corpus vocabulary are never sampled
+  int next = 0;
+  if (p.temperature <= 0) {
+    next = static_cast<int>(std::max_element(row, row + vocab) - row);
+  } else {
+    float mx = *std::max_element(row, row + vocab);
+    std::vector<double> w(vocab);
+    for (int k = 0; k < vocab; ++k) w[k] = std::exp((row[k] - mx) / p.temperature);
+    next = std::discrete_distribution<int>(w.begin(), w.end())(st.sample_rng);
+  }
+  p.context.push_back(next);
+  p.text += st.in->tokenizer.decode(std::span<const int32_t>(&p.context.back(), 1));
+  ++p.index;
+  std::function<void()>(st.after_pass)();  // a copy: it installs the next continuation
+}
+
+void save_checkpoint_async(coord_ptr self, std::string path, std::function<void()> done) {
+  auto& st = self->state;
+  auto prev = st.act;
+  st.act = activity::state;
+  auto timeout = ms_of(st.in->cfg.step_timeout_s);
+  auto ids = st.compute_nodes;
+  gather<named_tensors>(self, ids.size(), [=](size_t i) {
+    return self->request(self->state.actors[ids[i]], timeout, get_state_atom::value);
+  }, [=](std::vector<named_tensors> parts) {
+    auto& s = self->state;
+    s.act = prev;
+    checkpoint ck;
+    ck.step = static_cast<uint64_t>(s.step);
+    ck.model_name = s.in->model.name;
+    ck.meta = "model_file=" + s.in->cfg.model_file + "\nseed=" + std::to_string(s.in->cfg.seed) + "\n";
+    std::vector<int32_t> vocab(s.in->tokenizer.chars().begin(), s.in->tokenizer.chars().end());
+    ck.tensors.emplace_back("@vocab", tensor::from_i32({static_cast<int64_t>(vocab.size())}, vocab));
+    named_tensors all;
+    for (auto& part : parts)
+      for (auto& kv : part) all.push_back(std::move(kv));
+    // Sorted by name so the file does not depend on timing.
+    std::sort(all.begin(), all.end(), [](auto& a, auto& b) { return a.first < b.first; });
+    for (auto& kv : all) ck.tensors.push_back(std::move(kv));
+    try {
+      make_parent_dirs(path);
+      fusion::save_checkpoint(path, ck);
+    } catch (const std::exception& e) {
+      return fail(self, make_error(fusion_errc::bad_config, std::string("cannot write checkpoint: ") + e.what()));
+    }
+    s.last_checkpoint = path + " at step " + std::to_string(s.step);
+    done();
+  });
+}
+
+void load_checkpoint_async(coord_ptr self, std::string path, std::function<void()> done) {
+  auto& st = self->state;
+  checkpoint ck;
+  try {
+    ck = fusion::load_checkpoint(path);
+    if (ck.model_name != st.in->model.name)
+      throw std::runtime_error("checkpoint " + path + " is for model '" + ck.model_name + "', not '" +
+                               st.in->model.name + "'");
+    if (const tensor* v = find_tensor(ck, "@vocab")) {
+      std::vector<int32_t> mine(st.in->tokenizer.chars().begin(), st.in->tokenizer.chars().end());
+      if (v->numel() != static_cast<int64_t>(mine.size()) || !std::equal(mine.begin(), mine.end(), v->i32()))
+        throw std::runtime_error("checkpoint " + path + " was trained on a corpus with another vocabulary than " +
+                                 st.in->cfg.data_file);
+    }
+  } catch (const std::exception& e) {
+    return fail(self, make_error(fusion_errc::bad_state, e.what()));
+  }
+  auto all = std::make_shared<named_tensors>(std::make_move_iterator(ck.tensors.begin()),
+                                             std::make_move_iterator(ck.tensors.end()));
+  auto ids = st.compute_nodes;
+  auto prev = st.act;
+  st.act = activity::state;
+  auto timeout = ms_of(st.in->cfg.step_timeout_s);
+  const uint64_t step = ck.step;
+  gather<bool>(self, ids.size(), [=](size_t i) {
+    auto& s = self->state;
+    const std::string prefix = s.in->model.nodes[ids[i]].name + "/";
+    named_tensors mine;
+    for (auto& kv : *all)
+      if (kv.first.rfind(prefix, 0) == 0 && kv.first.find('/', prefix.size()) == std::string::npos) mine.push_back(kv);
+    return self->request(s.actors[ids[i]], timeout, set_state_atom::value, std::move(mine));
+  }, [=](std::vector<bool>) {
+    self->state.act = prev;
+    self->state.step = static_cast<int64_t>(step);
+    done();
+  });
+}
+
+void finish_training(coord_ptr self, bool interrupted) {
+  auto& st = self->state;
+  st.training_job = false;
+  st.phase = run_phase::ready;
+  st.in->result.interrupted = interrupted;
+  if (tty(st)) std::fputc('\n', stderr);
+  auto complete = [=] {
+    auto& s = self->state;
+    auto& r = s.in->result;
+    r.seconds = seconds_between(s.train_t0, clock_type::now());
+    r.tokens_per_s = r.seconds > 0 ? static_cast<double>((s.step - s.train_first) * s.in->cfg.batch *
+                                                         s.in->model.context) / r.seconds
+                                   : 0;
+    if (s.train_rp.pending()) s.train_rp.deliver(true);
+  };
+  auto checkpoint = [=] {
+    auto& s = self->state;
+    if (s.in->cfg.checkpoint_file.empty()) return complete();
+    save_checkpoint_async(self, s.in->cfg.checkpoint_file, complete);
+  };
+  if (st.in->cfg.eval_batches > 0 && !interrupted) {
+    return begin_eval(self, [=](double v) {
+      auto& s = self->state;
+      if (!std::isnan(v)) {
+        s.in->result.val_losses.emplace_back(s.step, v);
+        char buf[160];
+        std::snprintf(buf, sizeof buf, "{\"type\": \"eval\", \"step\": %lld, \"val_loss\": %.6f, \"time\": \"%s\"}",
+                      static_cast<long long>(s.step), v, wall_time().c_str());
+        log_metrics(s, buf);
+        if (s.in->cfg.progress) std::fprintf(stderr, "step %lld | val_loss %.4f\n", static_cast<long long>(s.step), v);
+      }
+      checkpoint();
+    });
+  }
+  checkpoint();
+}
+
+void write_run_record(coord_ptr self) {
+  auto& st = self->state;
+  const auto& c = st.in->cfg;
+  if (c.metrics_file.empty() || st.run_record_written) return;
+  try {
+    make_parent_dirs(c.metrics_file);
+  } catch (const std::exception&) {
+  }
+  st.metrics.open(c.metrics_file, std::ios::app);
+  if (!st.metrics)
+    return fail(self, make_error(fusion_errc::bad_config, "cannot open the metrics file " + c.metrics_file +
+                                                              " (output.metrics)"));
+  st.run_record_written = true;
+  const auto& o = c.optim;
+  json cfg = {{"model.file", c.model_file}, {"data.file", c.data_file}, {"data.vocab", c.vocab_file},
+              {"data.val-fraction", c.val_fraction}, {"train.batch", c.batch},
+              {"train.micro-batches", c.micro_batches}, {"train.steps", c.steps}, {"train.seed", c.seed},
+              {"train.eval-every", c.eval_every}, {"train.eval-batches", c.eval_batches},
+              {"train.resume", c.resume_from}, {"optim.kind", o.kind}, {"optim.lr", o.lr}, {"optim.min-lr", o.min_lr},
+              {"optim.warmup-steps", o.warmup_steps}, {"optim.total-steps", o.total_steps},
+              {"optim.beta1", o.beta1}, {"optim.beta2", o.beta2}, {"optim.eps", o.eps},
+              {"optim.weight-decay", o.weight_decay}, {"optim.momentum", o.momentum},
+              {"optim.grad-clip", o.grad_clip}, {"output.checkpoint", c.checkpoint_file},
+              {"output.checkpoint-every", c.checkpoint_every}, {"runtime.threads", c.threads},
+              {"runtime.blas-threads", c.blas_threads}, {"runtime.device", c.device},
+              {"runtime.cpu-ops", c.cpu_ops}, {"runtime.step-timeout", c.step_timeout_s},
+              {"runtime.scheduler", c.scheduler}, {"cluster.file", c.cluster_file},
+              {"flow.transport", c.transport}, {"flow.window", c.window}, {"flow.chunk-bytes", c.chunk_bytes}};
+  json rec = {{"type", "run"}, {"time", wall_time()}, {"model", st.in->model.name},
+              {"parameters", st.in->model.param_count()}, {"operators", st.in->model.nodes.size()},
+              {"first_step", st.step}, {"config", cfg}};
+  log_metrics(st, rec.dump());
+}
+
+std::string status_json(coord_ptr self) {
+  auto& st = self->state;
+  const auto& cfg = st.in->cfg;
+  double elapsed = st.training_job ? seconds_between(st.train_t0, clock_type::now()) : 0;
+  double tps = elapsed > 0 ? static_cast<double>((st.step - st.train_first) * cfg.batch * st.in->model.context) / elapsed
+                           : 0;
+  double eta = tps > 0 ? static_cast<double>(cfg.steps - st.step) * cfg.batch * st.in->model.context / tps : 0;
+  json out = {{"phase", to_string(st.phase)}, {"step", st.step}, {"steps", cfg.steps},
+              {"loss", st.last.step > 0 ? json(st.last.loss) : json(nullptr)}, {"tokens_per_s", tps},
+              {"eta_s", eta}, {"elapsed_s", elapsed}, {"model", st.in->model.name},
+              {"cluster", st.in->cluster.file}, {"failure", st.failure}};
+  return out.dump();
+}
+
+std::string ops_json(coord_ptr self) {
+  auto& st = self->state;
+  json out = {{"step", st.last.step}, {"ops", json::array()}};
+  for (auto& m : st.last.ops) {
+    double f = 0, b = 0;
+    for (double v : m.forward_s) f += v;
+    for (double v : m.backward_s) b += v;
+    int node = st.current.where.node_of_op.empty() ? 0 : st.current.where.node_of_op[m.node];
+    out["ops"].push_back({{"op", st.in->model.nodes[m.node].name},
+                          {"node", st.in->cluster.nodes.empty() ? std::string("local") : st.in->cluster.nodes[node].name},
+                          {"fwd_ms", f * 1e3}, {"bwd_ms", b * 1e3}});
+  }
+  return out.dump();
+}
+
+std::string links_json(coord_ptr self) {
+  auto& st = self->state;
+  const graph& g = st.in->model;
+  json out = {{"step", st.last.step}, {"edges", json::array()}};
+  for (auto& e : st.last.edges) {
+    const plan_edge* p = nullptr;
+    for (auto& pe : st.current.edges)
+      if (pe.producer == e.producer && pe.consumer == e.consumer && pe.forward == e.forward) p = &pe;
+    out["edges"].push_back({{"id", p ? p->id : 0}, {"dir", e.forward ? "fwd" : "bwd"},
+                            {"producer", g.nodes[e.producer].name}, {"consumer", g.nodes[e.consumer].name},
+                            {"from", e.from_node}, {"to", e.to_node}, {"bytes", e.bytes}, {"tensors", e.tensors},
+                            {"seconds", e.seconds},
+                            {"mbit_s", e.seconds > 0 ? static_cast<double>(e.bytes) * 8 / e.seconds / 1e6 : 0.0}});
+  }
+  return out.dump();
+}
+
+}  // namespace fusion

@@ -1,0 +1,435 @@
+// fusion-admin: the admin shell of a running coordinator (docs/admin.md).
+//
+//   fusion-admin HOST:PORT                       interactive prompt (stdin a terminal) or a script on stdin
+//   fusion-admin HOST:PORT -c "status; nodes"    run the commands and exit
+//   fusion-admin HOST:PORT -c status --json      one raw JSON object per reply
+//
+// It connects to the admin actor fusion-train publishes on admin.port. Exit codes: 0 fine, 1 a
+// command failed (in -c or script mode), the coordinator cannot be reached or went away, 2 bad
+// usage. The parsing and rendering live in apps/admin_shell.hpp; this file does the CAF and
+// terminal parts.
+#include <caf/all.hpp>
+#include <caf/io/all.hpp>
+
+#include <editline/readline.h>
+#include <poll.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <future>
+#include <iostream>
+#include <mutex>
+#include <thread>
+
+#include "actors/admin_protocol.hpp"
+#include "actors/errors.hpp"
+#include "actors/messages.hpp"
+#include "actors/node_actor.hpp"
+#include "apps/admin_shell.hpp"
+#include "core/cluster.hpp"
+#include "core/graph_names.hpp"
+#include "core/wire.hpp"
+
+namespace {
+
+using namespace fusion;
+
+const char* usage =
+    "usage: fusion-admin HOST:PORT [-c \"COMMAND; COMMAND ...\"] [--json] [--timeout SECONDS]\n"
+    "       fusion-admin --help | --version\n\n"
+    "Connects to a running fusion-train's admin shell (fusion-train --admin.port=PORT) and asks it\n"
+    "about the run: status, nodes, placement, ops, links ('help' lists every command). With -c the\n"
+    "commands run and the program exits; otherwise commands are read at a prompt (a terminal) or\n"
+    "line by line from stdin (a script). See docs/admin.md.\n\n"
+    "options:\n"
+    "  -c, --command TEXT   run these commands (separated by ';') and exit\n"
+    "  --json               print each reply as one raw JSON object per line\n"
+    "  --timeout SECONDS    how long to wait for a connection and for each reply (default 10)\n"
+    "  -h, --help           this text\n"
+    "  --version            the program and protocol versions\n\n"
+    "exit codes: 0 fine; 1 a command failed, the coordinator cannot be reached or went away; 2 bad usage\n";
+
+// Liveness of the connection (as fusion-node does against the coordinator): heartbeats both ways,
+// so a coordinator that hangs (SIGSTOP) is declared gone too, not only one whose socket closes.
+constexpr int64_t heartbeat_ms = 250, peer_timeout_ms = 2000;
+
+struct options {
+  std::string address, host, commands;
+  uint16_t port = 0;
+  bool have_commands = false, json = false;
+  double timeout_s = 10;
+};
+
+/// -1: go on; otherwise the exit code.
+int parse_args(int argc, char** argv, options& o) {
+  auto bad = [](const std::string& why) {
+    std::cerr << "fusion-admin: " << why << " (see --help)\n";
+    return 2;
+  };
+  const std::vector<std::string> known = {"-c", "--command", "--json", "--timeout", "--help", "--version"};
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i], value;
+    auto eq = a.find('=');
+    std::string key = a.rfind("--", 0) == 0 && eq != std::string::npos ? a.substr(0, eq) : a;
+    bool inline_value = key.size() < a.size();
+    auto take = [&]() -> bool {
+      if (inline_value) value = a.substr(eq + 1);
+      else if (i + 1 < argc) value = argv[++i];
+      else return false;
+      return true;
+    };
+    if (key == "-h" || key == "--help") {
+      std::cout << usage;
+      return 0;
+    } else if (key == "--version") {
+      std::cout << "fusion-admin (FusionLLM), wire protocol " << wire_protocol_version << ", CAF "
+                << CAF_MAJOR_VERSION << "." << CAF_MINOR_VERSION << "." << CAF_PATCH_VERSION << "\n";
+      return 0;
+    } else if (key == "-c" || key == "--command") {
+      if (!take()) return bad(key + " needs the commands to run");
+      o.commands += (o.have_commands ? "; " : "") + value;
+      o.have_commands = true;
+    } else if (key == "--json" && !inline_value) {
+      o.json = true;
+    } else if (key == "--timeout") {
+      if (!take()) return bad("--timeout needs a number of seconds");
+      char* end = nullptr;
+      o.timeout_s = std::strtod(value.c_str(), &end);
+      if (value.empty() || *end || !(o.timeout_s > 0) || o.timeout_s > 86400)
+        return bad("--timeout " + value + ": expected seconds > 0, e.g. --timeout 2.5");
+    } else if (a.size() > 1 && a[0] == '-') {
+      return bad("unknown option '" + key + "'" + did_you_mean(key, known));
+    } else if (!o.address.empty()) {
+      return bad("one coordinator address expected, got '" + o.address + "' and '" + a + "'");
+    } else {
+      o.address = a;
+    }
+  }
+  if (o.address.empty()) return bad("no coordinator address: fusion-admin HOST:PORT");
+  try {
+    std::tie(o.host, o.port) = parse_host_port(o.address, "coordinator address");
+  } catch (const std::exception& e) {
+    return bad(e.what());
+  }
+  if (o.port == 0) return bad("coordinator address " + o.address + ": port 0 is not a port one can connect to");
+  return -1;
+}
+
+/// Set by the watcher actor when the coordinator goes away; the pipe wakes a waiting poll() at once.
+struct coordinator_watch {
+  std::atomic<bool> gone{false};
+  std::mutex mutex;
+  std::string reason;
+  int pipe_fds[2] = {-1, -1};
+
+  void set_gone(std::string why) {
+    std::unique_lock<std::mutex> guard{mutex};
+    reason = std::move(why);
+    guard.unlock();
+    gone = true;
+    char c = 1;
+    [[maybe_unused]] auto n = ::write(pipe_fds[1], &c, 1);
+  }
+  std::string why() {
+    std::lock_guard<std::mutex> guard{mutex};
+    return reason;
+  }
+};
+
+// libedit calls plain C functions, which reach the watch through this.
+coordinator_watch* the_watch = nullptr;
+
+/// Waits until `fd` has input (true) or the coordinator is gone (false).
+bool wait_for_input(int fd) {
+  for (;;) {
+    if (the_watch->gone) return false;
+    pollfd p[2] = {{fd, POLLIN, 0}, {the_watch->pipe_fds[0], POLLIN, 0}};
+    int n = ::poll(p, 2, -1);
+    if (n < 0 && errno == EINTR) continue;
+    if (the_watch->gone) return false;
+    if (n < 0 || p[0].revents) return true;  // readable, EOF or an error: read() tells which
+  }
+}
+
+// readline's character source: a blocking read that gives up (end of input) when the
+// coordinator goes away, so a session idle at the prompt ends at once rather than on Enter.
+extern "C" int admin_getc(FILE* in) {
+  int fd = fileno(in);
+  for (;;) {
+    if (!wait_for_input(fd)) return EOF;
+    unsigned char c = 0;
+    auto n = ::read(fd, &c, 1);
+    if (n == 1) return c;
+    if (n < 0 && errno == EINTR) continue;
+    return EOF;
+  }
+}
+
+bool at_eof = false;  // stdin has ended
+
+/// One line of a script on stdin; false at the end of input or when the coordinator is gone.
+bool read_script_line(std::string& line) {
+  static std::string pending;
+  for (;;) {
+    if (auto nl = pending.find('\n'); nl != std::string::npos) {
+      line = pending.substr(0, nl);
+      pending.erase(0, nl + 1);
+      return true;
+    }
+    if (at_eof) {
+      line = std::move(pending);
+      pending.clear();
+      return !line.empty();
+    }
+    if (!wait_for_input(STDIN_FILENO)) return false;
+    char buf[4096];
+    auto n = ::read(STDIN_FILENO, buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) at_eof = true;
+    else pending.append(buf, static_cast<size_t>(n));
+  }
+}
+
+// libedit asks for the matches one by one; complete_command has computed them already.
+std::vector<std::string> matches;
+
+char* next_match(const char*, int state) {
+  static size_t next = 0;
+  next = state == 0 ? 0 : next;
+  return next < matches.size() ? ::strdup(matches[next++].c_str()) : nullptr;
+}
+
+// Command names only (admin::completions_in says where), never file names.
+char** complete_command(const char* text, int start, int) {
+  rl_attempted_completion_over = 1;
+  size_t n = rl_line_buffer ? std::strlen(rl_line_buffer) : 0;
+  matches = admin::completions_in(std::string(rl_line_buffer ? rl_line_buffer : "", std::min(n, size_t(start))), text);
+  return matches.empty() ? nullptr : rl_completion_matches(text, next_match);
+}
+
+/// True for request failures that mean the coordinator is no longer there.
+bool peer_gone(const caf::error& e) {
+  if (e.category() == caf::atom("exit")) return true;
+  if (e.category() != caf::atom("system")) return false;
+  switch (static_cast<caf::sec>(e.code())) {
+    case caf::sec::request_receiver_down:
+    case caf::sec::no_route_to_receiving_node:
+    case caf::sec::cannot_forward_to_invalid_actor:
+    case caf::sec::connection_timeout:
+    case caf::sec::socket_disconnected:
+      return true;
+    default:
+      return false;
+  }
+}
+
+enum class mode { one_shot, script, interactive };
+
+/// Runs the commands of each line against the admin actor and keeps the exit code.
+class shell {
+ public:
+  shell(caf::actor_system& sys, admin_actor admin, const options& o, mode m)
+      : self_(sys), admin_(std::move(admin)), opt_(o), mode_(m) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%g", o.timeout_s);
+    seconds_ = buf;
+  }
+
+  /// False when the shell ends: `quit`, or the coordinator went away.
+  bool run_line(const std::string& line) {
+    ++line_no_;
+    auto parsed = admin::parse_line(line);
+    if (!parsed.error.empty()) {
+      report(parsed.error);
+      return true;
+    }
+    for (auto& c : parsed.commands)
+      if (!run_command(c)) return false;
+    return true;
+  }
+
+  /// The coordinator went away (says so once) or the watcher saw it.
+  bool gone() {
+    if (the_watch->gone && !said_gone_) went_away(the_watch->why());
+    return said_gone_;
+  }
+  int exit_code() const { return said_gone_ || failed_ ? 1 : 0; }
+
+ private:
+  bool run_command(const admin::command& c) {
+    if (c.spec->kind == admin::command_kind::quit) return false;
+    if (c.spec->kind == admin::command_kind::help) {
+      std::cout << admin::help_text(c.args.empty() ? std::string() : c.args[0]) << std::flush;
+      return true;
+    }
+    auto timeout = std::chrono::duration_cast<caf::timespan>(std::chrono::duration<double>(opt_.timeout_s));
+    std::string reply;
+    caf::error err;
+    auto on_reply = [&](std::string& r) { reply = std::move(r); };
+    auto on_error = [&](caf::error& e) { err = std::move(e); };
+    if (c.spec->kind == admin::command_kind::query)
+      self_->request(admin_, timeout, query_atom::value, c.name).receive(on_reply, on_error);
+    else
+      self_->request(admin_, timeout, command_atom::value, c.name, c.args).receive(on_reply, on_error);
+    if (err) {
+      if (peer_gone(err)) return went_away(describe(err)), false;
+      if (gone()) return false;
+      if (err == caf::sec::request_timeout)
+        report(c.name + ": no answer from the coordinator within " + seconds_ + " s (--timeout)" +
+               (c.spec->kind == admin::command_kind::verb ? "; it may still carry it out: check 'status'" : ""));
+      else report(c.name + ": " + describe(err));
+      return true;
+    }
+    auto j = nlohmann::json::parse(reply, nullptr, false);
+    if (j.is_discarded() || !j.is_object()) {
+      report(c.name + ": the coordinator's answer is not a JSON object: " + reply.substr(0, 200));
+      return true;
+    }
+    std::cout << (opt_.json ? j.dump() + "\n" : admin::render(c.name, j)) << std::flush;
+    return true;
+  }
+
+  void report(const std::string& message) {
+    failed_ |= mode_ != mode::interactive;  // an interactive user sees it and goes on
+    if (mode_ == mode::interactive) std::cerr << "error: " << message << "\n";
+    else if (mode_ == mode::script) std::cerr << "fusion-admin: line " << line_no_ << ": " << message << "\n";
+    else std::cerr << "fusion-admin: " << message << "\n";
+  }
+
+  void went_away(const std::string& why) {
+    if (said_gone_) return;
+    said_gone_ = true;
+    if (mode_ == mode::interactive) std::cerr << "\n";
+    std::cerr << "fusion-admin: the coordinator at " << opt_.address << " went away: " << why << "\n";
+  }
+
+  caf::scoped_actor self_;
+  admin_actor admin_;
+  const options& opt_;
+  mode mode_;
+  std::string seconds_;  // the timeout as the user wrote it: "10", "2.5"
+  int line_no_ = 0;
+  bool failed_ = false, said_gone_ = false;
+};
+
+/// Connects within the timeout: a blocking connect to an address that drops packets could
+/// otherwise wait for minutes.
+caf::expected<admin_actor> connect(caf::actor_system& sys, const options& o) {
+  auto done = std::make_shared<std::promise<caf::expected<admin_actor>>>();
+  auto result = done->get_future();
+  std::thread worker{[&sys, o, done] { done->set_value(sys.middleman().remote_actor<admin_actor>(o.host, o.port)); }};
+  if (result.wait_for(std::chrono::duration<double>(o.timeout_s)) != std::future_status::ready) {
+    std::cerr << "fusion-admin: cannot connect to the coordinator at " << o.address << ": no answer within "
+              << o.timeout_s << " s\n";
+    std::cout.flush();
+    std::_Exit(1);  // the connect thread cannot be stopped; nothing else is running yet
+  }
+  worker.join();
+  return result.get();
+}
+
+std::string connect_error(const options& o, const caf::error& e) {
+  std::string out = "fusion-admin: cannot connect to the coordinator at " + o.address + ": ";
+  if (e == caf::sec::unexpected_actor_messaging_interface)
+    return out + "the program listening there does not speak this build's admin protocol (is it the admin.port "
+                 "of a fusion-train of the same build?)";
+  out += describe(e);
+  if (e == caf::sec::cannot_connect_to_node) out += " (is fusion-train running with --admin.port=" + std::to_string(o.port) + "?)";
+  return out;
+}
+
+void run_interactive(shell& sh) {
+  rl_readline_name = "fusion-admin";
+  rl_getc_function = admin_getc;
+  rl_attempted_completion_function = complete_command;
+  std::string history;
+  if (const char* home = std::getenv("HOME"); home && *home) history = std::string(home) + "/.fusion_admin_history";
+  if (!history.empty()) read_history(history.c_str());
+  stifle_history(1000);
+  for (;;) {
+    char* raw = readline("fusion-admin> ");
+    if (sh.gone()) {
+      std::free(raw);
+      break;
+    }
+    if (!raw) {  // Ctrl-D
+      std::cout << "\n";
+      break;
+    }
+    std::string line = raw;
+    std::free(raw);
+    if (line.find_first_not_of(" \t") != std::string::npos) add_history(line.c_str());
+    if (!sh.run_line(line)) break;
+  }
+  if (!history.empty()) write_history(history.c_str());
+}
+
+int run(int argc, char** argv) {
+  options o;
+  if (int code = parse_args(argc, argv, o); code >= 0) return code;
+  caf::actor_system_config cfg;
+  set_liveness(cfg, heartbeat_ms, peer_timeout_ms);
+  cfg.load<caf::io::middleman>();
+  add_fusion_message_types(cfg);
+  cfg.set("scheduler.max-threads", int64_t{2});
+  set_scheduler_policy(cfg, "sharing");
+  caf::actor_system sys{cfg};
+
+  auto admin = connect(sys, o);
+  if (!admin) {
+    std::cerr << connect_error(o, admin.error()) << "\n";
+    return 1;
+  }
+  // Shared with the watcher, which may still be running when this function returns.
+  auto watch = std::make_shared<coordinator_watch>();
+  if (::pipe(watch->pipe_fds) != 0) throw std::runtime_error("cannot create a pipe");
+  the_watch = watch.get();
+  auto watcher = sys.spawn([target = *admin, w = watch](caf::event_based_actor* self) -> caf::behavior {
+    self->monitor(target);
+    self->set_down_handler([=](caf::down_msg& dm) {
+      // The coordinator closes its admin actor when the run ends (or is stopped) before it exits.
+      bool ended = !dm.reason || dm.reason == caf::exit_reason::user_shutdown || dm.reason == caf::exit_reason::normal;
+      w->set_gone(ended ? "the run ended or was stopped, and its admin shell closed" : describe(dm.reason));
+      self->quit();
+    });
+    return {[](int32_t) {}};  // a behavior keeps the actor alive until the down message
+  });
+
+  mode m = o.have_commands ? mode::one_shot : ::isatty(STDIN_FILENO) ? mode::interactive : mode::script;
+  int code = 0;
+  {
+    shell sh{sys, *admin, o, m};
+    if (m == mode::one_shot) {
+      sh.run_line(o.commands);
+    } else if (m == mode::interactive) {
+      std::cerr << "connected to the coordinator at " << o.address << " ('help' lists the commands, 'quit' leaves)\n";
+      run_interactive(sh);
+    } else {
+      std::string line;
+      while (read_script_line(line) && sh.run_line(line)) {
+      }
+      // Stopped reading before the end of the script: the coordinator is gone. (After the last
+      // command, or in -c mode, a coordinator that leaves is no failure of this shell.)
+      if (!at_eof) sh.gone();
+    }
+    code = sh.exit_code();
+  }
+  caf::anon_send_exit(watcher, caf::exit_reason::user_shutdown);
+  return code;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return run(argc, argv);
+  } catch (const std::exception& e) {
+    std::cerr << "fusion-admin: error: " << e.what() << "\n";
+    return 1;
+  }
+}

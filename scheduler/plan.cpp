@@ -1,0 +1,244 @@
+// The plan of a run: wiring a placement into cross-node edges, renumbering, diffing two plans,
+// and the printable forms of plans and diffs.
+#include "scheduler/plan.hpp"
+
+#include <algorithm>
+#include <map>
+#include <sstream>
+#include <stdexcept>
+#include <tuple>
+
+namespace fusion {
+
+namespace {
+
+// What identifies one direction of one graph edge across plans of the same graph. Forward sorts
+// before backward, so key order is the order of plan::edges.
+using edge_key = std::tuple<int, int, int>;
+
+edge_key key_of(const plan_edge& e) { return {e.producer, e.consumer_index, e.forward ? 0 : 1}; }
+
+bool key_less(const plan_edge& a, const plan_edge& b) { return key_of(a) < key_of(b); }
+
+std::string op_name(const graph& g, int id) {
+  if (id >= 0 && id < static_cast<int>(g.nodes.size())) return g.nodes[id].name;
+  return "op #" + std::to_string(id);
+}
+
+std::string node_name(const cluster_spec& c, int k) {
+  if (k >= 0 && k < static_cast<int>(c.nodes.size())) return c.nodes[k].name;
+  return "node #" + std::to_string(k);
+}
+
+std::string codec_text(const edge_setting& s) {
+  std::ostringstream out;
+  out << s.codec;
+  if (s.keep_ratio != 1.0) out << " keep " << s.keep_ratio;
+  return out.str();
+}
+
+// "#7 fwd h0.res2 -> h1.ln1 (a1 -> b1)"
+std::string edge_text(const graph& g, const cluster_spec& c, const plan_edge& e) {
+  std::ostringstream out;
+  out << "#" << e.id << (e.forward ? " fwd " : " bwd ") << op_name(g, e.producer) << " -> " << op_name(g, e.consumer)
+      << " (" << node_name(c, e.from) << " -> " << node_name(c, e.to) << ")";
+  return out.str();
+}
+
+// "N things (a, b, c, ... and K more)": a summary stays one readable paragraph on big models.
+std::string listed(size_t count, const char* one, const char* many, const std::vector<std::string>& items) {
+  const size_t shown = 6;
+  std::string out = std::to_string(count) + " " + (count == 1 ? one : many) + " (";
+  for (size_t i = 0; i < items.size() && i < shown; ++i) out += (i ? ", " : "") + items[i];
+  if (items.size() > shown) out += ", ... and " + std::to_string(items.size() - shown) + " more";
+  return out + ")";
+}
+
+}  // namespace
+
+const plan_edge* plan::find(uint64_t id) const {
+  for (auto& e : edges)
+    if (e.id == id) return &e;
+  return nullptr;
+}
+
+const plan_edge* plan::find(int producer, int consumer_index, bool forward) const {
+  for (auto& e : edges)
+    if (e.producer == producer && e.consumer_index == consumer_index && e.forward == forward) return &e;
+  return nullptr;
+}
+
+std::vector<int> plan::ops_on(int node) const {
+  std::vector<int> out;
+  for (size_t i = 0; i < where.node_of_op.size(); ++i)
+    if (where.node_of_op[i] == node) out.push_back(static_cast<int>(i));
+  return out;
+}
+
+plan make_plan(const graph& g, placement where, uint64_t first_id) {
+  if (where.node_of_op.size() != g.nodes.size())
+    throw std::invalid_argument("cannot wire the placement: it places " + std::to_string(where.node_of_op.size()) +
+                                " graph nodes but model '" + g.name + "' has " + std::to_string(g.nodes.size()));
+  for (auto& n : g.nodes)
+    if (where.node_of_op[n.id] < 0)
+      throw std::invalid_argument("cannot wire the placement: graph node '" + n.name + "' of model '" + g.name +
+                                  "' is on no cluster node (index " + std::to_string(where.node_of_op[n.id]) + ")");
+  plan p;
+  p.where = std::move(where);
+  uint64_t id = first_id;
+  for (auto& n : g.nodes) {
+    const int a = p.where.node_of_op[n.id];
+    // Shapes are those the graph was loaded with, i.e. per micro-batch.
+    const uint64_t elems = static_cast<uint64_t>(numel_of(n.shape));
+    for (size_t i = 0; i < n.consumers.size(); ++i) {
+      const graph_edge_end& end = n.consumers[i];
+      const int b = p.where.node_of_op[end.node];
+      if (a == b) continue;
+      plan_edge fwd;
+      fwd.id = id++;
+      fwd.forward = true;
+      fwd.producer = n.id;
+      fwd.consumer = end.node;
+      fwd.slot = end.slot;
+      fwd.consumer_index = static_cast<int>(i);
+      fwd.from = a;
+      fwd.to = b;
+      fwd.bytes_per_micro_batch = elems * dtype_size(n.type);
+      plan_edge bwd = fwd;
+      bwd.id = id++;
+      bwd.forward = false;
+      bwd.from = b;
+      bwd.to = a;
+      // Gradients are always f32. A data input takes no gradient, so its backward direction
+      // carries nothing; it is still planned because the runtime opens a sender for it.
+      bwd.bytes_per_micro_batch = n.is_input() ? 0 : elems * 4;
+      p.edges.push_back(fwd);
+      p.edges.push_back(bwd);
+    }
+  }
+  p.next_edge_id = id;
+  return p;
+}
+
+plan plan_run(const graph& g, const cluster_spec& c, const cluster_profile& profile, uint64_t first_id) {
+  return make_plan(g, place_ops(g, c, profile), first_id);
+}
+
+plan renumber(plan p, uint64_t first_id) {
+  uint64_t id = first_id;
+  for (auto& e : p.edges) e.id = id++;
+  p.next_edge_id = id;
+  return p;
+}
+
+plan_diff diff(const plan& before, const plan& after) {
+  if (before.where.node_of_op.size() != after.where.node_of_op.size())
+    throw std::invalid_argument("cannot compare plans of different graphs: one places " +
+                                std::to_string(before.where.node_of_op.size()) + " graph nodes, the other " +
+                                std::to_string(after.where.node_of_op.size()));
+  plan_diff d;
+  for (size_t i = 0; i < before.where.node_of_op.size(); ++i) {
+    int a = before.where.node_of_op[i], b = after.where.node_of_op[i];
+    if (a == b) continue;
+    d.moved_ops.push_back(static_cast<int>(i));
+    d.moves.emplace_back(a, b);
+  }
+  std::map<edge_key, const plan_edge*> old_edges, new_edges;
+  for (auto& e : before.edges) old_edges[key_of(e)] = &e;
+  for (auto& e : after.edges) new_edges[key_of(e)] = &e;
+  for (auto& [k, e] : old_edges) {
+    auto it = new_edges.find(k);
+    if (it == new_edges.end()) {
+      d.removed.push_back(*e);
+      continue;
+    }
+    const plan_edge& n = *it->second;
+    if (e->from != n.from || e->to != n.to) {
+      // Other ends: the old sender goes away and a new one is opened.
+      d.removed.push_back(*e);
+      d.added.push_back(n);
+    } else if (e->id != n.id || !(e->setting == n.setting)) {
+      d.changed.emplace_back(*e, n);
+    }
+  }
+  for (auto& [k, e] : new_edges)
+    if (!old_edges.count(k)) d.added.push_back(*e);
+  std::sort(d.added.begin(), d.added.end(), key_less);
+  std::sort(d.removed.begin(), d.removed.end(), key_less);
+  // changed is already in key order (old_edges is a sorted map).
+  return d;
+}
+
+std::string format_diff(const graph& g, const cluster_spec& c, const plan_diff& d) {
+  if (d.empty()) return "no change";
+  std::vector<std::string> parts;
+  if (!d.moved_ops.empty()) {
+    std::vector<std::string> items;
+    for (size_t i = 0; i < d.moved_ops.size(); ++i) {
+      std::string item = op_name(g, d.moved_ops[i]);
+      if (i < d.moves.size()) item += ": " + node_name(c, d.moves[i].first) + " -> " + node_name(c, d.moves[i].second);
+      items.push_back(item);
+    }
+    parts.push_back(listed(d.moved_ops.size(), "op moves", "ops move", items));
+  }
+  auto edge_list = [&](const std::vector<plan_edge>& edges, const char* what) {
+    std::vector<std::string> items;
+    for (auto& e : edges) items.push_back(edge_text(g, c, e));
+    parts.push_back(listed(edges.size(), (std::string("edge ") + what).c_str(), (std::string("edges ") + what).c_str(),
+                           items));
+  };
+  if (!d.added.empty()) edge_list(d.added, "added");
+  if (!d.removed.empty()) edge_list(d.removed, "removed");
+  if (!d.changed.empty()) {
+    std::vector<std::string> items;
+    for (auto& [o, n] : d.changed) {
+      std::string item = edge_text(g, c, o);
+      if (o.id != n.id) item += " becomes #" + std::to_string(n.id);
+      if (!(o.setting == n.setting)) item += ", codec " + codec_text(o.setting) + " -> " + codec_text(n.setting);
+      items.push_back(item);
+    }
+    parts.push_back(listed(d.changed.size(), "edge changed", "edges changed", items));
+  }
+  std::string out;
+  for (size_t i = 0; i < parts.size(); ++i) out += (i ? "; " : "") + parts[i];
+  return out + ".";
+}
+
+std::string format_plan(const graph& g, const cluster_spec& c, const plan& p) {
+  for (size_t i = 0; i < p.where.node_of_op.size(); ++i)
+    if (p.where.node_of_op[i] < 0 || p.where.node_of_op[i] >= static_cast<int>(c.nodes.size()))
+      throw std::invalid_argument("cannot print the plan: graph node '" + op_name(g, static_cast<int>(i)) +
+                                  "' is placed on node index " + std::to_string(p.where.node_of_op[i]) +
+                                  ", but cluster '" + c.name + "' has " + std::to_string(c.nodes.size()) + " nodes");
+  std::ostringstream out;
+  out << format_placement(g, c, p.where);
+  if (p.edges.empty()) {
+    out << "edges: none (every op runs on one node)\n";
+    return out.str();
+  }
+  out << "edges: " << p.edges.size() << " cross-node directions, bytes per micro-batch of B=" << g.batch << "\n";
+  struct row {
+    std::string id, dir, ops, nodes, bytes, codec;
+  };
+  std::vector<row> rows{{"id", "dir", "producer -> consumer", "from -> to", "bytes", "codec"}};
+  for (auto& e : p.edges)
+    rows.push_back({std::to_string(e.id), e.forward ? "fwd" : "bwd", op_name(g, e.producer) + " -> " + op_name(g, e.consumer),
+                    node_name(c, e.from) + " -> " + node_name(c, e.to),
+                    human_bytes(static_cast<double>(e.bytes_per_micro_batch)), codec_text(e.setting)});
+  // Column widths from the contents: op and node names vary in length by model and cluster.
+  size_t w[5] = {0, 0, 0, 0, 0};
+  for (auto& r : rows) {
+    w[0] = std::max(w[0], r.id.size());
+    w[1] = std::max(w[1], r.dir.size());
+    w[2] = std::max(w[2], r.ops.size());
+    w[3] = std::max(w[3], r.nodes.size());
+    w[4] = std::max(w[4], r.bytes.size());
+  }
+  auto pad = [](const std::string& s, size_t n) { return s + std::string(n > s.size() ? n - s.size() : 0, ' '); };
+  for (auto& r : rows)
+    out << "  " << pad(r.id, w[0]) << "  " << pad(r.dir, w[1]) << "  " << pad(r.ops, w[2]) << "  " << pad(r.nodes, w[3])
+        << "  " << std::string(w[4] - r.bytes.size(), ' ') << r.bytes << "  " << r.codec << "\n";
+  return out.str();
+}
+
+}  // namespace fusion

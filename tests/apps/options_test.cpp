@@ -1,0 +1,372 @@
+// The fusion-* programs as a new user meets them: --version, `--key value`, bool options, usage
+// mistakes (exit 2), paths in a config file relative to the file, the vocabulary following the
+// corpus, messages in the words of the options, out of memory, and SIGINT to fusion-node and
+// (twice) to fusion-train.
+#include <doctest/doctest.h>
+
+#include "tests/support/child_process.hpp"
+#include "tests/support/fixtures.hpp"
+
+#include <unistd.h>
+
+#include <array>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <regex>
+#include <sstream>
+#include <string>
+#include <thread>
+
+#include "core/data.hpp"
+#include "core/wire.hpp"
+
+namespace {
+
+namespace fs = std::filesystem;
+using fusion::test::child_process;
+using fusion::test::run_result;
+using fusion::test::src;
+
+std::string bin(const std::string& name) { return std::string(FUSION_BINARY_DIR) + "/apps/" + name; }
+
+// The program for a shell command line, stopped (TERM, then KILL) should it ever hang.
+std::string cmd(const std::string& name) { return "timeout -k 5 180 " + bin(name); }
+
+// Runs `command` with sh in directory `cwd`, stderr merged into the output.
+run_result run_in(const fs::path& cwd, const std::string& command) {
+  std::string cmd = "cd '" + cwd.string() + "' && " + command + " 2>&1";
+  run_result r;
+  FILE* p = popen(cmd.c_str(), "r");
+  REQUIRE(p != nullptr);
+  std::array<char, 4096> buf{};
+  size_t n;
+  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) r.output.append(buf.data(), n);
+  int st = pclose(p);
+  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  return r;
+}
+
+run_result run_in_source(const std::string& command) { return run_in(FUSION_SOURCE_DIR, command); }
+
+// A per-test directory under /tmp, removed at the end.
+struct scratch_dir {
+  fs::path path;
+  explicit scratch_dir(const std::string& name) : path(fusion::test::temp_path("options", name)) {
+    fs::remove_all(path);
+    fs::create_directories(path);
+  }
+  ~scratch_dir() {
+    std::error_code ec;
+    fs::remove_all(path, ec);
+  }
+  fs::path operator/(const std::string& rel) const { return path / rel; }
+};
+
+void write_file(const fs::path& p, const std::string& text) {
+  fs::create_directories(p.parent_path());
+  std::ofstream(p, std::ios::binary) << text;
+}
+
+std::string read_file(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+size_t count(const std::string& text, const std::string& part) {
+  size_t n = 0;
+  for (size_t at = text.find(part); at != std::string::npos; at = text.find(part, at + 1)) ++n;
+  return n;
+}
+
+bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+
+// Words of lower-case letters, plus `extra` characters now and then: a corpus of ~30 000 bytes
+// for gpt-char-tiny (context 64, vocabulary 64).
+std::string corpus_text(const std::string& extra = "") {
+  std::string out;
+  uint64_t h = 12345;
+  for (int i = 0; out.size() < 30000; ++i) {
+    h = fusion::splitmix64(h);
+    int len = 2 + static_cast<int>(h % 7);
+    for (int k = 0; k < len; ++k) out += static_cast<char>('a' + (h >> (8 + 5 * k)) % 26);
+    if (!extra.empty() && i % 17 == 0) out += extra[static_cast<size_t>(i / 17) % extra.size()];
+    out += i % 12 == 11 ? '\n' : ' ';
+  }
+  return out;
+}
+
+// A short one-process run: 2 steps of batch 8, nothing written, no sample.
+const std::string quick = " --train.steps 2 --train.batch 8 --train.micro-batches 2 --train.eval-batches 0"
+                          " --output.sample-chars 0 --output.metrics= --output.checkpoint=";
+
+// The strings no message may show: C++ and CAF internals.
+void check_no_internals(const std::string& output) {
+  for (const char* internal : {"text_dataset", "char_tokenizer", "std::", "stoi", "stod", "bad_alloc",
+                               "basic_string", "caf::", "total_steps", "val_fraction", "_error"})
+    CHECK_MESSAGE(!contains(output, internal), "'" << internal << "' in: " << output);
+}
+
+// Waits up to `seconds` for `part` to appear in the child's output.
+bool wait_for_output(const child_process& c, const std::string& part, double seconds) {
+  auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+  while (std::chrono::steady_clock::now() < until) {
+    if (contains(c.output(), part)) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return false;
+}
+
+// A node log line: "2026-11-23 12:00:01.234 INFO  fusion-node NAME: text".
+bool has_log_line(const std::string& output, const std::string& level, const std::string& who,
+                  const std::string& text) {
+  std::regex re("(^|\n)\\d{4}-\\d{2}-\\d{2} \\d{2}:\\d{2}:\\d{2}\\.\\d{3} " + level + " +" + who + ": [^\n]*" +
+                std::regex_replace(text, std::regex(R"([.^$|()\[\]{}*+?\\])"), R"(\$&)"));
+  return std::regex_search(output, re);
+}
+
+}  // namespace
+
+TEST_CASE("apps/options: every program prints its version and wire protocol for --version") {
+  const std::string expected_tail =
+      std::string(" ") + FUSION_VERSION + " (wire protocol " + std::to_string(fusion::wire_protocol_version) + ")\n";
+  CHECK(std::regex_match(std::string(FUSION_VERSION), std::regex(R"(\d+\.\d+\.\d+)")));
+  for (const char* program : {"fusion-train", "fusion-node", "fusion-cluster", "fusion-probe"}) {
+    CAPTURE(program);
+    auto r = run_in_source(cmd(program) + " --version");
+    CHECK(r.status == 0);
+    CHECK(r.output == program + expected_tail);
+  }
+  // After other options too, without reading any config.
+  auto r = run_in_source(cmd("fusion-train") + " --config /nonexistent.ini --version");
+  CHECK(r.status == 0);
+  CHECK(r.output == "fusion-train" + expected_tail);
+}
+
+TEST_CASE("apps/options: --key value works like --key=value (fusion-node, with timestamped log lines)") {
+  // Nothing listens on port 1: the node gives up after node.join-timeout.
+  auto spaced = run_in_source(cmd("fusion-node") +
+                              " --config configs/nodes/site-a.ini --node.name n9 --node.coordinator 127.0.0.1:1"
+                              " --node.join-timeout 0.5");
+  INFO(spaced.output);
+  CHECK(spaced.status == 1);
+  CHECK(has_log_line(spaced.output, "ERROR", "fusion-node n9",
+                     "cannot reach the coordinator at 127.0.0.1:1 within 0.5 s (node.join-timeout)"));
+  CHECK(has_log_line(spaced.output, "INFO ", "fusion-node n9", "waiting for the coordinator at 127.0.0.1:1"));
+  CHECK_FALSE(contains(spaced.output, "0.500000"));
+  auto equals = run_in_source(cmd("fusion-node") +
+                              " --config=configs/nodes/site-a.ini --node.name=n9 --node.coordinator=127.0.0.1:1"
+                              " --node.join-timeout=0.5");
+  CHECK(equals.status == 1);
+  CHECK(contains(equals.output, "within 0.5 s (node.join-timeout)"));
+}
+
+TEST_CASE("apps/options: --runtime.quiet alone, =true, =false, `true`/`false` and over a config file") {
+  scratch_dir dir("quiet");
+  const std::string model = src("configs/models/gpt-char-tiny.pbtxt");
+  write_file(dir / "corpus.txt", corpus_text());
+  write_file(dir / "run.ini", "[model]\nfile=\"" + model + "\"\n[data]\nfile=\"corpus.txt\"\n[train]\nlog-every=1\n");
+  write_file(dir / "quiet.ini", "[model]\nfile=\"" + model + "\"\n[data]\nfile=\"corpus.txt\"\n[train]\nlog-every=1\n"
+                                "[runtime]\nquiet=true\n");
+  auto progress_lines = [&](const std::string& config, const std::string& args) {
+    auto r = run_in(dir.path, cmd("fusion-train") + " --config " + config + quick + " " + args);
+    INFO(args << "\n" << r.output);
+    CHECK(r.status == 0);
+    return count(r.output, "step 1/2");
+  };
+  CHECK(progress_lines("run.ini", "") == 1);
+  CHECK(progress_lines("run.ini", "--runtime.quiet") == 0);
+  CHECK(progress_lines("run.ini", "--runtime.quiet=true") == 0);
+  CHECK(progress_lines("run.ini", "--runtime.quiet true") == 0);
+  CHECK(progress_lines("run.ini", "--runtime.quiet=false") == 1);
+  CHECK(progress_lines("run.ini", "--runtime.quiet false") == 1);
+  CHECK(progress_lines("quiet.ini", "") == 0);
+  CHECK(progress_lines("quiet.ini", "--runtime.quiet=false") == 1);  // the command line wins
+  CHECK(progress_lines("quiet.ini", "--runtime.quiet false") == 1);
+  // --key value for integers, reals, strings and an alias, in one run.
+  auto r = run_in(dir.path, cmd("fusion-train") + " --config run.ini --steps 2 --optim.lr 2.0e-3 --model " + model +
+                                " --train.batch 8 --train.micro-batches 2 --train.eval-batches 0"
+                                " --output.sample-chars 0 --output.metrics= --output.checkpoint=");
+  INFO(r.output);
+  CHECK(r.status == 0);
+  CHECK(contains(r.output, "step 2/2"));
+  CHECK(contains(r.output, "batch 8 in 2 micro-batches"));
+}
+
+TEST_CASE("apps/options: usage and configuration mistakes exit 2 and say what is wrong") {
+  scratch_dir dir("usage");
+  write_file(dir / "run.ini", "[model]\nfile=\"" + src("configs/models/gpt-char-tiny.pbtxt") + "\"\n");
+  write_file(dir / "port.ini", "[admin]\nport=70000\n");
+  const std::string train = cmd("fusion-train") + " --config run.ini";
+  struct mistake {
+    std::string args;
+    std::string says;
+  };
+  const mistake mistakes[] = {
+      {"--runtime.quiet=maybe", "--runtime.quiet is true or false"},
+      {"--train.steps", "--train.steps needs a value"},
+      {"--train.steps 2 two", "unexpected argument 'two'"},
+      {"--admin.port 70000", "--admin.port=70000: must be at most 65535"},
+      {"--train.batch 0", "train.batch must be at least 1, got 0"},
+      {"--train.batch 8 --train.micro-batches 3", "train.micro-batches (3) must be at least 1 and divide"},
+      {"--optim.beta2 1.0", "optim.beta2 must be in [0, 1), got 1"},
+      {"--optim.total-steps -1", "optim.total-steps must be >= 0, got -1"},
+      {"--data.val-fraction 1.0", "data.val-fraction must be at least 0 and below 1, got 1"},
+      {"--runtime.step-timeout 0.0", "runtime.step-timeout must be more than 0 seconds, got 0 s"},
+      {"--model=", "no model file"},
+      {"--sample 5 --output.checkpoint=", "--sample needs a checkpoint"},
+  };
+  for (auto& m : mistakes) {
+    auto r = run_in(dir.path, train + " " + m.args);
+    INFO(m.args << "\n" << r.output);
+    CHECK(r.status == 2);
+    CHECK(contains(r.output, m.says));
+    check_no_internals(r.output);
+  }
+  auto r = run_in(dir.path, cmd("fusion-train") + " --config port.ini");
+  CHECK(r.status == 2);
+  CHECK(contains(r.output, "port.ini:2"));
+  r = run_in(dir.path, cmd("fusion-train") + " --config missing.ini");
+  CHECK(r.status == 2);
+  CHECK(contains(r.output, "cannot open config file missing.ini"));
+  r = run_in(dir.path, cmd("fusion-node") + " --config " + src("configs/nodes/site-a.ini") + " --node.join-timeout");
+  CHECK(r.status == 2);
+  CHECK(contains(r.output, "--node.join-timeout needs a value"));
+}
+
+TEST_CASE("apps/fusion-train: paths in a config are relative to its directory, on the command line to the cwd") {
+  scratch_dir dir("paths");
+  fs::copy_file(src("configs/models/gpt-char-tiny.pbtxt"), dir / "models/tiny.pbtxt");
+  write_file(dir / "data/corpus.txt", corpus_text());
+  write_file(dir / "cfg/run.ini", "[model]\nfile=\"../models/tiny.pbtxt\"\n[data]\nfile=\"../data/corpus.txt\"\n"
+                                  "[train]\nbatch=8\nmicro-batches=2\nsteps=2\neval-batches=0\n"
+                                  "[output]\nmetrics=\"../out/m.jsonl\"\ncheckpoint=\"../out/c.ckpt\"\n"
+                                  "sample-chars=0\n");
+  fs::create_directories(dir / "elsewhere");
+  // The config named relative to the cwd, its own paths relative to cfg/.
+  auto r = run_in(dir / "elsewhere", cmd("fusion-train") + " --config ../cfg/run.ini");
+  INFO(r.output);
+  REQUIRE(r.status == 0);
+  CHECK(fs::exists(dir / "out/m.jsonl"));
+  CHECK(fs::exists(dir / "out/c.ckpt"));
+  CHECK(fs::exists(dir / "data/corpus.vocab"));  // the vocabulary sits next to the corpus
+  CHECK_FALSE(fs::exists(dir / "elsewhere/out"));
+  CHECK_FALSE(fs::exists(dir / "cfg/out"));
+  // Paths on the command line are relative to the cwd: metrics here, resume from there.
+  r = run_in(dir / "elsewhere", cmd("fusion-train") + " --config ../cfg/run.ini --output.metrics rel.jsonl "
+                                    "--resume ../out/c.ckpt --train.steps 3 --output.checkpoint=");
+  INFO(r.output);
+  CHECK(r.status == 0);
+  CHECK(contains(r.output, "resumed at step 2"));
+  CHECK(fs::exists(dir / "elsewhere/rel.jsonl"));
+  CHECK_FALSE(fs::exists(dir / "cfg/rel.jsonl"));
+  // The same config from its own directory and by an absolute path.
+  r = run_in(dir / "cfg", cmd("fusion-train") + " --config run.ini --output.checkpoint=");
+  CHECK(r.status == 0);
+  r = run_in("/", cmd("fusion-train") + " --config " + (dir / "cfg/run.ini").string() + " --output.checkpoint=");
+  CHECK(r.status == 0);
+  // The shipped configs work from any directory (they reach data/kjv.txt as ../../data/kjv.txt).
+  if (fs::exists(src("data/kjv.txt"))) {
+    r = run_in(dir / "elsewhere", cmd("fusion-train") + " --config " + src("configs/runs/char-tiny.ini") + quick);
+    INFO(r.output);
+    CHECK(r.status == 0);
+  }
+}
+
+TEST_CASE("apps/fusion-train: the vocabulary follows the corpus") {
+  scratch_dir dir("vocab");
+  // Characters the King James Bible does not have.
+  write_file(dir / "data/mine.txt", corpus_text("~#{}"));
+  const std::string mine = (dir / "data/mine.txt").string();
+  // Own text with a shipped config: no vocabulary to clear, the corpus gets its own next to it.
+  if (fs::exists(src("data/kjv.txt"))) {
+    const fs::path kjv_vocab = src("data/kjv.vocab");
+    std::string before = fs::exists(kjv_vocab) ? read_file(kjv_vocab) : "";
+    auto r = run_in_source(cmd("fusion-train") + " --config configs/runs/char-tiny.ini --data.file " + mine + quick);
+    INFO(r.output);
+    CHECK(r.status == 0);
+    CHECK(fs::exists(dir / "data/mine.vocab"));
+    if (!before.empty()) CHECK(read_file(kjv_vocab) == before);  // the shipped corpus's vocabulary is untouched
+  }
+  // A config naming a vocabulary file built from another corpus: rebuilt, with a note.
+  fusion::char_tokenizer other;
+  other.build("abc def\n");
+  other.save((dir / "cfg/other.vocab").string());
+  write_file(dir / "cfg/run.ini", "[model]\nfile=\"" + src("configs/models/gpt-char-tiny.pbtxt") +
+                                      "\"\n[data]\nfile=\"../data/mine.txt\"\nvocab=\"other.vocab\"\n");
+  auto r = run_in(dir.path, cmd("fusion-train") + " --config cfg/run.ini" + quick);
+  INFO(r.output);
+  CHECK(r.status == 0);
+  CHECK(contains(r.output, "fusion-train: note: vocabulary cfg/other.vocab lacks"));
+  CHECK(contains(r.output, "rebuilt from this one"));
+  fusion::char_tokenizer now;
+  now.load((dir / "cfg/other.vocab").string());
+  CHECK_NOTHROW(now.encode(read_file(dir / "data/mine.txt")));
+  // The next run reads it without a note.
+  r = run_in(dir.path, cmd("fusion-train") + " --config cfg/run.ini" + quick);
+  CHECK(r.status == 0);
+  CHECK_FALSE(contains(r.output, "note:"));
+}
+
+TEST_CASE("apps/fusion-train: running out of memory is said in plain words") {
+  // (Messages of bad settings are checked with the usage mistakes above; the data messages,
+  // e.g. a validation split too short for one batch, in tests/core/data_test.cpp.)
+  scratch_dir dir("memory");
+  const std::string model = src("configs/models/gpt-char-tiny.pbtxt");
+  run_result r;
+  // Out of memory while reading a (sparse, 2 GiB) corpus under a 600 MB address-space limit.
+  {
+    std::ofstream(dir / "huge.txt").close();
+    fs::resize_file(dir / "huge.txt", uint64_t{2} << 30);
+    r = run_in(dir.path, "ulimit -v 600000 && " + cmd("fusion-train") + " --model " + model +
+                             " --data.file huge.txt" + quick);
+    INFO(r.output);
+    CHECK(r.status == 1);
+    CHECK(contains(r.output, "fusion-train: out of memory while reading the corpus huge.txt"));
+    check_no_internals(r.output);
+  }
+}
+
+TEST_CASE("apps/fusion-node: SIGINT while it waits for the coordinator exits 130 with a log line") {
+  auto log = fusion::test::temp_path("options", "node-sigint.log");
+  child_process node({bin("fusion-node"), "--config", src("configs/nodes/site-a.ini"), "--node.name=sig1",
+                      "--node.coordinator=127.0.0.1:1", "--node.join-timeout=120.0"},
+                     log);
+  REQUIRE(wait_for_output(node, "waiting for the coordinator", 60));
+  auto t0 = std::chrono::steady_clock::now();
+  node.signal(SIGINT);
+  int status = node.wait(3.0);
+  double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  INFO(node.output());
+  CHECK(status == 130);
+  CHECK(took < 3.0);
+  CHECK(has_log_line(node.output(), "INFO ", "fusion-node sig1", "SIGINT received: stopping"));
+  CHECK(has_log_line(node.output(), "INFO ", "fusion-node sig1", "stopped by SIGINT, exiting with status 130"));
+  std::remove(log.c_str());
+}
+
+TEST_CASE("apps/fusion-train: a second SIGINT exits at once with status 130") {
+  // A cluster run whose nodes never come: it waits for them.
+  auto log = fusion::test::temp_path("options", "train-sigint.log");
+  child_process train({bin("fusion-train"), "--config", src("configs/runs/char-tiny.ini"), "--cluster",
+                       src("configs/clusters/local-3.pbtxt"), "--cluster.listen=127.0.0.1:0",
+                       "--cluster.join-timeout=300.0", "--output.metrics=", "--output.checkpoint="},
+                      log, FUSION_SOURCE_DIR);
+  REQUIRE(wait_for_output(train, "on 127.0.0.1:", 60));
+  auto t0 = std::chrono::steady_clock::now();
+  train.signal(SIGINT);
+  // The first one asks for a clean stop (once the coordinator honours it while nodes join, it
+  // alone ends the run with 130); the second one ends it at once.
+  CHECK(wait_for_output(train, "fusion-train: stopping", 2));
+  if (train.wait(0.3) == -2) train.signal(SIGINT);
+  int status = train.wait(3.0);
+  double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  INFO(train.output());
+  CHECK(status == 130);
+  CHECK(took < 3.5);
+  CHECK(contains(train.output(), "fusion-train: interrupted"));
+  std::remove(log.c_str());
+}
