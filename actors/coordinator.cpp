@@ -15,6 +15,7 @@
 #include "actors/node_actor.hpp"
 #include "actors/op_actor.hpp"
 #include "actors/op_device.hpp"
+#include "core/log.hpp"
 #include "core/wire.hpp"
 
 namespace fusion {
@@ -47,10 +48,6 @@ std::chrono::milliseconds ms_of(double seconds) {
 }
 
 bool cluster_mode(const coordinator_state& st) { return !st.in->cluster.nodes.empty(); }
-
-void progress(coord_ptr self, const std::string& line) {
-  if (self->state.in->cfg.progress) std::fprintf(stderr, "fusion-train: %s\n", line.c_str());
-}
 
 // ---- planning and wiring ----------------------------------------------------------------------
 
@@ -350,8 +347,10 @@ void shutdown_nodes(coord_ptr self, std::function<void()> done) {
     if (n) live.push_back(n);
   if (live.empty()) return done();
   auto left = std::make_shared<size_t>(live.size());
+  // After a failure a node may be the hung one: do not wait long for it.
+  auto timeout = st.phase == run_phase::failed ? std::chrono::seconds(1) : std::chrono::seconds(5);
   for (auto& n : live)
-    self->request(n, std::chrono::seconds(5), shutdown_atom::value)
+    self->request(n, timeout, shutdown_atom::value)
         .then([=](bool) { if (--*left == 0) done(); }, [=](caf::error&) { if (--*left == 0) done(); });
 }
 
@@ -512,7 +511,6 @@ caf::behavior coordinator_fn(coord_ptr self, std::shared_ptr<run_inputs> in) {
         if (s.stop_requested || s.phase == run_phase::failed || s.phase == run_phase::finished) return;
         s.stop_requested = true;
         if (s.phase == run_phase::training && s.cur) {
-          progress(self, "stopping after the step in flight (press Ctrl-C again to quit at once)");
           s.stop_deadline = clock_type::now() + ms_of(s.in->cfg.stop_grace_s);
           self->delayed_send(self, ms_of(s.in->cfg.stop_grace_s), stop_atom::value, uint64_t{s.timer});
           return;
@@ -531,8 +529,8 @@ caf::behavior coordinator_fn(coord_ptr self, std::shared_ptr<run_inputs> in) {
         if (s.phase != run_phase::training || !s.cur) return;
         fail(self, make_error(fusion_errc::interrupted,
                               "interrupted: the step in flight did not finish within " +
-                                  std::to_string(static_cast<int>(s.in->cfg.stop_grace_s)) +
-                                  " s (runtime.stop-grace); no checkpoint written"));
+                                  format_seconds(s.in->cfg.stop_grace_s) +
+                                  " (runtime.stop-grace); no checkpoint written"));
       },
       [=](timeout_atom, uint64_t token) {
         auto& s = self->state;
@@ -543,8 +541,8 @@ caf::behavior coordinator_fn(coord_ptr self, std::shared_ptr<run_inputs> in) {
             if (!s.nodes[i]) missing += (missing.empty() ? "" : ", ") + s.in->cluster.nodes[i].name;
           return fail(self, make_error(fusion_errc::timeout,
                                        "node(s) " + missing + " of " + s.in->cluster.file + " did not join within " +
-                                           std::to_string(static_cast<int>(s.in->cfg.join_timeout_s)) +
-                                           " s (cluster.join-timeout); start them with fusion-node --config "
+                                           format_seconds(s.in->cfg.join_timeout_s) +
+                                           " (cluster.join-timeout); start them with fusion-node --config "
                                            "configs/nodes/..."));
         }
         on_step_timeout(self);

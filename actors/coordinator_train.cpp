@@ -16,6 +16,7 @@
 
 #include "actors/coordinator_state.hpp"
 #include "core/checkpoint.hpp"
+#include "core/log.hpp"
 #include "ops/optim.hpp"
 
 namespace fusion {
@@ -47,7 +48,7 @@ std::string wall_time() {
   auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(now.time_since_epoch()).count() % 1000;
   std::tm tm{};
   gmtime_r(&t, &tm);
-  char buf[40];
+  char buf[64];
   std::snprintf(buf, sizeof buf, "%04d-%02d-%02dT%02d:%02d:%02d.%03lldZ", tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday,
                 tm.tm_hour, tm.tm_min, tm.tm_sec, static_cast<long long>(ms));
   return buf;
@@ -324,9 +325,8 @@ void on_step_timeout(coord_ptr self) {
   } else {
     return;
   }
-  char secs[32];
-  std::snprintf(secs, sizeof secs, "%g", st.in->cfg.step_timeout_s);
-  fail(self, make_error(fusion_errc::timeout, std::string("timed out after ") + secs + " s waiting for " + what +
+  fail(self, make_error(fusion_errc::timeout, "timed out after " + format_seconds(st.in->cfg.step_timeout_s) +
+                                                  " waiting for " + what +
                                                   " (runtime.step-timeout)"));
 }
 

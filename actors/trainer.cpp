@@ -8,6 +8,7 @@
 #include <fstream>
 
 #include <caf/io/all.hpp>
+#include <nlohmann/json.hpp>
 
 #include "actors/coordinator.hpp"
 #include "actors/admin_protocol.hpp"
@@ -167,8 +168,7 @@ std::string session::command(const std::string& verb, const std::vector<std::str
 }
 int64_t session::step() const {
   auto status = impl_->call<std::string>(query_atom::value, std::string("status"));
-  auto pos = status.find("\"step\":");
-  return pos == std::string::npos ? 0 : std::stoll(status.substr(pos + 7));
+  return nlohmann::json::parse(status).at("step").get<int64_t>();
 }
 std::vector<std::string> session::cluster_nodes() const {
   std::vector<std::string> out;

@@ -100,6 +100,9 @@ extern "C" void on_stop_signal(int sig) {
   errno = saved;
 }
 
+// The node actor's own clean stop: its op actors and edge senders end, its data links close.
+void stop_node(const caf::actor& node) { caf::anon_send(node, shutdown_atom::value); }
+
 class stop_watcher {
  public:
   static constexpr int stop_deadline_s = 5;
@@ -124,7 +127,7 @@ class stop_watcher {
     std::lock_guard<std::mutex> lock(m_);
     who_ = who;
     node_ = std::move(node);
-    if (acted_ && node_) caf::anon_send_exit(node_, caf::exit_reason::user_shutdown);
+    if (acted_ && node_) stop_node(node_);
   }
   bool stopping() const { return stop_signalled.load(); }
   /// Waits (at most `ms` milliseconds) until the watcher has logged the signal, so that the
@@ -173,7 +176,7 @@ class stop_watcher {
       node = node_;
     }
     log_info(who, std::string(signal_name(sig)) + " received: stopping (send it again to exit at once)");
-    if (node) caf::anon_send_exit(node, caf::exit_reason::user_shutdown);
+    if (node) stop_node(node);
     int again = next_signal(stop_deadline_s * 1000);
     if (again > 0)
       log_warn(who, std::string(signal_name(again)) + " again: exiting at once");
@@ -266,7 +269,8 @@ int run(int argc, char** argv) {
   // the actor system stops (when `sys` goes out of scope).
   auto interrupted = [&]() {
     watcher.await_acted(500);
-    self->send_exit(node, caf::exit_reason::user_shutdown);
+    stop_node(node);
+    self->wait_for(node);
     data.reset();
     log_info(me, std::string("stopped by ") + signal_name(watcher.signal()) + ", exiting with status 130");
     return exit_interrupted;

@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
+#include <new>
 #include <string>
 
 #include "core/wire.hpp"
@@ -111,15 +112,28 @@ int measure(int argc, char** argv) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
+static int run(int argc, char** argv) {
   if (argc < 2) return usage("");
   std::string cmd = argv[1];
   if (cmd == "serve") return serve(argc, argv);
   if (cmd == "measure") return measure(argc, argv);
   if (cmd == "--help" || cmd == "-h") return usage("") == 2 ? 0 : 0;
   if (cmd == "--version") {
-    std::printf("fusion-probe %s (wire protocol %u)\n", FUSION_VERSION, static_cast<unsigned>(fusion::wire_protocol_version));
+    std::printf("fusion-probe %s (wire protocol %u)\n", FUSION_VERSION,
+                static_cast<unsigned>(fusion::wire_protocol_version));
     return 0;
   }
   return usage(("unknown command '" + cmd + "'").c_str());
+}
+
+int main(int argc, char** argv) {
+  try {
+    return run(argc, argv);
+  } catch (const std::bad_alloc&) {
+    std::cerr << "fusion-probe: out of memory (a smaller --frame-kib needs less)\n";
+    return 1;
+  } catch (const std::exception& e) {
+    std::cerr << "fusion-probe: error: " << e.what() << "\n";
+    return 1;
+  }
 }

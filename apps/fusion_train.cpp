@@ -8,8 +8,7 @@
 // and values of the wrong type, so the file is linted against the option table first and every
 // problem is reported. Relative paths in the file are relative to the file's directory.
 //
-// Exit status (documented in docs/training.md, "Exit status"): 0 done, 1 error or failed run,
-// 2 usage or configuration error, 130 interrupted.
+// Exit status: documented in docs/training.md, section "Exit status" (the constants below).
 #include <caf/all.hpp>
 
 #include <signal.h>
@@ -48,7 +47,8 @@ std::string memory_hint;
 extern "C" void on_stop_signal(int) {
   // Only async-signal-safe calls here: atomics, write(2), _exit(2).
   if (graceful_stop.load() && !stop_requested.exchange(true)) {
-    static const char msg[] = "\nfusion-train: stopping (a step in flight finishes first; interrupt again to exit at once)\n";
+    static const char msg[] =
+        "\nfusion-train: stopping (a step in flight finishes first; interrupt again to exit at once)\n";
     if (::write(2, msg, sizeof msg - 1) < 0) {
     }
     return;
@@ -166,9 +166,8 @@ const char* usage =
     "--train.steps=50 --optim.lr=3.0e-4, or --train.steps 50). INI reals need a decimal point and\n"
     "strings double quotes; the file is checked and every problem is reported. Relative paths in\n"
     "the file are relative to its directory, those on the command line to the current one.\n\n"
-    "Exit status: 0 done, 1 error or failed run, 2 usage or configuration error, 130 interrupted\n"
-    "(Ctrl-C: the step in flight finishes and the checkpoint is written; a second Ctrl-C exits at\n"
-    "once). Details: docs/training.md (\"Exit status\"); see also docs/cluster.md.\n";
+    "Ctrl-C lets the step in flight finish and writes the checkpoint; a second Ctrl-C exits at once.\n"
+    "Exit status: see docs/training.md, section \"Exit status\". See also docs/cluster.md.\n";
 
 // Settings that are wrong whatever the model and data: reported as usage errors (exit 2)
 // before anything is loaded. Throws usage_error.
@@ -225,7 +224,7 @@ int run(int argc, char** argv) {
   cfg.run.threads = static_cast<int>(cfg.threads);
   cfg.run.blas_threads = static_cast<int>(cfg.blas_threads);
   cfg.run.step_timeout_s = cfg.step_timeout_s;
-  // The coordinator work maps [runtime] stop-grace here: cfg.run.stop_grace_s = cfg.stop_grace_s;
+  cfg.run.stop_grace_s = cfg.stop_grace_s;
   cfg.run.progress = !cfg.quiet;
   cfg.run.window = static_cast<uint32_t>(std::max<uint64_t>(1, cfg.window));
   cfg.run.chunk_bytes = std::max<uint64_t>(1, cfg.chunk_kib) << 10;
@@ -286,8 +285,8 @@ int main(int argc, char** argv) {
   install_stop_handlers();
   try {
     return run(argc, argv);
-  } catch (const interrupted_error&) {
-    std::cerr << "fusion-train: interrupted before training started\n";
+  } catch (const interrupted_error& e) {
+    std::cerr << "fusion-train: " << e.what() << "\n";  // "interrupted ..." and why
     return exit_interrupted;
   } catch (const usage_error& e) {
     std::cerr << "fusion-train: " << e.what() << " (see --help)\n";

@@ -2,7 +2,9 @@
 # Multi-process throughput: gpt-char-small (configs/runs/char-small.ini) trained in one process,
 # then on 2 and 3 fusion-node processes on loopback (configs/clusters/local-2/3.pbtxt, started by
 # scripts/run-sites.sh --loopback), in the same session. Reports tokens/s and the ratio to the
-# one-process run, which is the cost of crossing processes (same machine, same cores).
+# one-process run, which is the cost of crossing processes (same machine, same cores). The
+# fourth set-up is the 3-node run with its admin shell polled every 100 ms (one fusion-admin
+# reading `status` from a pipe), whose ratio to the plain 3-node run is the admin shell's cost.
 #
 #   bench/cluster_bench.sh [--steps 15] [--warmup 3] [--repeats 3] [--micro-batches 4]
 #                          [--node-threads N] [--build build]
@@ -47,13 +49,30 @@ run_setup() {  # run_setup NAME ROUND
       local c=configs/clusters/local-2.pbtxt; [[ $1 == three ]] && c=configs/clusters/local-3.pbtxt
       FUSION_BIN=$build/apps scripts/run-sites.sh --loopback --cluster "$c" --run configs/runs/char-small.ini \
         --node-arg --runtime.threads="$node_threads" -- "${common[@]:2}" --output.metrics="$m" >"$work/$1-$2.log" 2>&1 ;;
+    admin)
+      local port=$((20000 + RANDOM % 20000)) polls=$work/$1-$2.polls
+      # The shell connects once the admin port listens and polls until the run ends.
+      ( for _ in $(seq 200); do
+          (while sleep 0.1; do echo status; done) | "$build/apps/fusion-admin" "127.0.0.1:$port" --json >>"$polls" 2>/dev/null \
+            && break
+          [[ -s $polls ]] && break
+          sleep 0.1
+        done ) &
+      local poller=$!
+      FUSION_BIN=$build/apps scripts/run-sites.sh --loopback --cluster configs/clusters/local-3.pbtxt \
+        --run configs/runs/char-small.ini --node-arg --runtime.threads="$node_threads" -- "${common[@]:2}" \
+        --admin.port="$port" --output.metrics="$m" >"$work/$1-$2.log" 2>&1
+      kill "$poller" 2>/dev/null; pkill -P "$poller" 2>/dev/null || true; wait "$poller" 2>/dev/null || true
+      echo "round $2: admin shell answered $(grep -c '"phase"' "$polls" 2>/dev/null || echo 0) status polls" >&2 ;;
   esac
   rate "$m"
 }
 
+setups=(one two three)
+[[ -x $build/apps/fusion-admin ]] && setups+=(admin)
 declare -A results=()
 for r in $(seq 1 "$repeats"); do
-  order=(one two three); ((r % 2 == 0)) && order=(three two one)
+  order=("${setups[@]}"); ((r % 2 == 0)) && order=($(printf '%s\n' "${setups[@]}" | tac))
   for s in "${order[@]}"; do
     v=$(run_setup "$s" "$r")
     results[$s]+="$v "
@@ -65,10 +84,15 @@ one=$(median "${results[one]}")
 echo
 echo "gpt-char-small, batch 16 in $micro micro-batches, $steps steps after $warmup warm-up, median of $repeats rounds"
 printf "%-34s %12s %8s\n" "set-up" "tokens/s" "ratio"
-for s in one two three; do
+for s in "${setups[@]}"; do
   m=$(median "${results[$s]}")
   name=$s; [[ $s == one ]] && name="1 process (reference)"; [[ $s == two ]] && name="2 node processes + coordinator"
   [[ $s == three ]] && name="3 node processes + coordinator"
+  [[ $s == admin ]] && name="3 nodes, admin polled every 100 ms"
   printf "%-34s %12s %8s\n" "$name" "$m" "$(awk -v a="$m" -v b="$one" 'BEGIN { printf "%.2f", a / b }')"
 done
+if [[ -n ${results[admin]:-} ]]; then
+  printf "admin polling cost: %s of the 3-node tokens/s\n" \
+    "$(awk -v a="$(median "${results[admin]}")" -v b="$(median "${results[three]}")" 'BEGIN { printf "%.3f", a / b }')"
+fi
 echo "logs: $work"

@@ -65,7 +65,8 @@ float clip_scale(double global_grad_norm, double grad_clip) {
 
 void adamw_update(float* p, const float* g, float* m, float* v, int64_t n, int64_t t, double lr,
                   const optim_config& c, bool decay, float grad_scale) {
-  if (t < 1) throw std::invalid_argument("AdamW update: the step count must be >= 1 (1-based), got " + std::to_string(t));
+  if (t < 1)
+    throw std::invalid_argument("AdamW update: the step count must be >= 1 (1-based), got " + std::to_string(t));
   // Scalars in double, element math in float as PyTorch does for f32 parameters.
   const auto shrink = static_cast<float>(decay ? 1.0 - lr * c.weight_decay : 1.0);
   const auto b1 = static_cast<float>(c.beta1);

@@ -140,6 +140,11 @@ TEST_CASE("apps/options: every program prints its version and wire protocol for 
     CHECK(r.status == 0);
     CHECK(r.output == program + expected_tail);
   }
+  // --help points to the one list of exit codes, and that list exists.
+  auto help = run_in_source(cmd("fusion-train") + " --help");
+  CHECK(help.status == 0);
+  CHECK(contains(help.output, "Exit status: see docs/training.md, section \"Exit status\""));
+  CHECK(contains(read_file(src("docs/training.md")), "\n## Exit status\n"));
   // After other options too, without reading any config.
   auto r = run_in_source(cmd("fusion-train") + " --config /nonexistent.ini --version");
   CHECK(r.status == 0);
@@ -239,6 +244,7 @@ TEST_CASE("apps/options: usage and configuration mistakes exit 2 and say what is
 
 TEST_CASE("apps/fusion-train: paths in a config are relative to its directory, on the command line to the cwd") {
   scratch_dir dir("paths");
+  fs::create_directories(dir / "models");
   fs::copy_file(src("configs/models/gpt-char-tiny.pbtxt"), dir / "models/tiny.pbtxt");
   write_file(dir / "data/corpus.txt", corpus_text());
   write_file(dir / "cfg/run.ini", "[model]\nfile=\"../models/tiny.pbtxt\"\n[data]\nfile=\"../data/corpus.txt\"\n"
@@ -294,6 +300,7 @@ TEST_CASE("apps/fusion-train: the vocabulary follows the corpus") {
   // A config naming a vocabulary file built from another corpus: rebuilt, with a note.
   fusion::char_tokenizer other;
   other.build("abc def\n");
+  fs::create_directories(dir / "cfg");
   other.save((dir / "cfg/other.vocab").string());
   write_file(dir / "cfg/run.ini", "[model]\nfile=\"" + src("configs/models/gpt-char-tiny.pbtxt") +
                                       "\"\n[data]\nfile=\"../data/mine.txt\"\nvocab=\"other.vocab\"\n");
@@ -317,11 +324,12 @@ TEST_CASE("apps/fusion-train: running out of memory is said in plain words") {
   scratch_dir dir("memory");
   const std::string model = src("configs/models/gpt-char-tiny.pbtxt");
   run_result r;
-  // Out of memory while reading a (sparse, 2 GiB) corpus under a 600 MB address-space limit.
+  // Out of memory while reading a (sparse, 4 GiB) corpus under a 3 GB address-space limit (a
+  // CUDA build maps several hundred MB of cuBLAS at start: a smaller limit fails to load it).
   {
     std::ofstream(dir / "huge.txt").close();
-    fs::resize_file(dir / "huge.txt", uint64_t{2} << 30);
-    r = run_in(dir.path, "ulimit -v 600000 && " + cmd("fusion-train") + " --model " + model +
+    fs::resize_file(dir / "huge.txt", uint64_t{4} << 30);
+    r = run_in(dir.path, "ulimit -v 3000000 && " + cmd("fusion-train") + " --model " + model +
                              " --data.file huge.txt" + quick);
     INFO(r.output);
     CHECK(r.status == 1);
@@ -346,6 +354,31 @@ TEST_CASE("apps/fusion-node: SIGINT while it waits for the coordinator exits 130
   CHECK(has_log_line(node.output(), "INFO ", "fusion-node sig1", "SIGINT received: stopping"));
   CHECK(has_log_line(node.output(), "INFO ", "fusion-node sig1", "stopped by SIGINT, exiting with status 130"));
   std::remove(log.c_str());
+}
+
+TEST_CASE("apps/fusion-node: SIGINT during a run stops its actors and exits 130 at once") {
+  auto log = [](const std::string& name) { return fusion::test::temp_path("options", "run-" + name + ".log"); };
+  child_process coordinator({bin("fusion-train"), "--config", src("configs/runs/char-tiny.ini"), "--cluster",
+                             src("configs/clusters/local-2.pbtxt"), "--cluster.listen=127.0.0.1:0", "--steps",
+                             "100000", "--train.log-every=1", "--output.metrics=", "--output.checkpoint="},
+                            log("coordinator"), FUSION_SOURCE_DIR);
+  REQUIRE(wait_for_output(coordinator, "on 127.0.0.1:", 60));
+  auto out = coordinator.output();
+  const std::string port = std::to_string(std::stoi(out.substr(out.find("on 127.0.0.1:") + 13)));
+  auto node = [&](const std::string& name) {
+    return child_process({bin("fusion-node"), "--config", src("configs/nodes/site-a.ini"), "--node.name=" + name,
+                          "--node.coordinator=127.0.0.1:" + port},
+                         log(name));
+  };
+  child_process a1 = node("a1"), b1 = node("b1");
+  REQUIRE(wait_for_output(coordinator, "step 3/", 60));
+  a1.signal(SIGINT);
+  int status = a1.wait(3.0);
+  INFO(a1.output());
+  CHECK(status == 130);
+  CHECK(has_log_line(a1.output(), "INFO ", "fusion-node a1", "stopped by SIGINT, exiting with status 130"));
+  CHECK_FALSE(contains(a1.output(), "still not stopped"));  // a clean stop, not the deadline
+  for (auto* name : {"coordinator", "a1", "b1"}) std::remove(log(name).c_str());
 }
 
 TEST_CASE("apps/fusion-train: a second SIGINT exits at once with status 130") {

@@ -269,7 +269,8 @@ TEST_CASE("core/data: messages a user sees use plain words and option names") {
   tok.build("abc");
   std::vector<int32_t> bad_id{7};
   for (const std::string& m :
-       {msg, error_of([&] { ds.train_batch(0, 0, 1, 90, x.data(), y.data()); }), error_of([&] { ds.val_batches(1, 10); }),
+       {msg, error_of([&] { ds.train_batch(0, 0, 1, 90, x.data(), y.data()); }),
+        error_of([&] { ds.val_batches(1, 10); }),
         error_of([&] { ds.val_batches(0, 4); }), error_of([&] { ds.val_batch(5, 1, 4, x.data(), y.data()); }),
         error_of([&] { tok.encode("abz"); }), error_of([&] { tok.decode(bad_id); }),
         error_of([&] { unigram_entropy(bad_id, 3); }), error_of([&] { unigram_entropy(bad_id, 0); })}) {
