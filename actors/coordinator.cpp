@@ -100,7 +100,7 @@ void connect_all(coord_ptr self, std::function<void()> done) {
 void create_edges(coord_ptr self, std::vector<plan_edge> add, std::function<void()> done) {
   auto& st = self->state;
   const auto& cfg = st.in->cfg;
-  const edge_config ec{cfg.window, cfg.chunk_bytes};
+  const edge_config ec = cfg.flow.clamped();
   const bool tcp = cfg.transport == "tcp";
   const auto timeout = std::chrono::seconds(60);
   auto edges = std::make_shared<std::vector<plan_edge>>(std::move(add));

@@ -550,7 +550,7 @@ void write_run_record(coord_ptr self) {
               {"runtime.blas-threads", c.blas_threads}, {"runtime.device", c.device},
               {"runtime.cpu-ops", c.cpu_ops}, {"runtime.step-timeout", c.step_timeout_s},
               {"runtime.scheduler", c.scheduler}, {"cluster.file", c.cluster_file},
-              {"flow.transport", c.transport}, {"flow.window", c.window}, {"flow.chunk-bytes", c.chunk_bytes}};
+              {"flow.transport", c.transport}, {"flow.window", c.flow.window}, {"flow.chunk-bytes", c.flow.chunk_bytes}};
   json rec = {{"type", "run"}, {"time", wall_time()}, {"model", st.in->model.name},
               {"parameters", st.in->model.param_count()}, {"operators", st.in->model.nodes.size()},
               {"first_step", st.step}, {"config", cfg}};

@@ -111,9 +111,7 @@ caf::behavior edge_sender_fn(edge_ptr self, uint64_t edge, caf::actor peer, edge
   st.edge = edge;
   st.peer = std::move(peer);
   st.reporter = std::move(reporter);
-  st.cfg = cfg;
-  if (st.cfg.window == 0) st.cfg.window = 1;
-  if (st.cfg.chunk_bytes == 0 || st.cfg.chunk_bytes > wire_chunk::max_bytes) st.cfg.chunk_bytes = wire_chunk::max_bytes;
+  st.cfg = cfg.clamped();
   st.link = std::move(link);
   return {
       [=](forward_atom, uint64_t step, uint32_t mb, uint32_t slot, uint8_t mode, tensor& value) {

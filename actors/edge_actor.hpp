@@ -13,18 +13,16 @@
 #include <memory>
 #include <string>
 
+#include "core/wire.hpp"
 #include "tensor/tensor.hpp"
 
 namespace fusion {
 
-/// Flow-control settings of cross-process edges ([flow] in the run config).
-struct edge_config {
-  uint32_t window = 4;                     ///< chunks sent but not yet acknowledged, per edge
-  uint64_t chunk_bytes = uint64_t{4} << 20;  ///< largest chunk (far below CAF's 4 GiB message ceiling)
-};
+/// Flow-control settings of one edge sender (core/wire.hpp holds the defaults and limits).
+using edge_config = flow_config;
 
 template <class Inspector>
-typename Inspector::result_type inspect(Inspector& f, edge_config& x) {
+typename Inspector::result_type inspect(Inspector& f, flow_config& x) {
   return f(caf::meta::type_name("edge_config"), x.window, x.chunk_bytes);
 }
 

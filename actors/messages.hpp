@@ -35,6 +35,7 @@
 #include <vector>
 
 #include "actors/errors.hpp"
+#include "core/wire.hpp"
 #include "tensor/tensor.hpp"
 
 namespace fusion {
@@ -165,7 +166,7 @@ typename Inspector::result_type inspect(Inspector& f, node_hello& x) {
 /// The sender side references the bytes of a shared tensor (no copy before serialization); the
 /// receiving side owns the bytes it read. A chunk never exceeds wire_chunk::max_bytes.
 struct wire_chunk {
-  static constexpr uint64_t max_bytes = uint64_t{1} << 30;
+  static constexpr uint64_t max_bytes = flow_config::max_chunk_bytes;
   std::string header;
   std::shared_ptr<const tensor> source;  ///< sender side: the tensor the bytes come from
   uint64_t offset = 0, length = 0;       ///< sender side: the byte range of `source`

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "core/wire.hpp"
 #include "ops/optim.hpp"
 
 namespace fusion {
@@ -55,8 +56,7 @@ struct train_config {
   int64_t heartbeat_ms = 250;              ///< CAF middleman heartbeat between processes
   int64_t peer_timeout_ms = 2000;          ///< a peer silent this long is dead (hung or gone)
   std::string transport = "tcp";           ///< cross-process tensors: "tcp" data channel or "caf" messages
-  uint32_t window = 4;                     ///< chunks in flight per cross-process edge
-  uint64_t chunk_bytes = uint64_t{4} << 20;  ///< largest chunk of a tensor on a cross-process edge
+  flow_config flow;                        ///< flow control of cross-process edges (core/wire.hpp)
   // ---- admin shell (docs/admin.md) ----
   uint16_t admin_port = 0;                 ///< publish the admin actor on this port (0: off)
   std::string admin_host = "127.0.0.1";    ///< address the admin actor listens on

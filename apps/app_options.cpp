@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <csignal>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -259,6 +260,15 @@ load_result load_options(const char* program, const std::string& usage, table_co
       return load_result::exit_usage;
     }
   return cfg.cli_helptext_printed ? load_result::exit_ok : load_result::run;
+}
+
+void install_stop_signal_handler(void (*handler)(int)) {
+  struct sigaction sa {};
+  sa.sa_handler = handler;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESTART;
+  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
 }
 
 }  // namespace fusion

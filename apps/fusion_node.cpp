@@ -114,12 +114,7 @@ class stop_watcher {
       throw std::runtime_error(std::string("cannot create a pipe: ") + std::strerror(errno));
     read_fd_ = fds[0];
     stop_pipe_write = fds[1];
-    struct sigaction sa {};
-    sa.sa_handler = on_stop_signal;
-    sigemptyset(&sa.sa_mask);
-    sa.sa_flags = SA_RESTART;
-    sigaction(SIGINT, &sa, nullptr);
-    sigaction(SIGTERM, &sa, nullptr);
+    install_stop_signal_handler(on_stop_signal);
     std::thread([this] { watch(); }).detach();
   }
   /// Who the log lines name and which actor a stop signal ends.

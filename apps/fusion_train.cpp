@@ -59,14 +59,7 @@ extern "C" void on_stop_signal(int) {
   ::_exit(exit_interrupted);
 }
 
-void install_stop_handlers() {
-  struct sigaction sa {};
-  sa.sa_handler = on_stop_signal;
-  sigemptyset(&sa.sa_mask);
-  sa.sa_flags = SA_RESTART;
-  sigaction(SIGINT, &sa, nullptr);
-  sigaction(SIGTERM, &sa, nullptr);
-}
+void install_stop_handlers() { install_stop_signal_handler(on_stop_signal); }
 
 struct sample_options {
   int64_t count = 0;
@@ -89,8 +82,8 @@ struct train_app_config : table_config {
 
   train_app_config() {
     auto& o = run.optim;
-    window = run.window;
-    chunk_kib = run.chunk_bytes >> 10;
+    window = run.flow.window;
+    chunk_kib = run.flow.chunk_bytes >> 10;
     add_rows({
         path_option("model", "file", "OP-DAG model file (.pbtxt); --model FILE for short", &run.model_file),
         path_option("data", "file", "training text (default data/kjv.txt from scripts/get-data.sh)", &run.data_file),
@@ -226,8 +219,8 @@ int run(int argc, char** argv) {
   cfg.run.step_timeout_s = cfg.step_timeout_s;
   cfg.run.stop_grace_s = cfg.stop_grace_s;
   cfg.run.progress = !cfg.quiet;
-  cfg.run.window = static_cast<uint32_t>(std::max<uint64_t>(1, cfg.window));
-  cfg.run.chunk_bytes = std::max<uint64_t>(1, cfg.chunk_kib) << 10;
+  cfg.run.flow = flow_config{static_cast<uint32_t>(std::min<uint64_t>(cfg.window, UINT32_MAX)), cfg.chunk_kib << 10}
+                     .clamped();
   cfg.run.admin_port = static_cast<uint16_t>(cfg.admin_port);
 
   if (cfg.sample.count > 0) {

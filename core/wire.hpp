@@ -22,10 +22,27 @@
 namespace fusion {
 
 /// Version of the wire header and of the node protocol; nodes refuse peers that speak another.
-inline constexpr uint32_t wire_protocol_version = 1;
+/// 2: the coordinator answers hello with welcome or a refusal error; errors are fusion errors.
+inline constexpr uint32_t wire_protocol_version = 2;
 
 /// Largest tensor a header may announce (16 GiB); anything larger is a corrupt header.
 inline constexpr uint64_t wire_max_tensor_bytes = uint64_t{1} << 34;
+
+/// Flow control of a cross-process edge ([flow] in the run config): the one home of its defaults
+/// and limits.
+struct flow_config {
+  uint32_t window = 4;                       ///< chunks sent but not yet acknowledged, per edge
+  uint64_t chunk_bytes = uint64_t{4} << 20;  ///< largest chunk of a tensor
+  /// Largest chunk any transport carries (far below CAF's 4 GiB message ceiling).
+  static constexpr uint64_t max_chunk_bytes = uint64_t{1} << 30;
+  /// window at least 1; chunk_bytes in [1, max_chunk_bytes] (0 means the largest).
+  flow_config clamped() const {
+    flow_config out = *this;
+    if (out.window == 0) out.window = 1;
+    if (out.chunk_bytes == 0 || out.chunk_bytes > max_chunk_bytes) out.chunk_bytes = max_chunk_bytes;
+    return out;
+  }
+};
 
 enum class wire_direction : uint8_t { forward = 1, backward = 2 };
 

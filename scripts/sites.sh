@@ -125,8 +125,11 @@ do_down() {
   for ns in "${namespaces[@]}"; do
     if ns_exists "$ns"; then kill_inside "$ns"; ip netns del "$ns"; fi
   done
-  # Deleting the hub removes the peer of TAG-root with it; this covers a crash between the two.
-  if ip link show "$root_if" >/dev/null 2>&1; then ip link del "$root_if"; fi
+  # Deleting the hub namespace removes this veth's peer, and the kernel then removes this end
+  # asynchronously: it may vanish between the check and the delete. Only its survival is an error.
+  if ip link show "$root_if" >/dev/null 2>&1; then ip link del "$root_if" 2>/dev/null || true; fi
+  for _ in 1 2 3 4 5 6 7 8 9 10; do ip link show "$root_if" >/dev/null 2>&1 || break; sleep 0.1; done
+  if ip link show "$root_if" >/dev/null 2>&1; then echo "sites.sh: cannot remove $root_if" >&2; return 1; fi
   rm -f "$state"
 }
 

@@ -34,18 +34,8 @@ std::string bin(const std::string& name) { return std::string(FUSION_BINARY_DIR)
 // The program for a shell command line, stopped (TERM, then KILL) should it ever hang.
 std::string cmd(const std::string& name) { return "timeout -k 5 180 " + bin(name); }
 
-// Runs `command` with sh in directory `cwd`, stderr merged into the output.
 run_result run_in(const fs::path& cwd, const std::string& command) {
-  std::string cmd = "cd '" + cwd.string() + "' && " + command + " 2>&1";
-  run_result r;
-  FILE* p = popen(cmd.c_str(), "r");
-  REQUIRE(p != nullptr);
-  std::array<char, 4096> buf{};
-  size_t n;
-  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) r.output.append(buf.data(), n);
-  int st = pclose(p);
-  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-  return r;
+  return fusion::test::run_in(cwd.string(), command);
 }
 
 run_result run_in_source(const std::string& command) { return run_in(FUSION_SOURCE_DIR, command); }

@@ -57,9 +57,9 @@ struct run_result {
   std::string output;
 };
 
-/// Runs `command` with sh from the source directory, stderr merged into the output.
-inline run_result run_in_source(const std::string& command) {
-  std::string cmd = std::string("cd ") + FUSION_SOURCE_DIR + " && " + command + " 2>&1";
+/// Runs `command` with sh in directory `cwd`, stderr merged into the output.
+inline run_result run_in(const std::string& cwd, const std::string& command) {
+  std::string cmd = "cd '" + cwd + "' && " + command + " 2>&1";
   run_result r;
   FILE* p = popen(cmd.c_str(), "r");
   REQUIRE(p != nullptr);
@@ -70,5 +70,8 @@ inline run_result run_in_source(const std::string& command) {
   r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
   return r;
 }
+
+/// Runs `command` with sh from the source directory, stderr merged into the output.
+inline run_result run_in_source(const std::string& command) { return run_in(FUSION_SOURCE_DIR, command); }
 
 }  // namespace fusion::test
