@@ -75,10 +75,8 @@ std::string describe(const caf::error& e) {
     return msg.empty() ? std::string(to_string(static_cast<fusion_errc>(e.code()))) : msg;
   }
   if (e.category() == caf::atom("system")) {
-    auto what = describe_sec(static_cast<caf::sec>(e.code()));
-    // Messages CAF attaches (e.g. a host name) help; its type names do not.
-    auto msg = message_of(e);
-    return msg.empty() ? what : what + " (" + msg + ")";
+    // CAF's attached context names its own functions ("ip_connect failed"): left out.
+    return describe_sec(static_cast<caf::sec>(e.code()));
   }
   if (e.category() == caf::atom("exit")) {
     switch (static_cast<caf::exit_reason>(e.code())) {
