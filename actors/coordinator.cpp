@@ -266,6 +266,7 @@ void publish_admin(coord_ptr self);
 void begin_join(coord_ptr self) {
   auto& st = self->state;
   publish_admin(self);
+  if (st.phase == run_phase::failed) return;  // the admin port could not be opened
   if (!cluster_mode(st)) return plan_and_wire(self);
   const auto& cluster = st.in->cluster;
   std::string host = cluster.coordinator_host;
