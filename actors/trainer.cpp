@@ -4,7 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
-#include <filesystem>
+#include <cstdio>
 #include <fstream>
 
 #include <caf/io/all.hpp>
@@ -22,17 +22,6 @@
 #include "ops/cpu/blas.hpp"
 
 namespace fusion {
-
-namespace {
-
-void make_parent_dirs(const std::string& file) {
-  auto parent = std::filesystem::path(file).parent_path();
-  std::error_code ec;
-  if (!parent.empty()) std::filesystem::create_directories(parent, ec);
-  if (ec) throw std::runtime_error("cannot create directory " + parent.string() + ": " + ec.message());
-}
-
-}  // namespace
 
 double peak_rss_mb() {
   std::ifstream in("/proc/self/status");
@@ -89,14 +78,12 @@ session::impl::impl(train_config c) {
   }
   in->model = load_graph(cfg.model_file, cfg.batch / cfg.micro_batches);
   std::string text = read_text_file(cfg.data_file);
-  if (!cfg.vocab_file.empty() && std::filesystem::exists(cfg.vocab_file)) {
-    in->tokenizer.load(cfg.vocab_file);
-  } else {
+  if (cfg.vocab_file.empty()) {
     in->tokenizer.build(text);
-    if (!cfg.vocab_file.empty()) {
-      make_parent_dirs(cfg.vocab_file);
-      in->tokenizer.save(cfg.vocab_file);
-    }
+  } else {
+    // The vocabulary follows the corpus (core/data.hpp): loaded, created or rebuilt with a note.
+    auto got = prepare_vocabulary(cfg.vocab_file, text, in->tokenizer);
+    if (!got.note.empty()) std::fprintf(stderr, "fusion-train: note: %s\n", got.note.c_str());
   }
   if (in->tokenizer.size() > in->model.vocab)
     throw std::runtime_error("corpus " + cfg.data_file + " has " + std::to_string(in->tokenizer.size()) +

@@ -186,17 +186,10 @@ void check_settings(const train_app_config& cfg) {
 }
 
 // The vocabulary follows the corpus (core/data.hpp): without data.vocab it is the file next to
-// the corpus (data/kjv.txt -> data/kjv.vocab); a file that lacks characters of the corpus is
-// rebuilt from it, with a note, instead of failing the run.
+// the corpus (data/kjv.txt -> data/kjv.vocab); the session loads, creates or rebuilds it (a file
+// that lacks characters of the corpus is rebuilt from it, with a note, instead of failing the run).
 void settle_vocabulary(train_config& run) {
-  doing = "reading the corpus " + run.data_file;
-  memory_hint = "the whole corpus is held in memory";
-  std::string text = read_text_file(run.data_file);
-  const std::string vocab = run.vocab_file.empty() ? default_vocab_path(run.data_file) : run.vocab_file;
-  char_tokenizer tok;
-  auto got = prepare_vocabulary(vocab, text, tok);
-  if (!got.note.empty()) std::fprintf(stderr, "fusion-train: note: %s\n", got.note.c_str());
-  run.vocab_file = got.what == vocab_outcome::action::not_saved ? std::string() : vocab;
+  if (run.vocab_file.empty()) run.vocab_file = default_vocab_path(run.data_file);
 }
 
 int run(int argc, char** argv) {
@@ -229,7 +222,10 @@ int run(int argc, char** argv) {
       throw usage_error("--sample needs a checkpoint: set [output] checkpoint or pass --resume FILE");
     cfg.run.metrics_file.clear();
     settle_vocabulary(cfg.run);
-    doing = "loading the model " + cfg.run.model_file + " and the checkpoint " + cfg.run.resume_from;
+    // The session reads the corpus first, then the model and the checkpoint.
+    doing = "reading the corpus " + cfg.run.data_file + ", then loading the model " + cfg.run.model_file +
+            " and the checkpoint " + cfg.run.resume_from;
+    memory_hint = "the whole corpus is held in memory";
     session s(cfg.run);
     doing = "sampling";
     std::cout << cfg.sample.prompt
@@ -241,9 +237,11 @@ int run(int argc, char** argv) {
   settle_vocabulary(cfg.run);
   cfg.run.stop_flag = &stop_requested;
   graceful_stop.store(true);
-  memory_hint = "try a smaller train.batch, more train.micro-batches or a smaller model";
-  doing = "loading the model " + cfg.run.model_file + " for train.batch " + std::to_string(cfg.run.batch) + " in " +
-          std::to_string(cfg.run.micro_batches) + " micro-batches";
+  memory_hint = "the whole corpus is held in memory; otherwise try a smaller train.batch, more "
+                "train.micro-batches or a smaller model";
+  doing = "reading the corpus " + cfg.run.data_file + ", then loading the model " + cfg.run.model_file +
+          " for train.batch " + std::to_string(cfg.run.batch) + " in " + std::to_string(cfg.run.micro_batches) +
+          " micro-batches";
   session s(cfg.run);
   doing = "training (train.batch " + std::to_string(cfg.run.batch) + ", " + std::to_string(cfg.run.micro_batches) +
           " micro-batches)";
