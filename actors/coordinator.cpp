@@ -43,10 +43,6 @@ std::string node_label(const coordinator_state& st, size_t i) {
 
 namespace {
 
-std::chrono::milliseconds ms_of(double seconds) {
-  return std::chrono::milliseconds(static_cast<int64_t>(std::max(0.0, seconds) * 1e3));
-}
-
 bool cluster_mode(const coordinator_state& st) { return !st.in->cluster.nodes.empty(); }
 
 // ---- planning and wiring ----------------------------------------------------------------------
@@ -259,8 +255,6 @@ void on_down(coord_ptr self, const caf::down_msg& dm) {
   }
 }
 
-void publish_admin(coord_ptr self);
-
 }  // namespace
 
 void begin_join(coord_ptr self) {
@@ -355,117 +349,7 @@ void shutdown_nodes(coord_ptr self, std::function<void()> done) {
         .then([=](bool) { if (--*left == 0) done(); }, [=](caf::error&) { if (--*left == 0) done(); });
 }
 
-// ---- queries ---------------------------------------------------------------------------------
-
-std::string answer_query(coord_ptr self, const std::string& topic, caf::error& err) {
-  auto& st = self->state;
-  const graph& g = st.in->model;
-  if (topic == "status") return status_json(self);
-  if (topic == "ops") return ops_json(self);
-  if (topic == "links") return links_json(self);
-  if (topic == "nodes") {
-    json out = {{"nodes", json::array()}};
-    if (!cluster_mode(st)) {
-      out["nodes"].push_back({{"name", "local"}, {"site", ""}, {"device", st.in->cfg.device}, {"gflops", 0.0},
-                              {"memory_bytes", 0}, {"pid", static_cast<int>(::getpid())},
-                              {"state", to_string(st.phase)}});
-    }
-    for (size_t i = 0; i < st.in->cluster.nodes.size(); ++i) {
-      const auto& n = st.in->cluster.nodes[i];
-      const node_hello* h = i < st.hellos.size() && !st.hellos[i].name.empty() ? &st.hellos[i] : nullptr;
-      out["nodes"].push_back({{"name", n.name}, {"site", n.site}, {"device", h ? h->device : n.device},
-                              {"gflops", h ? h->gflops : 0.0}, {"memory_bytes", h ? h->memory_bytes : 0},
-                              {"pid", h ? h->pid : 0},
-                              {"state", i < st.node_state.size() ? st.node_state[i] : "waiting"}});
-    }
-    return out.dump();
-  }
-  if (topic == "placement") {
-    json out = {{"policy", cluster_mode(st)
-                               ? placement_policy_names()[static_cast<int>(st.in->cluster.placement.policy)]
-                               : std::string("one process")},
-                {"ops", json::array()},
-                {"edges", json::array()}};
-    auto node_name = [&](int i) { return cluster_mode(st) ? st.in->cluster.nodes[i].name : std::string("local"); };
-    if (st.current.where.node_of_op.size() == g.nodes.size())
-      for (auto& n : g.nodes) out["ops"].push_back({{"op", n.name}, {"node", node_name(st.current.where.node_of_op[n.id])}});
-    for (auto& e : st.current.edges)
-      out["edges"].push_back({{"id", e.id}, {"dir", e.forward ? "fwd" : "bwd"}, {"producer", g.nodes[e.producer].name},
-                              {"consumer", g.nodes[e.consumer].name}, {"from", node_name(e.from)},
-                              {"to", node_name(e.to)}, {"bytes_per_micro_batch", e.bytes_per_micro_batch},
-                              {"codec", e.setting.codec}});
-    return out.dump();
-  }
-  err = make_error(fusion_errc::bad_command, "unknown topic '" + topic + "' (topics: status, nodes, placement, ops, links)");
-  return {};
-}
-
 namespace {
-
-// ---- the admin actor ---------------------------------------------------------------------------
-
-// Forwards to the coordinator: the admin actor is the typed face published on admin.port, so a
-// remote shell can only send what admin_actor declares.
-admin_actor::behavior_type admin_fn(admin_actor::pointer self, caf::actor coordinator) {
-  return {
-      [=](query_atom, std::string& topic) -> caf::result<std::string> {
-        auto rp = self->make_response_promise<std::string>();
-        self->request(coordinator, std::chrono::seconds(10), query_atom::value, std::move(topic))
-            .then([=](std::string& s) mutable { rp.deliver(std::move(s)); },
-                  [=](caf::error& e) mutable { rp.deliver(std::move(e)); });
-        return rp;
-      },
-      [=](command_atom, std::string& verb, std::vector<std::string>& args) -> caf::result<std::string> {
-        auto rp = self->make_response_promise<std::string>();
-        // pause answers when the step in flight has finished, which may take a step's time.
-        self->request(coordinator, std::chrono::minutes(10), command_atom::value, std::move(verb), std::move(args))
-            .then([=](std::string& s) mutable { rp.deliver(std::move(s)); },
-                  [=](caf::error& e) mutable { rp.deliver(std::move(e)); });
-        return rp;
-      },
-  };
-}
-
-void publish_admin(coord_ptr self) {
-  auto& st = self->state;
-  if (st.in->cfg.admin_port == 0 && !st.in->cfg.on_admin_listening) return;
-  auto admin = self->system().spawn(admin_fn, caf::actor_cast<caf::actor>(self));
-  st.admin = caf::actor_cast<caf::actor>(admin);
-  auto bound = self->system().middleman().publish(admin, st.in->cfg.admin_port, st.in->cfg.admin_host.c_str(), true);
-  if (!bound)
-    return fail(self, make_error(fusion_errc::bad_config, "cannot open the admin shell on " + st.in->cfg.admin_host +
-                                                              ":" + std::to_string(st.in->cfg.admin_port) +
-                                                              " (admin.port): " + describe(bound.error())));
-  std::fprintf(stderr, "fusion-train: admin shell listening on %s:%u\n", st.in->cfg.admin_host.c_str(),
-               static_cast<unsigned>(*bound));
-  if (st.in->cfg.on_admin_listening) st.in->cfg.on_admin_listening(*bound);
-}
-
-// pause: the step in flight finishes and the next one is held; answered once paused.
-void request_pause(coord_ptr self, caf::response_promise rp) {
-  auto& st = self->state;
-  if (st.phase == run_phase::paused) return void(rp.deliver(status_json(self)));
-  if (st.phase != run_phase::training && st.phase != run_phase::ready)
-    return void(rp.deliver(make_error(fusion_errc::wrong_phase, std::string("cannot pause while ") + to_string(st.phase))));
-  if (st.phase == run_phase::ready) {
-    st.phase = run_phase::paused;
-    return void(rp.deliver(status_json(self)));
-  }
-  st.pause_requested = true;
-  st.pause_rp = std::move(rp);
-}
-
-std::string request_resume(coord_ptr self, caf::error& err) {
-  auto& st = self->state;
-  if (st.phase != run_phase::paused) {
-    err = make_error(fusion_errc::wrong_phase, std::string("not paused (the run is ") + to_string(st.phase) + ")");
-    return {};
-  }
-  st.pause_requested = false;
-  st.phase = st.training_job ? run_phase::training : run_phase::ready;
-  if (st.training_job) self->send(self, resume_atom::value, true);  // continue the held step loop
-  return status_json(self);
-}
 
 caf::behavior coordinator_fn(coord_ptr self, std::shared_ptr<run_inputs> in) {
   auto& st = self->state;

@@ -1,11 +1,13 @@
 // The coordinator's state and the functions its behavior is made of, shared by
-// actors/coordinator.cpp (phases: joining, planning, wiring, re-wiring; queries, commands,
-// failure, shutdown) and actors/coordinator_train.cpp (training steps, evaluation, sampling,
-// checkpoints, metrics). Internal to actors/.
+// actors/coordinator.cpp (phases: joining, planning, wiring, re-wiring; the behavior, failure,
+// shutdown), actors/coordinator_train.cpp (training steps, evaluation, sampling, checkpoints,
+// metrics) and actors/coordinator_admin.cpp (queries, pause/resume, the admin actor).
+// Internal to actors/.
 #pragma once
 
 #include <caf/all.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <fstream>
 #include <functional>
@@ -93,13 +95,20 @@ struct coordinator_state {
 
 using coord_ptr = caf::stateful_actor<coordinator_state>*;
 
+inline double seconds_between(clock_type::time_point a, clock_type::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
+
+inline std::chrono::milliseconds ms_of(double seconds) {
+  return std::chrono::milliseconds(static_cast<int64_t>(std::max(0.0, seconds) * 1e3));
+}
+
 // ---- actors/coordinator.cpp ----
 void fail(coord_ptr self, const caf::error& e);
 void arm_timeout(coord_ptr self, double seconds);
 std::string node_label(const coordinator_state& st, size_t i);
 void begin_join(coord_ptr self);
 void apply_rewire(coord_ptr self, std::function<void()> done);
-std::string answer_query(coord_ptr self, const std::string& topic, caf::error& err);
 void shutdown_nodes(coord_ptr self, std::function<void()> done);
 
 // ---- actors/coordinator_train.cpp ----
@@ -115,9 +124,15 @@ void save_checkpoint_async(coord_ptr self, std::string path, std::function<void(
 void load_checkpoint_async(coord_ptr self, std::string path, std::function<void()> done);
 void finish_training(coord_ptr self, bool interrupted);
 void write_run_record(coord_ptr self);
+
+// ---- actors/coordinator_admin.cpp ----
+void publish_admin(coord_ptr self);
+std::string answer_query(coord_ptr self, const std::string& topic, caf::error& err);
 std::string status_json(coord_ptr self);
 std::string ops_json(coord_ptr self);
 std::string links_json(coord_ptr self);
+void request_pause(coord_ptr self, caf::response_promise rp);
+std::string request_resume(coord_ptr self, caf::error& err);
 
 /// Sends one request per index and calls `done` with the n replies (in index order) once all
 /// are in; the first error fails the run. `request_i(i)` returns CAF's response handle.

@@ -25,22 +25,6 @@ using json = nlohmann::ordered_json;
 
 namespace {
 
-double seconds_between(clock_type::time_point a, clock_type::time_point b) {
-  return std::chrono::duration<double>(b - a).count();
-}
-
-std::chrono::milliseconds ms_of(double seconds) {
-  return std::chrono::milliseconds(static_cast<int64_t>(std::max(0.0, seconds) * 1e3));
-}
-
-std::string format_duration(double s) {
-  char buf[32];
-  if (s < 60) std::snprintf(buf, sizeof buf, "%.0fs", s);
-  else if (s < 3600) std::snprintf(buf, sizeof buf, "%dm%02ds", static_cast<int>(s) / 60, static_cast<int>(s) % 60);
-  else std::snprintf(buf, sizeof buf, "%dh%02dm", static_cast<int>(s) / 3600, static_cast<int>(s) / 60 % 60);
-  return buf;
-}
-
 // Wall-clock time for the metrics, ISO 8601 in UTC with milliseconds.
 std::string wall_time() {
   auto now = std::chrono::system_clock::now();
@@ -114,6 +98,19 @@ std::string measurement_fields(const step_record& rec, const graph& g) {
 }
 
 void end_step(coord_ptr self, step_record rec);
+
+// A validation loss: kept in the result, written to the metrics and shown (NaN: none ran).
+void record_eval(coord_ptr self, double v) {
+  if (std::isnan(v)) return;
+  auto& s = self->state;
+  s.in->result.val_losses.emplace_back(s.step, v);
+  char buf[160];
+  std::snprintf(buf, sizeof buf, "{\"type\": \"eval\", \"step\": %lld, \"val_loss\": %.6f, \"time\": \"%s\"}",
+                static_cast<long long>(s.step), v, wall_time().c_str());
+  log_metrics(s, buf);
+  if (s.in->cfg.progress)
+    std::fprintf(stderr, "%sstep %lld | val_loss %.4f\n", tty(s) ? "\r\33[K" : "", static_cast<long long>(s.step), v);
+}
 
 // Edge traffic of the step that just ended, from every node, then end_step.
 void poll_traffic(coord_ptr self, step_record rec) {
@@ -223,16 +220,7 @@ void end_step(coord_ptr self, step_record rec) {
   };
   if (cfg.eval_every > 0 && st.step % cfg.eval_every == 0 && st.step < cfg.steps) {
     return begin_eval(self, [=](double v) {
-      if (!std::isnan(v)) {
-        auto& s = self->state;
-        s.in->result.val_losses.emplace_back(s.step, v);
-        char buf[160];
-        std::snprintf(buf, sizeof buf, "{\"type\": \"eval\", \"step\": %lld, \"val_loss\": %.6f, \"time\": \"%s\"}",
-                      static_cast<long long>(s.step), v, wall_time().c_str());
-        log_metrics(s, buf);
-        if (s.in->cfg.progress)
-          std::fprintf(stderr, "%sstep %lld | val_loss %.4f\n", tty(s) ? "\r\33[K" : "", static_cast<long long>(s.step), v);
-      }
+      record_eval(self, v);
       next();
     });
   }
@@ -508,15 +496,7 @@ void finish_training(coord_ptr self, bool interrupted) {
   };
   if (st.in->cfg.eval_batches > 0 && !interrupted) {
     return begin_eval(self, [=](double v) {
-      auto& s = self->state;
-      if (!std::isnan(v)) {
-        s.in->result.val_losses.emplace_back(s.step, v);
-        char buf[160];
-        std::snprintf(buf, sizeof buf, "{\"type\": \"eval\", \"step\": %lld, \"val_loss\": %.6f, \"time\": \"%s\"}",
-                      static_cast<long long>(s.step), v, wall_time().c_str());
-        log_metrics(s, buf);
-        if (s.in->cfg.progress) std::fprintf(stderr, "step %lld | val_loss %.4f\n", static_cast<long long>(s.step), v);
-      }
+      record_eval(self, v);
       checkpoint();
     });
   }
@@ -555,52 +535,6 @@ void write_run_record(coord_ptr self) {
               {"parameters", st.in->model.param_count()}, {"operators", st.in->model.nodes.size()},
               {"first_step", st.step}, {"config", cfg}};
   log_metrics(st, rec.dump());
-}
-
-std::string status_json(coord_ptr self) {
-  auto& st = self->state;
-  const auto& cfg = st.in->cfg;
-  double elapsed = st.training_job ? seconds_between(st.train_t0, clock_type::now()) : 0;
-  double tps = elapsed > 0 ? static_cast<double>((st.step - st.train_first) * cfg.batch * st.in->model.context) / elapsed
-                           : 0;
-  double eta = tps > 0 ? static_cast<double>(cfg.steps - st.step) * cfg.batch * st.in->model.context / tps : 0;
-  json out = {{"phase", to_string(st.phase)}, {"step", st.step}, {"steps", cfg.steps},
-              {"loss", st.last.step > 0 ? json(st.last.loss) : json(nullptr)}, {"tokens_per_s", tps},
-              {"eta_s", eta}, {"elapsed_s", elapsed}, {"model", st.in->model.name},
-              {"cluster", st.in->cluster.file}, {"failure", st.failure}};
-  return out.dump();
-}
-
-std::string ops_json(coord_ptr self) {
-  auto& st = self->state;
-  json out = {{"step", st.last.step}, {"ops", json::array()}};
-  for (auto& m : st.last.ops) {
-    double f = 0, b = 0;
-    for (double v : m.forward_s) f += v;
-    for (double v : m.backward_s) b += v;
-    int node = st.current.where.node_of_op.empty() ? 0 : st.current.where.node_of_op[m.node];
-    out["ops"].push_back({{"op", st.in->model.nodes[m.node].name},
-                          {"node", st.in->cluster.nodes.empty() ? std::string("local") : st.in->cluster.nodes[node].name},
-                          {"fwd_ms", f * 1e3}, {"bwd_ms", b * 1e3}});
-  }
-  return out.dump();
-}
-
-std::string links_json(coord_ptr self) {
-  auto& st = self->state;
-  const graph& g = st.in->model;
-  json out = {{"step", st.last.step}, {"edges", json::array()}};
-  for (auto& e : st.last.edges) {
-    const plan_edge* p = nullptr;
-    for (auto& pe : st.current.edges)
-      if (pe.producer == e.producer && pe.consumer == e.consumer && pe.forward == e.forward) p = &pe;
-    out["edges"].push_back({{"id", p ? p->id : 0}, {"dir", e.forward ? "fwd" : "bwd"},
-                            {"producer", g.nodes[e.producer].name}, {"consumer", g.nodes[e.consumer].name},
-                            {"from", e.from_node}, {"to", e.to_node}, {"bytes", e.bytes}, {"tensors", e.tensors},
-                            {"seconds", e.seconds},
-                            {"mbit_s", e.seconds > 0 ? static_cast<double>(e.bytes) * 8 / e.seconds / 1e6 : 0.0}});
-  }
-  return out.dump();
 }
 
 }  // namespace fusion

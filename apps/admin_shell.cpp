@@ -335,17 +335,6 @@ std::vector<std::string> completions_in(std::string_view before, std::string_vie
   return {};
 }
 
-std::string format_duration(double seconds) {
-  if (!std::isfinite(seconds) || seconds < 0) return "-";
-  long long s = std::llround(seconds);
-  char buf[48];
-  if (s < 60) std::snprintf(buf, sizeof buf, "%llds", s);
-  else if (s < 3600) std::snprintf(buf, sizeof buf, "%lldm%02llds", s / 60, s % 60);
-  else if (s < 86400) std::snprintf(buf, sizeof buf, "%lldh%02lldm", s / 3600, s % 3600 / 60);
-  else std::snprintf(buf, sizeof buf, "%lldd%02lldh", s / 86400, s % 86400 / 3600);
-  return buf;
-}
-
 std::string format_bytes(double bytes) {
   if (bytes < 1024) return printf_string("%.0f B", bytes);
   if (bytes < 1024.0 * 1024) return printf_string("%.1f KiB", bytes / 1024);

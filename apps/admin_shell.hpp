@@ -11,6 +11,8 @@
 #include <string_view>
 #include <vector>
 
+#include "core/log.hpp"
+
 namespace fusion::admin {
 
 /// What a command does.
@@ -81,8 +83,9 @@ std::vector<std::string> completions(std::string_view prefix);
 /// command starts (line start, after ';') or after `help`; nothing for other arguments.
 std::vector<std::string> completions_in(std::string_view before, std::string_view prefix);
 
-/// "42s", "1m05s", "2h03m", "3d04h"; "-" for an unknown (negative or not finite) time.
-std::string format_duration(double seconds);
+/// "42s", "1m05s", "2h03m", "3d04h"; "-" for an unknown time (core/log.hpp, shared with the
+/// progress lines of fusion-train).
+using fusion::format_duration;
 
 /// "512 B", "64.0 KiB", "3.2 MiB", "1.50 GiB".
 std::string format_bytes(double bytes);

@@ -33,6 +33,10 @@ void log_error(const std::string& who, const std::string& msg);
 /// trailing zeros dropped; never "600.000000"). Use it instead of std::to_string(double).
 std::string format_seconds(double seconds);
 
+/// A clock-style duration for progress lines and tables: "42s", "1m05s", "2h03m", "3d04h"; "-" for
+/// an unknown (negative or not finite) time.
+std::string format_duration(double seconds);
+
 /// A plain number the same way, without the unit: "600", "1.5", "0.1", "1e-08" for tiny values.
 std::string format_number(double value);
 
