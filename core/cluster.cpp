@@ -25,7 +25,7 @@
 namespace fusion {
 
 const std::vector<std::string>& placement_policy_names() {
-  static const std::vector<std::string> names{"even", "explicit"};
+  static const std::vector<std::string> names{"opfence", "even", "explicit"};
   return names;
 }
 
@@ -165,6 +165,20 @@ class cluster_loader {
                who + "bad device '" + n.device() + "' (use \"cpu\" or \"cuda:N\", e.g. \"cuda:0\")");
         }
       }
+      // Optional numbers: each must be positive and finite when present.
+      auto positive = [&](const char* field, double v, double max, const char* example) {
+        if (line_of(t, nd, field) == 0) return 0.0;
+        if (!(v > 0) || !(v <= max)) {
+          std::ostringstream text;
+          text << v;
+          fail(line_of(t, nd, field, -1, line), who + field + " must be > 0 and <= " + std::to_string(static_cast<long long>(max)) +
+                                                   ", got " + text.str() + " (e.g. " + example + ")");
+        }
+        return v;
+      };
+      out.cpu_share = positive("cpu_share", n.cpu_share(), 64, "cpu_share: 0.5 for half a core");
+      out.gflops = positive("gflops", n.gflops(), 1e7, "gflops: 60000 for an H100's fp32 tensor-core rate");
+      out.memory_gib = positive("memory_gib", n.memory_gib(), 1e6, "memory_gib: 80");
       spec_.nodes.push_back(std::move(out));
     }
   }

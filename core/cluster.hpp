@@ -29,6 +29,9 @@ struct cluster_node {
   int site_index = -1;          ///< index into cluster_spec::sites
   std::string device = "cpu";   ///< "cpu" or "cuda:N"
   int cuda_device = -1;         ///< N of "cuda:N", -1 for "cpu"
+  double cpu_share = 0;         ///< emulated cap in cores (0 < share); 0: uncapped
+  double gflops = 0;            ///< stated device rate in GFLOP/s; 0: measure at join
+  double memory_gib = 0;        ///< stated memory in GiB; 0: measure at join
   int line = 0;
 };
 
@@ -43,6 +46,7 @@ struct cluster_link {
 /// How operators are placed on nodes. A new policy adds a value here, its name in
 /// placement_policy_names() and its placer in scheduler/placement.cpp.
 enum class placement_policy {
+  opfence,       ///< the default: fences of fast links, a chain, an exact DP over cut points (docs/scheduler.md)
   even,          ///< contiguous stages of equal estimated FLOPs, one per node, in file order
   explicit_ops,  ///< "explicit": the assign entries say which node runs which op
 };
@@ -61,7 +65,7 @@ struct cluster_assign {
 
 /// The placement section.
 struct cluster_placement {
-  placement_policy policy = placement_policy::even;
+  placement_policy policy = placement_policy::opfence;
   std::vector<cluster_assign> assigns;  ///< only for placement_policy::explicit_ops
   int line = 0;                 ///< line of `placement` (0 when absent)
 };

@@ -1,0 +1,117 @@
+// The workload estimator: what an op costs on a node, what a tensor costs on a link, how much
+// memory a set of ops needs, and how long one training step of a plan takes under the runtime's
+// real schedule (a discrete-event simulation of M micro-batches through the op actors). While a
+// run trains, the per-op and per-edge times it measures refine the estimates (moving averages).
+// Plain C++ (graph + cluster + profile in, seconds out), tested without actors.
+//
+// Units: seconds, bytes, Mbit/s (10^6 bit/s). Op times are per micro-batch.
+#pragma once
+
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/cluster.hpp"
+#include "core/graph.hpp"
+#include "scheduler/plan.hpp"
+#include "scheduler/profile.hpp"
+
+namespace fusion {
+
+/// Settings of the estimator; the defaults describe the runtime as built.
+struct estimator_options {
+  /// Rate between two nodes of one site, or of two sites without a link that were not probed.
+  double local_mbit = 10000;
+  double local_rtt_s = 1e-4;
+  /// One coordinator round trip (gradient-norm report, optimizer step, stats poll: three per step).
+  double coordinator_rtt_s = 1e-3;
+  /// Rates assumed for a node that stated or measured none.
+  double default_gflops = 20;
+  /// Memory bandwidth for ops without a measured time (op::cost bytes / this), by device kind.
+  double cpu_mem_gbs = 10;
+  double gpu_mem_gbs = 1500;
+  /// Weight of a new measurement in the moving averages (0..1].
+  double ema_weight = 0.3;
+};
+
+/// The predicted cost of one step of a plan.
+struct step_estimate {
+  double step_s = 0;                    ///< wall time of one training step
+  double pipeline_s = 0;                ///< forward + backward of the M micro-batches (makespan)
+  double optimizer_s = 0;               ///< what follows: norm round trip, optimizer step, stats poll
+  std::vector<double> node_compute_s;   ///< per cluster node: op seconds per step (fwd + bwd + update)
+  std::vector<double> node_memory_bytes;///< per cluster node: memory_bytes() of its ops
+  /// Per plan edge (same order as plan::edges): seconds per step on its link, all micro-batches.
+  std::vector<double> edge_s;
+};
+
+/// Costs of one graph on one cluster, from a profile, refined by measurements.
+class workload_estimator {
+ public:
+  /// `profile.micro_batches` is M; `profile.nodes` must have one entry per cluster node.
+  workload_estimator(const graph& g, const cluster_spec& c, cluster_profile profile, estimator_options options = {});
+
+  const graph& model() const { return *graph_; }
+  const cluster_spec& cluster() const { return *cluster_; }
+  const cluster_profile& profile() const { return profile_; }
+  const estimator_options& options() const { return options_; }
+  int micro_batches() const { return profile_.micro_batches; }
+
+  /// Seconds per micro-batch of graph node `id` on cluster node `node` (0 for inputs): the
+  /// moving average of what was measured there, else the profile's time for its op_key scaled
+  /// by that node's correction factor, else op::cost over the node's rate.
+  double forward_s(int id, int node) const;
+  double backward_s(int id, int node) const;
+  /// Seconds of one optimizer update of the op's parameters on `node` (once per step).
+  double update_s(int id, int node) const;
+  /// forward_s + backward_s for every micro-batch, plus update_s: the op's seconds per step.
+  double step_compute_s(int id, int node) const;
+
+  /// Mbit/s and round-trip time between two cluster nodes (measured or refined, else the cluster
+  /// file's hint, else options().local_*). Infinite rate and 0 for a == b.
+  double link_mbit(int a, int b) const;
+  double link_rtt_s(int a, int b) const;
+  /// Seconds to move one tensor of `bytes` from node a to node b: bytes / rate + rtt / 2;
+  /// 0 when a == b.
+  double transfer_s(double bytes, int a, int b) const;
+
+  /// Bytes graph node `id` keeps on its node during a step: parameters, gradients and two
+  /// optimizer moments (4x the parameter bytes), and its output activation saved for each of
+  /// the M micro-batches twice (the saved output and its gradient).
+  double memory_bytes(int id) const;
+
+  /// Bytes of the output of graph node `id` per micro-batch (what an edge carries).
+  double output_bytes(int id) const;
+
+  /// The predicted step time of `p` by discrete-event simulation: every op actor runs one
+  /// message at a time, every node runs one op at a time (earliest ready first), forward of
+  /// micro-batch m starts when all its inputs arrived, backward when all its consumers'
+  /// gradients arrived (the loss turns around at once), each ordered node pair is one FIFO link
+  /// that overlaps with compute, and after the last backward come three coordinator round trips
+  /// and the slowest node's optimizer updates.
+  step_estimate simulate(const plan& p) const;
+
+  /// Refinement from a step's measurements. `forward_s` and `backward_s` are per micro-batch
+  /// (the mean over the step's micro-batches); the node's correction factor (measured /
+  /// profile) moves too, so its unmeasured ops follow.
+  void observe_op(int id, int node, double forward_s, double backward_s);
+  /// One tensor of `bytes` took `seconds` from a to b (first chunk sent to last chunk
+  /// acknowledged): refines the pair's rate, keeping its round-trip time.
+  void observe_transfer(int a, int b, double bytes, double seconds);
+
+ private:
+  double profile_forward_s(int id, int node) const;
+  double profile_backward_s(int id, int node) const;
+
+  const graph* graph_;
+  const cluster_spec* cluster_;
+  cluster_profile profile_;
+  estimator_options options_;
+  std::vector<std::string> keys_;                      // op_key per graph node ("" for inputs)
+  std::map<std::pair<int, int>, std::pair<double, double>> measured_;  // (id, node) -> (fwd, bwd)
+  std::vector<double> correction_;                     // per node: measured / profile (1 until measured)
+  std::map<std::pair<int, int>, double> link_mbit_;    // (min node, max node) -> refined rate
+};
+
+}  // namespace fusion

@@ -1,0 +1,114 @@
+// OP-Fence: placement from measured devices and links (docs/scheduler.md says what we chose and
+// why). Three steps:
+//   fences  nodes joined by links that are fast relative to the rest (single linkage on
+//           log-bandwidth, split at the widest gap when it is at least a factor gap_factor);
+//   order   candidate pipeline chains of fences and of nodes inside each that keep the slowest
+//           links off the chain (a slow link that must be crossed is crossed once);
+//   cut     an exact dynamic program over cut points of the topologically ordered DAG that
+//           minimises the bottleneck: max over stages of compute seconds per step and over cuts
+//           of transfer seconds per step, every edge crossing a cut counted (a residual fan-out
+//           crossing twice counts twice), subject to each node's memory.
+// Every candidate chain's cut is simulated by the workload estimator; the fastest step wins.
+// Plain C++, tested without actors.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "scheduler/estimator.hpp"
+#include "scheduler/placement.hpp"
+
+namespace fusion {
+
+/// Settings of OP-Fence.
+struct opfence_options {
+  /// Two groups of nodes form separate fences when the fastest link between them is at least
+  /// this factor slower than the slowest link inside either (single linkage on log-bandwidth).
+  double gap_factor = 4.0;
+  /// Nodes may be left without ops (a node behind a very slow link) for chains up to this
+  /// length; longer chains use every node (keeps planning O(K n^2)).
+  int skip_nodes_up_to = 16;
+  /// At most this many candidate chains are cut and simulated.
+  int max_candidates = 24;
+};
+
+/// The cut problem on one chain, as plain numbers (what the dynamic program and the brute force
+/// of the tests both solve). Ops are the graph's compute ops in topological order, 0..n-1; chain
+/// positions 0..K-1.
+struct cut_problem {
+  /// compute_s[k][i]: seconds per step of op i on the node at chain position k.
+  std::vector<std::vector<double>> compute_s;
+  /// cross_bytes[i] for i in 1..n-1: bytes per step crossing a cut placed just before op i (one
+  /// direction; every edge u -> w with u < i <= w counted once per such edge). cross_bytes[0]
+  /// is unused (0).
+  std::vector<double> cross_bytes;
+  /// seconds_per_byte[k][k2] and latency_s[k][k2]: the link from chain position k to k2 > k.
+  std::vector<std::vector<double>> seconds_per_byte;
+  std::vector<std::vector<double>> latency_s;
+  /// memory_bytes[i]: bytes op i needs; capacity_bytes[k]: what node k has (0: no limit).
+  std::vector<double> memory_bytes;
+  std::vector<double> capacity_bytes;
+  /// Whether chain positions may get no ops (the chain then continues past them).
+  bool allow_skip = true;
+};
+
+/// A solution: the chain position of every op (non-decreasing), its bottleneck and the sum of
+/// its stage and cut costs (the tie-break: among equal bottlenecks, the least total work).
+struct cut_solution {
+  bool feasible = false;
+  std::vector<int> position_of_op;
+  double bottleneck = 0;
+  double total = 0;
+};
+
+/// The exact optimum of `p` (lexicographic: bottleneck, then total) by dynamic programming over
+/// (ops placed, last chain position used).
+cut_solution solve_cuts(const cut_problem& p);
+
+/// The same by enumerating every assignment (tests only: exponential).
+cut_solution brute_force_cuts(const cut_problem& p);
+
+/// The cost of one assignment under `p` (bottleneck and total), or infeasible (memory, order).
+cut_solution evaluate_cuts(const cut_problem& p, const std::vector<int>& position_of_op);
+
+/// Fences: groups of cluster node indices, each sorted; nodes of one site are always in one
+/// fence. Rates come from est.link_mbit.
+std::vector<std::vector<int>> make_fences(const workload_estimator& est, double gap_factor);
+
+/// Candidate chains (cluster node indices, each node once) built from `fences`: fence orders
+/// that maximise the slowest link between consecutive fences (all orders for up to 6 fences,
+/// greedy from each start beyond), nodes inside a fence by the same rule, each chain also
+/// reversed; at most `max_candidates`, best first.
+std::vector<std::vector<int>> candidate_chains(const workload_estimator& est, const std::vector<std::vector<int>>& fences,
+                                               int max_candidates);
+
+/// The cut problem of `chain` for the estimator's graph.
+cut_problem make_cut_problem(const workload_estimator& est, const std::vector<int>& chain, bool allow_skip);
+
+/// What OP-Fence decided and why (fusion-cluster plan prints it).
+struct opfence_report {
+  std::vector<std::vector<int>> fences;
+  std::vector<int> chain;               ///< the chosen chain
+  double bottleneck_s = 0;              ///< the DP's bottleneck on it
+  step_estimate estimate;               ///< the simulated step of the chosen plan
+  int candidates = 0;                   ///< chains cut and simulated
+};
+
+/// Places the estimator's graph with OP-Fence. Throws placement_error (naming the cluster file)
+/// when no chain fits in memory: the message names the node with the most memory, what it has
+/// and what the smallest stage needs.
+placement opfence_place(const workload_estimator& est, const opfence_options& options = {}, opfence_report* report = nullptr);
+
+/// The placer registered for placement_policy::opfence: builds a workload_estimator from
+/// (g, c, profile) and calls opfence_place.
+class opfence_placer : public placer {
+ public:
+  explicit opfence_placer(opfence_options options = {}) : options_(options) {}
+  const char* name() const override { return "opfence"; }
+  placement place(const graph& g, const cluster_spec& c, const cluster_profile& profile) const override;
+
+ private:
+  opfence_options options_;
+};
+
+}  // namespace fusion
