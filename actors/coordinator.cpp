@@ -1,6 +1,7 @@
 // The coordinator's phases: nodes join, the run is planned from their profile, op actors are
 // spawned and wired by executing the plan, and later re-wired by applying a plan diff at a step
-// boundary; queries and commands in every phase; failure and shutdown. Training steps live in
+// boundary; queries and commands in every phase; failure and shutdown. Measuring the profile
+// between joining and placing lives in actors/coordinator_profile.cpp, training steps in
 // actors/coordinator_train.cpp.
 #include <caf/io/all.hpp>
 
@@ -165,18 +166,13 @@ void spawn_ops(coord_ptr self, std::function<void()> done) {
   });
 }
 
-void plan_and_wire(coord_ptr self) {
+// Places the ops from st.profile (cluster mode) and wires them.
+void place_and_wire(coord_ptr self) {
   auto& st = self->state;
-  st.phase = run_phase::planning;
+  if (st.phase == run_phase::failed) return;
   const graph& g = st.in->model;
   try {
     if (cluster_mode(st)) {
-      st.profile = profile_from_cluster(st.in->cluster);
-      // What the nodes measured and reported when they joined.
-      for (size_t i = 0; i < st.hellos.size(); ++i) {
-        st.profile.nodes[i].gflops = st.hellos[i].gflops;
-        st.profile.nodes[i].memory_bytes = st.hellos[i].memory_bytes;
-      }
       st.current = plan_run(g, st.in->cluster, st.profile, 1);
     } else {
       st.current = make_plan(g, placement{std::vector<int>(g.nodes.size(), 0)}, 1);
@@ -199,6 +195,15 @@ void plan_and_wire(coord_ptr self) {
       });
     });
   });
+}
+
+// Every node has joined (or this is a one-process run): profile the cluster
+// (actors/coordinator_profile.cpp), then place and wire.
+void plan_and_wire(coord_ptr self) {
+  auto& st = self->state;
+  st.phase = run_phase::planning;
+  if (!cluster_mode(st)) return place_and_wire(self);
+  prepare_profile(self, [=] { place_and_wire(self); });
 }
 
 // ---- joining ---------------------------------------------------------------------------------
@@ -448,6 +453,7 @@ caf::behavior coordinator_fn(coord_ptr self, std::shared_ptr<run_inputs> in) {
       },
       [=](resume_atom, bool) { begin_step(self); },
       [=](loss_atom, uint64_t s, uint32_t mb, double l) { on_loss(self, s, mb, l); },
+      [=](feed_atom, uint64_t s, uint32_t mb) { on_feed(self, s, mb); },
       [=](grads_atom, uint64_t s, int32_t id, double v, std::vector<double>& fwd, std::vector<double>& bwd) {
         on_grads(self, s, id, v, fwd, bwd);
       },

@@ -1,6 +1,7 @@
 // The coordinator's state and the functions its behavior is made of, shared by
 // actors/coordinator.cpp (phases: joining, planning, wiring, re-wiring; the behavior, failure,
-// shutdown), actors/coordinator_train.cpp (training steps, evaluation, sampling, checkpoints,
+// shutdown), actors/coordinator_profile.cpp (the cluster profile: loaded or measured before
+// placement), actors/coordinator_train.cpp (training steps, evaluation, sampling, checkpoints,
 // metrics) and actors/coordinator_admin.cpp (queries, pause/resume, the admin actor).
 // Internal to actors/.
 #pragma once
@@ -21,6 +22,7 @@
 #include "actors/coordinator.hpp"
 #include "actors/errors.hpp"
 #include "actors/messages.hpp"
+#include "scheduler/estimator.hpp"
 #include "scheduler/plan.hpp"
 
 namespace fusion {
@@ -28,7 +30,7 @@ namespace fusion {
 using clock_type = std::chrono::steady_clock;
 
 /// What the coordinator is waiting for, so that a timeout or a stray message is judged right.
-enum class activity : uint8_t { idle, joining, wiring, step, optimizer, polling, eval, sample, state };
+enum class activity : uint8_t { idle, joining, profiling, wiring, step, optimizer, polling, eval, sample, state };
 
 /// The step in flight.
 struct step_ctx {
@@ -37,6 +39,7 @@ struct step_ctx {
   std::vector<double> losses, sq;
   size_t n_loss = 0, n_grads = 0;
   std::vector<char> reported;
+  std::vector<int32_t> x, y;        // the batch, kept while micro-batches are fed one by one
   step_record rec;
 };
 
@@ -68,6 +71,7 @@ struct coordinator_state {
   // ---- the plan and what executes it ----
   cluster_profile profile;
   plan current;
+  std::unique_ptr<workload_estimator> estimator;  // cluster mode, from the first step on
   std::vector<caf::actor> actors;               // op actors by graph node id
   std::map<uint64_t, caf::actor> senders;       // edge senders by plan edge id
   std::vector<int> compute_nodes;               // non-input graph node ids
@@ -114,6 +118,7 @@ void shutdown_nodes(coord_ptr self, std::function<void()> done);
 // ---- actors/coordinator_train.cpp ----
 void begin_step(coord_ptr self);
 void on_loss(coord_ptr self, uint64_t s, uint32_t mb, double loss);
+void on_feed(coord_ptr self, uint64_t s, uint32_t mb);
 void on_grads(coord_ptr self, uint64_t s, int32_t id, double sq, std::vector<double>& fwd, std::vector<double>& bwd);
 void on_output(coord_ptr self, tensor& logits);
 void on_step_timeout(coord_ptr self);
@@ -125,6 +130,17 @@ void load_checkpoint_async(coord_ptr self, std::string path, std::function<void(
 void finish_training(coord_ptr self, bool interrupted);
 void write_run_record(coord_ptr self);
 
+// ---- actors/coordinator_profile.cpp ----
+/// Cluster mode, once every node has joined: sets st.profile from cfg.profile_file when that
+/// exists, else measures it (op timings on every node, link probes between sites) and saves it
+/// there when one is configured; then calls `done`. A failure fails the run instead.
+void prepare_profile(coord_ptr self, std::function<void()> done);
+
+// ---- actors/coordinator_estimate.cpp ----
+/// The estimator's prediction of the next step of the current plan (0 in one process).
+double predict_step(coord_ptr self);
+/// Feeds a finished step's op and edge times to the estimator (moving averages).
+void observe_step(coord_ptr self, const step_record& rec);
 // ---- actors/coordinator_admin.cpp ----
 void publish_admin(coord_ptr self);
 std::string answer_query(coord_ptr self, const std::string& topic, caf::error& err);

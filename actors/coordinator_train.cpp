@@ -51,12 +51,14 @@ void log_metrics(coordinator_state& st, const std::string& line) {
 
 bool tty(const coordinator_state& st) { return st.in->cfg.progress && isatty(STDERR_FILENO); }
 
-// Splits a (rows, T) batch into micro-batches and sends tokens and targets to the inputs.
+// Sends micro-batches [first, last) of a (rows, T) batch (tokens and targets) to the inputs.
 void feed(coord_ptr self, uint64_t s, pass_mode mode, const std::vector<int32_t>& x, const std::vector<int32_t>& y,
-          int64_t rows, int64_t per_mb, int64_t T) {
+          int64_t rows, int64_t per_mb, int64_t T, int64_t first = 0, int64_t last = -1) {
   auto& st = self->state;
   const graph& g = st.in->model;
-  for (int64_t r = 0, mb = 0; r < rows; r += per_mb, ++mb) {
+  if (last < 0) last = (rows + per_mb - 1) / per_mb;
+  for (int64_t mb = first; mb < last; ++mb) {
+    const int64_t r = mb * per_mb;
     auto xs = std::span<const int32_t>(x).subspan(r * T, per_mb * T);
     self->send(st.actors[g.tokens_node], forward_atom::value, s, static_cast<uint32_t>(mb), uint32_t{0},
                static_cast<uint8_t>(mode), tensor::from_i32({per_mb, T}, xs));
@@ -173,8 +175,8 @@ void optimizer_step(coord_ptr self) {
               if (*failed || --*left > 0) return;
               auto& s = self->state;
               ++s.step;
-              s.cur->rec.tokens_per_s = static_cast<double>(s.in->cfg.batch * s.in->model.context) /
-                                        seconds_between(s.cur->t0, clock_type::now());
+              s.cur->rec.step_s = seconds_between(s.cur->t0, clock_type::now());
+              s.cur->rec.tokens_per_s = static_cast<double>(s.in->cfg.batch * s.in->model.context) / s.cur->rec.step_s;
               step_record done = std::move(s.cur->rec);
               if (!s.nodes.empty()) return poll_traffic(self, std::move(done));
               end_step(self, std::move(done));
@@ -192,16 +194,18 @@ void end_step(coord_ptr self, step_record rec) {
   st.cur.reset();
   st.act = activity::idle;
   ++st.timer;
+  observe_step(self, rec);
   const int64_t tokens_per_step = cfg.batch * st.in->model.context;
   double elapsed = seconds_between(st.train_t0, clock_type::now());
   double avg_tps = static_cast<double>((st.step - st.train_first) * tokens_per_step) / std::max(elapsed, 1e-9);
   if (st.metrics.is_open()) {
-    char buf[256];
+    char buf[384];
     std::snprintf(buf, sizeof buf,
                   "{\"type\": \"step\", \"step\": %lld, \"loss\": %.6f, \"lr\": %.6g, \"grad_norm\": %.6f, "
-                  "\"tokens_per_s\": %.1f, \"elapsed_s\": %.3f, \"time\": \"%s\", ",
-                  static_cast<long long>(rec.step), rec.loss, rec.lr, rec.grad_norm, rec.tokens_per_s, elapsed,
-                  wall_time().c_str());
+                  "\"tokens_per_s\": %.1f, \"step_s\": %.4f, \"predicted_step_s\": %.4f, \"elapsed_s\": %.3f, "
+                  "\"time\": \"%s\", ",
+                  static_cast<long long>(rec.step), rec.loss, rec.lr, rec.grad_norm, rec.tokens_per_s, rec.step_s,
+                  rec.predicted_step_s, elapsed, wall_time().c_str());
     log_metrics(st, buf + measurement_fields(rec, st.in->model) + "}");
   }
   if (cfg.progress && (tty(st) || st.step % std::max<int64_t>(1, cfg.log_every) == 0 || st.step == cfg.steps)) {
@@ -258,15 +262,33 @@ void begin_step(coord_ptr self) {
   st.cur.emplace();
   auto& c = *st.cur;
   c.s = static_cast<uint64_t>(st.step);
+  c.rec.predicted_step_s = predict_step(self);
   c.t0 = clock_type::now();
   c.losses.assign(M, NAN);
   c.sq.assign(st.in->model.nodes.size(), 0.0);
   c.reported.assign(st.in->model.nodes.size(), 0);
-  std::vector<int32_t> x(B * T), y(B * T);
-  st.in->data->train_batch(cfg.seed, c.s, B, T, x.data(), y.data());
+  c.x.resize(B * T);
+  c.y.resize(B * T);
+  st.in->data->train_batch(cfg.seed, c.s, B, T, c.x.data(), c.y.data());
   st.act = activity::step;
   arm_timeout(self, cfg.step_timeout_s);
-  feed(self, c.s, pass_mode::train, x, y, B, st.micro_rows, T);
+  // Paced feeding (workload_estimator::feed_interval_s): micro-batch m leaves at m x the
+  // slowest node's forward time, so every node runs one micro-batch through its ops before the
+  // next and the stages overlap like a pipeline. Losses do not depend on it: every op actor
+  // still sees the micro-batches in order.
+  const double interval = st.estimator ? st.estimator->feed_interval_s(st.current) : 0.0;
+  if (interval <= 0 || M == 1) return feed(self, c.s, pass_mode::train, c.x, c.y, B, st.micro_rows, T);
+  feed(self, c.s, pass_mode::train, c.x, c.y, B, st.micro_rows, T, 0, 1);
+  for (int64_t mb = 1; mb < M; ++mb)
+    self->delayed_send(self, std::chrono::microseconds(static_cast<int64_t>(interval * 1e6 * static_cast<double>(mb))),
+                       feed_atom::value, c.s, static_cast<uint32_t>(mb));
+}
+
+void on_feed(coord_ptr self, uint64_t s, uint32_t mb) {
+  auto& st = self->state;
+  if (st.act != activity::step || !st.cur || st.cur->s != s) return;  // the step failed or was abandoned
+  const int64_t T = st.in->model.context, B = st.in->cfg.batch;
+  feed(self, s, pass_mode::train, st.cur->x, st.cur->y, B, st.micro_rows, T, mb, mb + 1);
 }
 
 void on_loss(coord_ptr self, uint64_t, uint32_t mb, double loss) {

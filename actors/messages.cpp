@@ -20,6 +20,10 @@ void add_fusion_message_types(caf::actor_system_config& cfg) {
   cfg.add_message_type<edge_config>("fusion.edge_config");
   cfg.add_message_type<std::vector<std::string>>("fusion.string_list");
   cfg.add_message_type<admin_actor>("fusion.admin_actor");
+  cfg.add_message_type<op_signature>("fusion.op_signature");
+  cfg.add_message_type<std::vector<op_signature>>("fusion.op_signature_list");
+  cfg.add_message_type<op_timing>("fusion.op_timing");
+  cfg.add_message_type<device_timing>("fusion.device_timing");
   add_fusion_error_category(cfg);
 }
 

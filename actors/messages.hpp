@@ -20,6 +20,12 @@
 //
 // Across processes (actors/node_actor.hpp): a node asks hello_atom(node_hello, node actor); the
 // coordinator answers welcome_atom(index, version) or a fusion_errc::refused error saying why.
+// Before placing anything the coordinator profiles the cluster (docs/scheduler.md):
+//   coordinator -> node  profile_atom(op signatures) -> device_timing: forward, backward and
+//                        update seconds per op key, the CPU share and the free memory
+//   coordinator -> node  probe_atom(peer name, host, data port, window ms) -> (Mbit/s, RTT s)
+//                        of the link to the peer's data channel, or a connect_failed error
+// Both run on a thread of their own on the node, so its mailbox keeps flowing meanwhile.
 // The coordinator then asks nodes to spawn_atom op actors, edge_atom senders and route_atom
 // receiving ends (unroute_atom and drop_atom remove them again when the wiring changes), polls
 // stats_atom after every step and ends the run with shutdown_atom. Tensors on a cross-process
@@ -36,6 +42,7 @@
 
 #include "actors/errors.hpp"
 #include "core/wire.hpp"
+#include "scheduler/op_timing.hpp"
 #include "tensor/tensor.hpp"
 
 namespace fusion {
@@ -66,6 +73,8 @@ using stats_atom = caf::atom_constant<caf::atom("stats")>;
 using shutdown_atom = caf::atom_constant<caf::atom("shutdown")>;
 using unroute_atom = caf::atom_constant<caf::atom("unroute")>;
 using drop_atom = caf::atom_constant<caf::atom("dropedge")>;
+using profile_atom = caf::atom_constant<caf::atom("profile")>;
+using probe_atom = caf::atom_constant<caf::atom("probe")>;
 // The session (actors/trainer.hpp) and tests talking to the coordinator.
 using start_atom = caf::atom_constant<caf::atom("start")>;
 using train_atom = caf::atom_constant<caf::atom("train")>;
@@ -78,6 +87,9 @@ using pause_atom = caf::atom_constant<caf::atom("pause")>;
 using resume_atom = caf::atom_constant<caf::atom("resume")>;
 using rewire_atom = caf::atom_constant<caf::atom("rewire")>;
 using timeout_atom = caf::atom_constant<caf::atom("timeout")>;
+/// Coordinator to itself: feed micro-batch `mb` of step `s` now (paced feeding, see
+/// workload_estimator::feed_interval_s).
+using feed_atom = caf::atom_constant<caf::atom("feed")>;
 
 /// Named tensors, the unit of checkpoint state exchanged with op actors.
 using named_tensors = std::vector<std::pair<std::string, tensor>>;
@@ -224,6 +236,22 @@ struct node_stats {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, node_stats& x) {
   return f(caf::meta::type_name("node_stats"), x.edges, x.rejected, x.last_rejection);
+}
+
+// Profiling (scheduler/op_timing.hpp, scheduler/profile.hpp).
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, op_signature& x) {
+  return f(caf::meta::type_name("op_signature"), x.key, x.kind, x.attrs, x.input_shapes, x.input_types);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, op_timing& x) {
+  return f(caf::meta::type_name("op_timing"), x.forward_s, x.backward_s, x.update_s);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, device_timing& x) {
+  return f(caf::meta::type_name("device_timing"), x.device, x.ops, x.cpu_share, x.memory_bytes, x.seconds);
 }
 
 /// Registers every message type above with an actor system config (same names on every node).

@@ -1,5 +1,6 @@
 #include "actors/node_actor.hpp"
 
+#include <cstdio>
 #include <cstring>
 #include <iostream>
 #include <map>
@@ -11,6 +12,8 @@
 #include "actors/op_actor.hpp"
 #include "core/log.hpp"
 #include "core/wire.hpp"
+#include "net/link_probe.hpp"
+#include "scheduler/op_timing.hpp"
 
 namespace fusion {
 
@@ -74,6 +77,48 @@ std::shared_ptr<data_link> link_to(node_ptr self, const std::string& host, uint1
   return link;
 }
 
+// Profiling and link probes block for up to seconds: each runs in a detached actor (a thread of
+// its own) that answers the coordinator's request itself and quits, so the node actor keeps
+// serving heartbeats, stats polls and shutdown meanwhile.
+caf::behavior measure_worker(caf::event_based_actor* self, node_identity id) {
+  const std::string me = "fusion-node " + id.name;
+  return {
+      [=](profile_atom, std::vector<op_signature>& ops) -> caf::result<device_timing> {
+        self->quit();
+        try {
+          auto t = time_ops(id.device, ops);
+          char line[160];
+          std::snprintf(line, sizeof line, "timed %zu ops on %s in %.2f s (CPU share %.2f)", t.ops.size(),
+                        t.device.c_str(), t.seconds, t.cpu_share);
+          log_info(me, line);
+          return t;
+        } catch (const std::exception& e) {
+          return make_error(fusion_errc::op_failed, "node " + id.name + ": " + e.what());
+        }
+      },
+      [=](probe_atom, std::string& peer, std::string& host, uint16_t port, uint32_t warmup_ms,
+          uint32_t window_ms) -> caf::result<double, double> {
+        self->quit();
+        net::probe_options o;
+        o.warmup = std::chrono::milliseconds(warmup_ms);
+        o.duration = std::chrono::milliseconds(window_ms);
+        // Small frames: a slow link still gets acks (rate samples) within a short window.
+        o.frame_bytes = size_t{64} << 10;
+        o.connect_timeout = std::chrono::milliseconds(3000);
+        o.ack_timeout = std::chrono::milliseconds(5000);
+        auto r = net::probe_link(host, port, o);
+        if (!r)
+          return make_error(fusion_errc::connect_failed,
+                            "link probe from node '" + id.name + "' to node '" + peer + "' failed: " + r.error());
+        char line[200];
+        std::snprintf(line, sizeof line, "link to node '%s' (%s:%u): %.1f Mbit/s, round trip %.3f ms", peer.c_str(),
+                      host.c_str(), static_cast<unsigned>(port), r->mbit_per_s, r->rtt_ms);
+        log_info(me, line);
+        return {r->mbit_per_s, r->rtt_ms / 1e3};
+      },
+  };
+}
+
 caf::behavior node_actor_fn(node_ptr self, node_identity id, std::shared_ptr<std::atomic<int>> exit_code,
                            std::shared_ptr<route_table> routes) {
   self->state.id = std::move(id);
@@ -134,6 +179,18 @@ caf::behavior node_actor_fn(node_ptr self, node_identity id, std::shared_ptr<std
           st.traffic.erase(edge);
         }
         return true;
+      },
+      [=](profile_atom, std::vector<op_signature>& ops) -> caf::result<device_timing> {
+        auto rp = self->make_response_promise();
+        rp.delegate(self->spawn<caf::detached>(measure_worker, self->state.id), profile_atom::value, std::move(ops));
+        return rp;
+      },
+      [=](probe_atom, std::string& peer, std::string& host, uint16_t port, uint32_t warmup_ms,
+          uint32_t window_ms) -> caf::result<double, double> {
+        auto rp = self->make_response_promise();
+        rp.delegate(self->spawn<caf::detached>(measure_worker, self->state.id), probe_atom::value, std::move(peer),
+                    std::move(host), port, warmup_ms, window_ms);
+        return rp;
       },
       [=](wire_atom, const wire_chunk& c) { receive_chunk(self, c); },
       [=](wire_atom, const std::string& rejection) { reject(self, rejection); },

@@ -4,7 +4,9 @@
 // for the edges that end here, validates and reassembles them and hands the tensors to the local
 // op actors, acknowledging every chunk to its sender. Chunks arrive as wire_atom messages over
 // CAF or, by default, over the node's TCP data channel (actors/data_channel.hpp). It reports edge traffic when polled and
-// stops everything it hosts when the coordinator ends the run or goes away.
+// stops everything it hosts when the coordinator ends the run or goes away. Before placement it
+// times the run's ops on its device (profile_atom) and probes links to other nodes' data
+// channels (probe_atom), each in a detached actor of its own (actors/messages.hpp).
 #pragma once
 
 #include <caf/all.hpp>

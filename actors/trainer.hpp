@@ -52,6 +52,10 @@ struct train_config {
   // ---- several processes (docs/cluster.md) ----
   std::string cluster_file;                ///< cluster file: op actors run on fusion-node processes
   std::string listen;                      ///< "HOST:PORT" to wait for nodes on (default: the cluster file's)
+  std::string policy;                      ///< placement policy overriding the cluster file's (empty: the file's)
+  /// Profile file (docs/scheduler.md): loaded instead of measuring the cluster when it exists,
+  /// else written with what was measured; empty: measure, save nothing.
+  std::string profile_file;
   double join_timeout_s = 60;              ///< every node of the cluster file must join within this
   int64_t heartbeat_ms = 250;              ///< CAF middleman heartbeat between processes
   int64_t peer_timeout_ms = 2000;          ///< a peer silent this long is dead (hung or gone)
@@ -102,6 +106,8 @@ struct step_record {
   double lr = 0;
   double grad_norm = 0;    ///< before clipping
   double tokens_per_s = 0; ///< of this step
+  double step_s = 0;       ///< wall time of this step, feed to the last optimizer update
+  double predicted_step_s = 0; ///< the workload estimator's prediction before the step (0: none)
   std::vector<op_measurement> ops;     ///< every compute op
   std::vector<edge_measurement> edges; ///< every cross-process edge that carried data
 };

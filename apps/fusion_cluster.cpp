@@ -1,6 +1,7 @@
 // fusion-cluster: validates a cluster file, prints the placement of a model on it, and prints the
 // cluster in a line format for shell scripts (scripts/sites.sh reads it; it never parses pbtxt).
 // Plain main() without CAF. Exit codes: 0 ok, 2 bad usage or bad file (message on stderr).
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <iostream>
@@ -8,11 +9,15 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "core/cluster.hpp"
 #include "core/graph.hpp"
 #include "core/wire.hpp"
+#include "scheduler/opfence.hpp"
 #include "scheduler/placement.hpp"
 #include "scheduler/plan.hpp"
+#include "scheduler/plan_report.hpp"
 
 namespace {
 
@@ -20,6 +25,8 @@ using namespace fusion;
 
 constexpr const char* usage_text =
     R"(usage: fusion-cluster check CLUSTER [--model FILE] [--batch N]
+       fusion-cluster plan CLUSTER --model FILE [--batch B] [--micro-batches M] [--policy P]
+                           [--profile FILE] [--json]
        fusion-cluster netns CLUSTER
        fusion-cluster --help | --version
 
@@ -29,12 +36,22 @@ check   validates the cluster file (format: docs/cluster.md) and prints its site
         cluster file; per node the ops, their estimated FLOPs per step and share, every
         cross-node edge), then the plan's edges, one line per direction of every cross-node
         edge: id, fwd/bwd, producer -> consumer, from -> to node, bytes per micro-batch, codec.
+plan    predicts a run without running it: places the model (loaded for micro-batches of B/M
+        rows; defaults B=16, M=4) with the policy P (default: the cluster file's; opfence, even
+        or explicit) from the profile FILE that fusion-train measured (--cluster.profile), or
+        else from the rates the cluster file states (gflops, memory_gib, link mbit), and prints
+        per stage the node, its ops, predicted compute per step and memory, per cut edge the
+        bytes and predicted transfer time, and the predicted step time and tokens/s. With
+        OP-Fence also its fences and chosen chain (docs/scheduler.md). --json prints the same
+        as one JSON object.
 netns   prints the cluster for shell scripts, one item per line, fields separated by spaces:
           site NAME INDEX            (INDEX from 1, file order)
-          node NAME SITE DEVICE
+          node NAME SITE DEVICE CPU_SHARE
+                                     (CPU_SHARE: cores, e.g. 0.5; 0 when uncapped)
           link SITE_A SITE_B MBIT    (each direction; site pairs without a line are unshaped)
           coordinator HOST PORT
-        scripts/sites.sh reads it to build the network-namespace emulation of the sites.
+        scripts/sites.sh reads it to build the network-namespace emulation of the sites,
+        scripts/run-sites.sh to start the nodes (and cap their CPU with cgroups).
 
 Errors go to stderr as FILE:LINE: message; the exit code is then 2.
 )";
@@ -51,7 +68,8 @@ std::string mbit_text(double mbit) {
 
 void print_netns(const cluster_spec& c) {
   for (size_t i = 0; i < c.sites.size(); ++i) std::cout << "site " << c.sites[i].name << " " << i + 1 << "\n";
-  for (auto& n : c.nodes) std::cout << "node " << n.name << " " << n.site << " " << n.device << "\n";
+  for (auto& n : c.nodes)
+    std::cout << "node " << n.name << " " << n.site << " " << n.device << " " << mbit_text(n.cpu_share) << "\n";
   for (auto& l : c.links) std::cout << "link " << l.a << " " << l.b << " " << mbit_text(l.mbit) << "\n";
   std::cout << "coordinator " << c.coordinator_host << " " << c.coordinator_port << "\n";
 }
@@ -75,15 +93,132 @@ void print_summary(const cluster_spec& c) {
     }
 }
 
-int64_t parse_batch(const std::string& v) {
+
+int64_t parse_count(const std::string& flag, const std::string& v) {
   char* end = nullptr;
   long long b = std::strtoll(v.c_str(), &end, 10);
-  if (v.empty() || *end != '\0' || b < 1) throw usage_error("--batch needs an integer >= 1, got '" + v + "'");
+  if (v.empty() || *end != '\0' || b < 1) throw usage_error(flag + " needs an integer >= 1, got '" + v + "'");
   return b;
 }
 
+nlohmann::json plan_json(const workload_estimator& est, const plan_report& r, const opfence_report* fence) {
+  const graph& g = est.model();
+  const cluster_spec& c = est.cluster();
+  nlohmann::json out = {{"model", g.name}, {"cluster", c.name}, {"micro_batches", est.micro_batches()},
+                        {"micro_batch_rows", g.batch}, {"step_s", r.step_s}, {"pipeline_s", r.pipeline_s},
+                        {"optimizer_s", r.optimizer_s}, {"tokens_per_s", r.tokens_per_s}};
+  out["stages"] = nlohmann::json::array();
+  for (auto& s : r.stages) {
+    nlohmann::json ops = nlohmann::json::array();
+    for (int id : s.ops) ops.push_back(g.nodes[id].name);
+    out["stages"].push_back({{"node", c.nodes[s.node].name}, {"site", c.nodes[s.node].site},
+                             {"device", c.nodes[s.node].device}, {"compute_s", s.compute_s},
+                             {"memory_bytes", s.memory_bytes}, {"capacity_bytes", s.capacity_bytes}, {"ops", ops}});
+  }
+  out["idle_nodes"] = nlohmann::json::array();
+  for (int k : r.idle_nodes) out["idle_nodes"].push_back(c.nodes[k].name);
+  out["cuts"] = nlohmann::json::array();
+  for (auto& x : r.cuts)
+    out["cuts"].push_back({{"producer", g.nodes[x.producer].name}, {"consumer", g.nodes[x.consumer].name},
+                           {"from", c.nodes[x.from].name}, {"to", c.nodes[x.to].name},
+                           {"bytes_per_micro_batch", x.bytes_per_micro_batch},
+                           {"mbit", std::isinf(x.mbit) ? nlohmann::json(nullptr) : nlohmann::json(x.mbit)},
+                           {"transfer_s", x.transfer_s}});
+  if (fence) {
+    auto names = [&](const std::vector<int>& v) {
+      nlohmann::json a = nlohmann::json::array();
+      for (int k : v) a.push_back(c.nodes[k].name);
+      return a;
+    };
+    out["fences"] = nlohmann::json::array();
+    for (auto& f : fence->fences) out["fences"].push_back(names(f));
+    out["chain"] = names(fence->chain);
+    out["candidates"] = fence->candidates;
+  }
+  return out;
+}
+
+// fusion-cluster plan: the prediction of a run from the cluster file (or a measured profile).
+int run_plan(const std::vector<std::string>& args) {
+  std::string cluster_file, model_file, policy, profile_file;
+  int64_t batch = 16, micro = 4;
+  bool json = false;
+  for (size_t i = 1; i < args.size(); ++i) {
+    std::string a = args[i], v;
+    auto eq = a.find('=');
+    bool inline_value = a.rfind("--", 0) == 0 && eq != std::string::npos;
+    if (inline_value) {
+      v = a.substr(eq + 1);
+      a = a.substr(0, eq);
+    }
+    auto value = [&]() -> std::string {
+      if (inline_value) return v;
+      if (i + 1 >= args.size()) throw usage_error(a + " needs a value");
+      return args[++i];
+    };
+    if (a == "--help" || a == "-h") {
+      std::cout << usage_text;
+      return 0;
+    } else if (a == "--model") model_file = value();
+    else if (a == "--batch") batch = parse_count(a, value());
+    else if (a == "--micro-batches") micro = parse_count(a, value());
+    else if (a == "--policy") policy = value();
+    else if (a == "--profile") profile_file = value();
+    else if (a == "--json" && !inline_value) json = true;
+    else if (a.rfind("-", 0) == 0) throw usage_error("unknown option '" + a + "' for plan");
+    else if (cluster_file.empty()) cluster_file = a;
+    else throw usage_error("unexpected argument '" + a + "'");
+  }
+  if (cluster_file.empty()) throw usage_error("plan needs a CLUSTER file");
+  if (model_file.empty()) throw usage_error("plan needs --model FILE");
+  if (batch % micro != 0)
+    throw usage_error("--batch " + std::to_string(batch) + " is not a multiple of --micro-batches " + std::to_string(micro));
+  cluster_spec c = load_cluster(cluster_file);
+  if (!policy.empty()) {
+    const auto& names = placement_policy_names();
+    auto it = std::find(names.begin(), names.end(), policy);
+    if (it == names.end()) throw usage_error("unknown --policy '" + policy + "' (opfence, even or explicit)");
+    c.placement.policy = static_cast<placement_policy>(it - names.begin());
+  }
+  cluster_profile prof = profile_file.empty() ? profile_from_cluster(c) : load_profile(profile_file, c);
+  prof.micro_batches = static_cast<int>(micro);
+  graph g = load_graph(model_file, batch / micro);
+  workload_estimator est(g, c, prof);
+  opfence_report fence;
+  bool is_fence = c.placement.policy == placement_policy::opfence;
+  placement where = is_fence ? opfence_place(est, {}, &fence) : place_ops(g, c, prof);
+  plan p = make_plan(g, std::move(where));
+  plan_report r = report_plan(est, p, static_cast<double>(batch * g.context));
+  if (json) {
+    std::cout << plan_json(est, r, is_fence ? &fence : nullptr).dump(2) << "\n";
+    return 0;
+  }
+  std::cout << "plan of model '" << g.name << "' (" << g.param_count() / 1e6 << " M parameters; batch " << batch << " = "
+            << micro << " micro-batches of " << batch / micro << ") on cluster '" << c.name << "' ("
+            << c.nodes.size() << " nodes), policy " << placement_policy_names()[static_cast<int>(c.placement.policy)]
+            << ", rates " << (profile_file.empty() ? "stated by the cluster file" : "measured (" + profile_file + ")")
+            << "\n";
+  for (size_t k = 0; k < c.nodes.size(); ++k)
+    if (prof.nodes[k].gflops <= 0 && prof.nodes[k].ops.empty())
+      std::cout << "note: node '" << c.nodes[k].name << "' states no gflops and was not measured: assumed "
+                << est.options().default_gflops << " GFLOP/s\n";
+  if (is_fence) {
+    std::cout << "fences:";
+    for (auto& f : fence.fences) {
+      std::cout << " {";
+      for (size_t i = 0; i < f.size(); ++i) std::cout << (i ? " " : "") << c.nodes[f[i]].name;
+      std::cout << "}";
+    }
+    std::cout << "\nchain:";
+    for (int k : fence.chain) std::cout << " " << c.nodes[k].name;
+    std::cout << " (best of " << fence.candidates << " candidate chains)\n";
+  }
+  std::cout << format_plan_report(est, r);
+  return 0;
+}
+
 int run(const std::vector<std::string>& args) {
-  if (args.empty()) throw usage_error("missing command (check or netns)");
+  if (args.empty()) throw usage_error("missing command (check, plan or netns)");
   if (args[0] == "--help" || args[0] == "-h" || args[0] == "help") {
     std::cout << usage_text;
     return 0;
@@ -93,7 +228,8 @@ int run(const std::vector<std::string>& args) {
     return 0;
   }
   const std::string& cmd = args[0];
-  if (cmd != "check" && cmd != "netns") throw usage_error("unknown command '" + cmd + "' (check or netns)");
+  if (cmd == "plan") return run_plan(args);
+  if (cmd != "check" && cmd != "netns") throw usage_error("unknown command '" + cmd + "' (check, plan or netns)");
   std::string cluster_file, model_file;
   int64_t batch = 8;
   bool batch_given = false;
@@ -111,10 +247,10 @@ int run(const std::vector<std::string>& args) {
     } else if (cmd == "check" && a.rfind("--model=", 0) == 0) {
       model_file = a.substr(8);
     } else if (cmd == "check" && a == "--batch") {
-      batch = parse_batch(value(a));
+      batch = parse_count("--batch", value(a));
       batch_given = true;
     } else if (cmd == "check" && a.rfind("--batch=", 0) == 0) {
-      batch = parse_batch(a.substr(8));
+      batch = parse_count("--batch", a.substr(8));
       batch_given = true;
     } else if (a.rfind("-", 0) == 0) {
       throw usage_error("unknown option '" + a + "' for " + cmd);

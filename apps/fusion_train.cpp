@@ -135,6 +135,12 @@ struct train_app_config : table_config {
                     &run.cluster_file),
         {"cluster", "listen", "HOST:PORT this coordinator listens on for nodes (default: the cluster file's)",
          &run.listen},
+        {"cluster", "policy", "placement policy overriding the cluster file's: opfence, even or explicit",
+         &run.policy},
+        path_option("cluster", "profile",
+                    "profile file: used instead of measuring the nodes and links when it exists, else written "
+                    "with what was measured; --profile FILE for short",
+                    &run.profile_file),
         {"cluster", "join-timeout", "seconds to wait for every node of the cluster file to join", &run.join_timeout_s},
         {"cluster", "heartbeat-ms", "heartbeat interval between processes in milliseconds", &run.heartbeat_ms},
         {"cluster", "peer-timeout-ms", "a process silent this long is declared dead (milliseconds)",
@@ -152,10 +158,12 @@ struct train_app_config : table_config {
 
 const char* usage =
     "usage: fusion-train --config FILE.ini [--model FILE] [--steps N] [--resume CKPT] [--cluster FILE]\n"
-    "                    [--sample N [--prompt TEXT]] [--category.key=value ...]\n\n"
+    "                    [--profile FILE] [--sample N [--prompt TEXT]] [--category.key=value ...]\n\n"
     "Trains an OP-DAG model, one CAF actor per operator, on a text corpus: in this process, or on the\n"
-    "fusion-node processes of a cluster file (--cluster). Settings are [category] key=value lines of\n"
-    "the INI file; the command line overrides any of them as --category.key=value (e.g.\n"
+    "fusion-node processes of a cluster file (--cluster). Before placing the operators there it times\n"
+    "them on every node and probes the links between sites, or reads the profile of an earlier run\n"
+    "(--profile FILE; written there when FILE does not exist yet). Settings are [category] key=value\n"
+    "lines of the INI file; the command line overrides any of them as --category.key=value (e.g.\n"
     "--train.steps=50 --optim.lr=3.0e-4, or --train.steps 50). INI reals need a decimal point and\n"
     "strings double quotes; the file is checked and every problem is reported. Relative paths in\n"
     "the file are relative to its directory, those on the command line to the current one.\n\n"
@@ -199,7 +207,8 @@ int run(int argc, char** argv) {
                                                     {"--prompt", "sample.prompt", true},
                                                     {"--resume", "train.resume", true},
                                                     {"--steps", "train.steps", false},
-                                                    {"--cluster", "cluster.file", true}};
+                                                    {"--cluster", "cluster.file", true},
+                                                    {"--profile", "cluster.profile", true}};
   switch (load_options("fusion-train", usage, cfg, argc, argv, aliases)) {
     case load_result::exit_ok: return exit_done;
     case load_result::exit_usage: return exit_usage;

@@ -23,7 +23,9 @@ namespace fusion {
 
 /// Version of the wire header and of the node protocol; nodes refuse peers that speak another.
 /// 2: the coordinator answers hello with welcome or a refusal error; errors are fusion errors.
-inline constexpr uint32_t wire_protocol_version = 2;
+/// 3: nodes answer profile_atom (op timings, CPU share, free memory) and probe_atom (a link
+/// probe to another node's data channel) before placement.
+inline constexpr uint32_t wire_protocol_version = 3;
 
 /// Largest tensor a header may announce (16 GiB); anything larger is a corrupt header.
 inline constexpr uint64_t wire_max_tensor_bytes = uint64_t{1} << 34;

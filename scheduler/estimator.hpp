@@ -44,6 +44,7 @@ struct step_estimate {
   std::vector<double> node_memory_bytes;///< per cluster node: memory_bytes() of its ops
   /// Per plan edge (same order as plan::edges): seconds per step on its link, all micro-batches.
   std::vector<double> edge_s;
+  double feed_interval_s = 0;           ///< feed_interval_s() of the plan
 };
 
 /// Costs of one graph on one cluster, from a profile, refined by measurements.
@@ -84,9 +85,18 @@ class workload_estimator {
   /// Bytes of the output of graph node `id` per micro-batch (what an edge carries).
   double output_bytes(int id) const;
 
+  /// The interval at which the coordinator feeds a step's micro-batches under plan `p`: the
+  /// slowest node's forward seconds per micro-batch (the pipeline's steady-state rate), so that
+  /// no node queues micro-batches and every node runs one micro-batch through its ops before
+  /// the next (an op actor drains its whole mailbox when it runs, so micro-batches fed at once
+  /// would go through a node op by op, all of them, and the next node would start only when the
+  /// previous one is nearly done). 0 when one node runs every op.
+  double feed_interval_s(const plan& p) const;
+
   /// The predicted step time of `p` by discrete-event simulation: every op actor runs one
   /// message at a time, every node runs one op at a time (earliest ready first), forward of
-  /// micro-batch m starts when all its inputs arrived, backward when all its consumers'
+  /// micro-batch m starts when all its inputs arrived (micro-batch m is fed at m x
+  /// feed_interval_s), backward when all its consumers'
   /// gradients arrived (the loss turns around at once), each ordered node pair is one FIFO link
   /// that overlaps with compute, and after the last backward come three coordinator round trips
   /// and the slowest node's optimizer updates.
@@ -112,6 +122,15 @@ class workload_estimator {
   std::map<std::pair<int, int>, std::pair<double, double>> measured_;  // (id, node) -> (fwd, bwd)
   std::vector<double> correction_;                     // per node: measured / profile (1 until measured)
   std::map<std::pair<int, int>, double> link_mbit_;    // (min node, max node) -> refined rate
+
+  // Precomputed in the constructor so the per-op functions stay O(log n) under the OP-Fence DP.
+  int ops_ = 0, nodes_ = 0;                            // graph nodes, cluster nodes
+  std::vector<op_cost> costs_;                         // op::cost per graph node (zero for inputs)
+  std::vector<double> base_fwd_, base_bwd_, base_upd_; // [node * ops_ + id]: profile or cost, uncorrected
+  std::vector<double> base_mbit_, base_rtt_;           // [a * nodes_ + b]: profile or options, unrefined
+  std::vector<int> consumer_base_;                     // per graph node: offset of its consumers in a flat list
+  std::vector<int> slot_base_;                         // per graph node: offset of its input slots in a flat list
+  std::vector<int> index_at_producer_;                 // per (node, slot): its position in the producer's consumers
 };
 
 }  // namespace fusion

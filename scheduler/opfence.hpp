@@ -42,13 +42,17 @@ struct cut_problem {
   /// direction; every edge u -> w with u < i <= w counted once per such edge). cross_bytes[0]
   /// is unused (0).
   std::vector<double> cross_bytes;
-  /// seconds_per_byte[k][k2] and latency_s[k][k2]: the link from chain position k to k2 > k.
+  /// seconds_per_byte[k][k2] and latency_s[k][k2]: the link from chain position k to k2 > k
+  /// (make_cut_problem: latency_s is the pair's round trip, paid once per step: half with the
+  /// forward crossing, half with the backward one; the link pipelines the micro-batches).
   std::vector<std::vector<double>> seconds_per_byte;
   std::vector<std::vector<double>> latency_s;
   /// memory_bytes[i]: bytes op i needs; capacity_bytes[k]: what node k has (0: no limit).
   std::vector<double> memory_bytes;
   std::vector<double> capacity_bytes;
-  /// Whether chain positions may get no ops (the chain then continues past them).
+  /// Whether chain positions may get no ops (the chain then continues past them). Without it
+  /// every position gets at least one op, the first op goes to position 0 and the last to K-1;
+  /// with fewer ops than positions the problem is solved as if it were allowed.
   bool allow_skip = true;
 };
 

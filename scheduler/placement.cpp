@@ -1,4 +1,5 @@
-// Placement policies (even, explicit) behind the placer interface, and the placement table.
+// Placement policies (even, explicit; OP-Fence in opfence.cpp) behind the placer interface, and
+// the placement table.
 #include "scheduler/placement.hpp"
 
 #include <algorithm>
@@ -9,6 +10,7 @@
 #include <sstream>
 
 #include "core/graph_names.hpp"
+#include "scheduler/opfence.hpp"
 
 namespace fusion {
 
@@ -16,18 +18,6 @@ namespace {
 
 std::string at(const cluster_spec& c, int line) {
   return line > 0 ? c.file + ":" + std::to_string(line) + ": " : c.file + ": ";
-}
-
-// The cluster node of an input (data) node: the node of its first consumer in graph order.
-void place_inputs(const graph& g, placement& p, const std::vector<bool>& fixed) {
-  for (auto& n : g.nodes) {
-    if (!n.is_input() || fixed[n.id]) continue;
-    int first = -1;
-    for (auto& e : n.consumers)
-      if (first < 0 || e.node < first) first = e.node;
-    // The loader rejects dead ends, so an input always has a consumer; 0 is only a fallback.
-    p.node_of_op[n.id] = first >= 0 ? p.node_of_op[first] : 0;
-  }
 }
 
 class even_placer : public placer {
@@ -130,8 +120,20 @@ std::string mbit_text(double mbit) {
 
 }  // namespace
 
+void place_inputs(const graph& g, placement& p, const std::vector<bool>& fixed) {
+  for (auto& n : g.nodes) {
+    if (!n.is_input() || fixed[n.id]) continue;
+    int first = -1;
+    for (auto& e : n.consumers)
+      if (first < 0 || e.node < first) first = e.node;
+    // The loader rejects dead ends, so an input always has a consumer; 0 is only a fallback.
+    p.node_of_op[n.id] = first >= 0 ? p.node_of_op[first] : 0;
+  }
+}
+
 std::unique_ptr<placer> make_placer(placement_policy policy) {
   switch (policy) {
+    case placement_policy::opfence: return std::make_unique<opfence_placer>();
     case placement_policy::even: return std::make_unique<even_placer>();
     case placement_policy::explicit_ops: return std::make_unique<explicit_placer>();
   }

@@ -48,6 +48,11 @@ placement place_ops(const graph& g, const cluster_spec& c, const cluster_profile
 /// place_ops(g, c, profile_from_cluster(c)): the placement before anything is measured.
 placement place_ops(const graph& g, const cluster_spec& c);
 
+/// Places every input (data) node of `g` that is not `fixed` on the node of its first consumer in
+/// graph order; the other entries of `p.node_of_op` must already be set. `fixed` has one entry
+/// per graph node.
+void place_inputs(const graph& g, placement& p, const std::vector<bool>& fixed);
+
 /// Estimated FLOPs of one training step (forward + backward) of every graph node, by id, from
 /// op::cost for the batch size the graph was loaded with; 0 for inputs.
 std::vector<double> op_flops(const graph& g);

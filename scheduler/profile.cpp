@@ -27,6 +27,7 @@ cluster_profile profile_from_cluster(const cluster_spec& c) {
     np.cpu_share = n.cpu_share;
     p.nodes.push_back(np);
   }
+  for (auto& s : c.sites) p.site_names.push_back(s.name);
   p.links.reserve(c.links.size());
   for (auto& l : c.links) {
     link_profile lp;

@@ -57,6 +57,8 @@ struct link_profile {
 struct cluster_profile {
   std::vector<node_profile> nodes;  ///< by cluster node index
   std::vector<link_profile> links;  ///< per site pair (each unordered pair at most once)
+  /// Site names by cluster_spec::sites index (what profile files name links by).
+  std::vector<std::string> site_names;
   std::string model;                ///< the model the op times were measured for (informational)
   int64_t micro_batch = 0;          ///< the micro-batch rows they were measured at (0: none)
   /// Micro-batches per step of the run being planned (not saved: a run setting, set by the

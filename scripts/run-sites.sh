@@ -3,19 +3,31 @@
 # namespace per site with the cluster file's link rates (scripts/sites.sh), a fusion-node process
 # inside each site's namespace, and the coordinator (fusion-train) outside, in the root
 # namespace. Without root (no namespaces) it falls back to loopback with no shaping and says so.
-# Namespaces and processes are cleaned up on exit and on Ctrl-C.
+# Nodes with a `cpu_share` in the cluster file run in a cgroup with that CPU quota (below).
+# Namespaces, cgroups and processes are cleaned up on exit and on Ctrl-C.
 #
 #   scripts/run-sites.sh [--cluster FILE] [--run FILE.ini] [--tag TAG] [--subnet A.B.C] [--loopback]
-#                        [--node-arg ARG ...] [-- fusion-train args]
+#                        [--no-caps] [--logs DIR] [--node-arg ARG ...] [-- fusion-train args]
 #
-# --loopback skips the namespaces even as root; --node-arg passes an option to every fusion-node.
-# Defaults: configs/clusters/sites-3.pbtxt, configs/runs/char-sites.ini, tag fus, subnet 10.77.0.
-# Node logs go to runs/sites/<node>.log. Expects a build in build/ (scripts/build.sh).
+# --loopback skips the namespaces even as root; --no-caps ignores the cpu_share of the nodes;
+# --node-arg passes an option to every fusion-node. Defaults: configs/clusters/sites-3.pbtxt,
+# configs/runs/char-sites.ini, tag fus, subnet 10.77.0. Node logs go to DIR/<node>.log (default
+# runs/sites). Expects a build in build/ (scripts/build.sh); FUSION_BIN=DIR/apps picks another
+# (fusion-cluster from there too, unless FUSION_CLUSTER_BIN names one).
+#
+# CPU caps: a node with cpu_share S runs in the cgroup fusion-TAG-NODE with a CFS quota of S cores
+# (S x 100 ms per 100 ms period, at least 1 ms): cgroup v1 /sys/fs/cgroup/cpu/fusion-TAG-NODE
+# (cpu.cfs_period_us, cpu.cfs_quota_us), cgroup v2 /sys/fs/cgroup/fusion-TAG-NODE (cpu.max). The
+# node joins its cgroup before it execs, so the cap holds from its first instruction; caps work
+# with --loopback too. Without root or a cpu controller it warns once and runs the nodes uncapped.
 set -Eeuo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 cd "$repo"
 bin=${FUSION_BIN:-$repo/build/apps}
+# scripts/sites.sh reads the cluster through the same fusion-cluster as this script.
+export FUSION_CLUSTER_BIN=${FUSION_CLUSTER_BIN:-$bin/fusion-cluster}
 cluster=configs/clusters/sites-3.pbtxt run=configs/runs/char-sites.ini tag=fus subnet=10.77.0 loopback=0
+caps=1 logs=runs/sites
 node_extra=()
 while [[ $# -gt 0 ]]; do
   case $1 in
@@ -24,31 +36,90 @@ while [[ $# -gt 0 ]]; do
     --tag) tag=$2; shift 2 ;;
     --subnet) subnet=$2; shift 2 ;;
     --loopback) loopback=1; shift ;;
+    --no-caps) caps=0; shift ;;
+    --logs) logs=$2; shift 2 ;;
     --node-arg) node_extra+=("$2"); shift 2 ;;
-    -h|--help) sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     --) shift; break ;;
     *) echo "run-sites.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
-for f in "$cluster" "$run" "$bin/fusion-train" "$bin/fusion-node" "$bin/fusion-cluster"; do
+for f in "$cluster" "$run" "$bin/fusion-train" "$bin/fusion-node" "$FUSION_CLUSTER_BIN"; do
   [[ -e $f ]] || { echo "run-sites.sh: $f not found (build first: scripts/build.sh)" >&2; exit 2; }
 done
-plan=$("$bin/fusion-cluster" netns "$cluster") || exit 2
+# The tag names the namespaces (scripts/sites.sh checks it again) and the cgroups.
+[[ $tag =~ ^[a-z][a-z0-9]{0,9}$ ]] || { echo "run-sites.sh: --tag '$tag': use 1-10 lowercase letters and digits" >&2; exit 2; }
+plan=$("$FUSION_CLUSTER_BIN" netns "$cluster") || exit 2
 port=$(awk '$1 == "coordinator" { print $3 }' <<<"$plan")
 [[ $port != 0 ]] || { echo "run-sites.sh: $cluster needs a fixed coordinator port" >&2; exit 2; }
-logs=runs/sites
 mkdir -p "$logs"
 
-node_pids=() netns_up=0
+node_pids=() netns_up=0 cgroups=()
 cleanup() {
-  local pid
+  local pid dir
   for pid in "${node_pids[@]}"; do kill "$pid" 2>/dev/null || true; done
   for pid in "${node_pids[@]}"; do wait "$pid" 2>/dev/null || true; done
   if [[ $netns_up == 1 ]]; then scripts/sites.sh down --tag "$tag" >/dev/null || true; fi
+  # A cgroup can only be removed once it is empty: the nodes are gone (waited for) by now.
+  for dir in "${cgroups[@]}"; do
+    for _ in 1 2 3 4 5 6 7 8 9 10; do rmdir "$dir" 2>/dev/null && break; [[ -d $dir ]] || break; sleep 0.2; done
+    [[ ! -d $dir ]] || echo "run-sites: cannot remove cgroup $dir (still holds: $(tr '\n' ' ' <"$dir/cgroup.procs"))" >&2
+  done
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
+# ---- CPU caps (cgroups) ------------------------------------------------------------------------
+cg_mode="" cg_base="" cg_why=""
+find_cpu_controller() {  # sets cg_mode (v1|v2) and cg_base, or cg_why and returns 1
+  if [[ $(id -u) -ne 0 ]]; then cg_why="not root (uid $(id -u))"; return 1; fi
+  if [[ -f /sys/fs/cgroup/cgroup.controllers ]]; then
+    if ! grep -qw cpu /sys/fs/cgroup/cgroup.controllers; then
+      cg_why="cgroup v2 without the cpu controller (/sys/fs/cgroup/cgroup.controllers)"; return 1
+    fi
+    if ! grep -qw cpu /sys/fs/cgroup/cgroup.subtree_control &&
+       ! echo +cpu 2>/dev/null >/sys/fs/cgroup/cgroup.subtree_control; then
+      cg_why="cannot enable the cpu controller in /sys/fs/cgroup/cgroup.subtree_control"; return 1
+    fi
+    cg_mode=v2 cg_base=/sys/fs/cgroup; return 0
+  fi
+  if [[ -f /sys/fs/cgroup/cpu/cpu.cfs_quota_us ]]; then cg_mode=v1 cg_base=/sys/fs/cgroup/cpu; return 0; fi
+  cg_why="no cgroup cpu controller (no /sys/fs/cgroup/cpu/cpu.cfs_quota_us, no cgroup v2 with cpu)"; return 1
+}
+
+capped_nodes=$(awk '$1 == "node" && $5 + 0 > 0 { n++ } END { print n + 0 }' <<<"$plan")
+if ((capped_nodes > 0)); then
+  if [[ $caps == 0 ]]; then
+    echo "run-sites: --no-caps: the cpu_share of $capped_nodes node(s) is ignored, nodes run uncapped" >&2
+  elif ! find_cpu_controller; then
+    caps=0
+    echo "run-sites: WARNING: CPU caps NOT enforced ($cg_why): the $capped_nodes node(s) with a cpu_share run uncapped" >&2
+  fi
+fi
+
+# make_cgroup NODE SHARE: creates the node's cgroup with its quota, its path in $cg. Returns 1 when
+# cgroups cannot be made here, 2 when the cgroup is in use.
+cg=""
+make_cgroup() {
+  local dir="$cg_base/fusion-$tag-$1" quota
+  quota=$(awk -v s="$2" 'BEGIN { q = int(s * 100000 + 0.5); print (q < 1000 ? 1000 : q) }')
+  if [[ -d $dir ]]; then  # left by a crashed run: reuse only when empty
+    if [[ -n $(cat "$dir/cgroup.procs") ]]; then
+      echo "run-sites.sh: cgroup $dir is in use (another run with --tag $tag?)" >&2; return 2
+    fi
+    rmdir "$dir" || return 1
+  fi
+  mkdir "$dir" 2>/dev/null || return 1
+  cgroups+=("$dir")
+  if [[ $cg_mode == v1 ]]; then
+    echo 100000 >"$dir/cpu.cfs_period_us" && echo "$quota" >"$dir/cpu.cfs_quota_us" || return 1
+  else
+    echo "$quota 100000" >"$dir/cpu.max" || return 1
+  fi
+  cg=$dir
+}
+
+# ---- sites: namespaces or loopback -------------------------------------------------------------
 declare -A site_ip=()
 if [[ $loopback == 1 ]]; then
   coord=127.0.0.1
@@ -65,19 +136,40 @@ else
   echo "run-sites: falling back to loopback WITHOUT link shaping: every node on 127.0.0.1" >&2
 fi
 
-while read -r kind name site device; do
+# ---- nodes -------------------------------------------------------------------------------------
+while read -r kind name site device share; do
   [[ $kind == node ]] || continue
+  share=${share:-0}
   ini=configs/nodes/site-$site.ini
-  [[ -f $ini ]] || ini=configs/nodes/site-a.ini
+  [[ -f $ini ]] || ini=configs/nodes/site-a.ini  # name, site and device come from the command line
   args=(--config "$ini" --node.name="$name" --node.site="$site" --node.device="$device"
         --node.coordinator="$coord:$port" ${node_extra[@]+"${node_extra[@]}"})
-  if [[ $netns_up == 1 ]]; then
-    ip netns exec "$tag-$site" "$bin/fusion-node" "${args[@]}" --node.host="${site_ip[$site]}" >"$logs/$name.log" 2>&1 &
-  else
-    "$bin/fusion-node" "${args[@]}" --node.host=127.0.0.1 >"$logs/$name.log" 2>&1 &
+  launch=()
+  cap_note=""
+  if [[ $caps == 1 ]] && awk -v s="$share" 'BEGIN { exit !(s + 0 > 0) }'; then
+    rc=0; make_cgroup "$name" "$share" || rc=$?
+    if ((rc == 2)); then exit 2; fi
+    if ((rc != 0)); then
+      caps=0
+      echo "run-sites: WARNING: CPU caps NOT enforced (cannot set up a cgroup under $cg_base): node $name" \
+           "and the nodes after it run uncapped" >&2
+    else
+      # The shell joins the cgroup, then execs (into ip netns exec, which execs the node): the
+      # node's pid is the one started here, and it never runs outside its cgroup.
+      launch=(sh -c 'echo $$ >"$1/cgroup.procs" || exit 126; shift; exec "$@"' run-sites-cap "$cg")
+      cap_note=", capped"
+      echo "run-sites: node $name capped at $share core (cgroup $cg)" >&2
+    fi
   fi
+  if [[ $netns_up == 1 ]]; then
+    launch+=(ip netns exec "$tag-$site")
+    args+=(--node.host="${site_ip[$site]}")
+  else
+    args+=(--node.host=127.0.0.1)
+  fi
+  ${launch[@]+"${launch[@]}"} "$bin/fusion-node" "${args[@]}" >"$logs/$name.log" 2>&1 &
   node_pids+=($!)
-  echo "run-sites: node $name (site $site, $device) started, log $logs/$name.log" >&2
+  echo "run-sites: node $name (site $site, $device$cap_note) started, log $logs/$name.log" >&2
 done <<<"$plan"
 
 status=0

@@ -50,6 +50,8 @@ TEST_CASE("cluster: three node processes compute the losses of one process, for 
        "assign { node: \"n1\" ops: \"h0.*\" } "
        "assign { node: \"n2\" ops: \"h1.*\" ops: \"lnf\" ops: \"lm_head\" ops: \"loss\" } }"},
       {"even2", 2, 4, "placement { policy: \"even\" }"},
+      // OP-Fence from the profile measured at join (the default policy).
+      {"opfence3", 3, 2, ""},
       // The same with tensors as CAF messages instead of the TCP data channel.
       {"even3caf", 3, 2, "placement { policy: \"even\" }", "caf"},
   };

@@ -58,7 +58,7 @@ TEST_CASE("core/cluster: a valid file keeps file order, lines, devices and defau
   CHECK(c.links[0].line == 7);
   CHECK(c.coordinator_host == "10.0.0.1");
   CHECK(c.coordinator_port == 7700);
-  CHECK(c.placement.policy == placement_policy::even);
+  CHECK(c.placement.policy == placement_policy::opfence);  // the default without a placement section
   CHECK(c.find_node("b1") == 1);
   CHECK(c.find_site("delta") == -1);
 
@@ -158,7 +158,7 @@ TEST_CASE("core/cluster: bad coordinator") {
 
 TEST_CASE("core/cluster: unknown placement policy suggests the closest") {
   check_error(head + "placement {\n  policy: \"evn\"\n}\n", 8,
-              {"unknown placement policy 'evn'", "did you mean 'even'?", "known: even, explicit"});
+              {"unknown placement policy 'evn'", "did you mean 'even'?", "known: opfence, even, explicit"});
 }
 
 TEST_CASE("core/cluster: explicit assignments") {

@@ -4,8 +4,9 @@
 #  1. Brings the sites up (scripts/sites.sh), runs a fusion-probe server in one site of every
 #     link and measures the link from the other site for 2 s: the measured rate must be within
 #     25% of the configured one (8, 100 and 1000 Mbit/s).
-#  2. Runs scripts/run-sites.sh for a few steps (nodes in the namespaces, coordinator outside) and
-#     checks the run succeeds, logs cross-site traffic, and leaves no namespace or process behind.
+#  2. Runs scripts/run-sites.sh for a few steps (nodes in the namespaces, coordinator outside, each
+#     node in a cgroup with the cluster file's cpu_share) and checks the run succeeds, logs
+#     cross-site traffic, and leaves no namespace, cgroup or process behind.
 # Without root or namespace support it says why and exits 77 (ctest: skipped).
 #
 #   tests/scripts/multisite_test.sh SOURCE_DIR BUILD_DIR
@@ -64,6 +65,12 @@ tail -n 5 "$work/run.log"
 grep -q '"step": 8, "loss"' "$metrics" || fail "no loss for step 8 in the metrics"
 grep -q '"from": "b1", "to": "c1"' "$metrics" || fail "no measured traffic from site b to site c"
 [[ -f $work/model.ckpt ]] || fail "no checkpoint"
+# sites-3 caps every node (cpu_share 0.6): either caps held or the run said why they could not.
+for n in a1 b1 c1; do
+  grep -q "node $n capped at 0.6 core\|CPU caps NOT enforced" "$work/run.log" || fail "no cap (or warning) for node $n"
+done
+left_cg=$(ls -d /sys/fs/cgroup/cpu/fusion-"$tag"-* /sys/fs/cgroup/fusion-"$tag"-* 2>/dev/null | tr '\n' ' ')
+[[ -z $left_cg ]] || fail "cgroups left behind: $left_cg"
 leftover=$(ip netns list | grep -c "^$tag-" || true)
 [[ $leftover == 0 ]] || fail "$leftover namespaces left behind"
 pgrep -f "fusion-node.*$subnet" >/dev/null && fail "fusion-node processes left behind"

@@ -1,0 +1,75 @@
+// The coordinator's workload estimator: built from the run's profile on the first step of a
+// cluster run, it predicts every step of the current plan before it runs (predicted_step_s in
+// the metrics) and learns from what every step measured (per-op times, per-edge transfers).
+#include <map>
+#include <utility>
+
+#include "actors/coordinator_state.hpp"
+#include "core/log.hpp"
+
+namespace fusion {
+
+namespace {
+
+bool has_cluster(const coordinator_state& st) { return !st.in->cluster.nodes.empty(); }
+
+workload_estimator* estimator_of(coord_ptr self) {
+  auto& st = self->state;
+  if (!has_cluster(st)) return nullptr;
+  if (!st.estimator) {
+    cluster_profile p = st.profile;
+    if (p.nodes.size() != st.in->cluster.nodes.size()) p = profile_from_cluster(st.in->cluster);
+    p.micro_batches = static_cast<int>(st.in->cfg.micro_batches);
+    st.estimator = std::make_unique<workload_estimator>(st.in->model, st.in->cluster, std::move(p));
+  }
+  return st.estimator.get();
+}
+
+double mean(const std::vector<double>& v) {
+  double s = 0;
+  for (double x : v) s += x;
+  return v.empty() ? 0 : s / static_cast<double>(v.size());
+}
+
+}  // namespace
+
+double predict_step(coord_ptr self) {
+  auto* est = estimator_of(self);
+  if (!est) return 0;
+  try {
+    return est->simulate(self->state.current).step_s;
+  } catch (const std::exception& e) {
+    // A prediction is informative only: a plan the estimator cannot simulate must not stop
+    // training.
+    log_warn("fusion-train", std::string("no step-time prediction: ") + e.what());
+    return 0;
+  }
+}
+
+void observe_step(coord_ptr self, const step_record& rec) {
+  auto* est = estimator_of(self);
+  // Step 1 pays for first-touch allocations and cold caches: it would drag the averages.
+  if (!est || rec.step <= 1) return;
+  auto& st = self->state;
+  const auto& where = st.current.where.node_of_op;
+  for (auto& m : rec.ops) {
+    if (m.node < 0 || static_cast<size_t>(m.node) >= where.size() || m.forward_s.empty()) continue;
+    est->observe_op(m.node, where[m.node], mean(m.forward_s), mean(m.backward_s));
+  }
+  // A link carrying one tensor stream at a time times the link itself; with several edges in
+  // flight on one node pair each tensor also waits for the others, which the simulation already
+  // models as FIFO sharing, so those samples would count the sharing twice.
+  std::map<std::pair<int, int>, std::vector<const edge_measurement*>> by_pair;
+  for (auto& e : rec.edges) {
+    int a = st.in->cluster.find_node(e.from_node), b = st.in->cluster.find_node(e.to_node);
+    if (a >= 0 && b >= 0 && e.tensors > 0) by_pair[{a, b}].push_back(&e);
+  }
+  for (auto& [pair, edges] : by_pair) {
+    if (edges.size() != 1) continue;
+    const auto& e = *edges.front();
+    double n = static_cast<double>(e.tensors);
+    est->observe_transfer(pair.first, pair.second, static_cast<double>(e.bytes) / n, e.seconds / n);
+  }
+}
+
+}  // namespace fusion

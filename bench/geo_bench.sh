@@ -1,0 +1,191 @@
+#!/usr/bin/env bash
+# Geo-distributed placement: the even policy against OP-Fence on emulated sites, with the link
+# rates and CPU caps of the cluster files (configs/clusters/sites-3, sites-4-pairs, sites-6-tiers:
+# network namespaces and tc from scripts/sites.sh, cgroup CPU quotas from scripts/run-sites.sh).
+# Each run trains configs/runs/char-sites.ini (gpt-char-small) for --steps steps through
+# scripts/run-sites.sh with --cluster.policy=even or opfence; the two policies alternate (even
+# first in odd rounds, opfence first in even rounds), topology by topology. Needs root with
+# network namespaces: on loopback the topologies would not exist, so it refuses.
+#
+#   bench/geo_bench.sh [--rounds 2] [--steps 30] [--warmup 5] [--topologies sites-3,sites-4-pairs,sites-6-tiers]
+#                      [--run configs/runs/char-sites.ini] [--build build] [--out runs/geo/STAMP]
+#
+# From each run's metrics (JSON lines, type "step"), over the steps after the first --warmup:
+# tokens/s = tokens of those steps / their wall time (elapsed_s), and where the steps carry
+# step_s and predicted_step_s, their means and the mean of |predicted - measured| / measured.
+# The table has one row per run and, per topology, the opfence/even ratio of tokens/s: the mean of
+# the per-round ratios (each round's two runs are back to back). "others %" is the CPU that other
+# processes took during the run (machine busy time from /proc/stat minus the run's own CPU time
+# from /usr/bin/time); above 10% the row is marked * and is not valid. Metrics, coordinator and
+# node logs, and the table (table.txt) stay in the output directory.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+rounds=2 steps=30 warmup=5 topologies=sites-3,sites-4-pairs,sites-6-tiers run=configs/runs/char-sites.ini
+build=${BUILD_DIR:-build} out=""
+while [[ $# -gt 0 ]]; do
+  case $1 in
+    --rounds) rounds=$2; shift 2 ;;
+    --steps) steps=$2; shift 2 ;;
+    --warmup) warmup=$2; shift 2 ;;
+    --topologies) topologies=$2; shift 2 ;;
+    --run) run=$2; shift 2 ;;
+    --build) build=$2; shift 2 ;;
+    --out) out=$2; shift 2 ;;
+    -h|--help) sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) echo "geo_bench: unknown option '$1' (try --help)" >&2; exit 2 ;;
+  esac
+done
+[[ $rounds =~ ^[1-9][0-9]*$ ]] || { echo "geo_bench: --rounds needs an integer >= 1" >&2; exit 2; }
+[[ $warmup =~ ^[0-9]+$ ]] || { echo "geo_bench: --warmup needs an integer >= 0" >&2; exit 2; }
+[[ $steps =~ ^[0-9]+$ ]] && ((steps > warmup)) ||
+  { echo "geo_bench: --steps must be an integer above --warmup ($warmup)" >&2; exit 2; }
+IFS=, read -r -a topos <<<"$topologies"
+for t in "${topos[@]}"; do
+  [[ -f configs/clusters/$t.pbtxt ]] || { echo "geo_bench: no cluster file configs/clusters/$t.pbtxt" >&2; exit 2; }
+done
+[[ -f $run ]] || { echo "geo_bench: run config $run not found" >&2; exit 2; }
+for b in fusion-train fusion-node fusion-cluster; do
+  [[ -x $build/apps/$b ]] || { echo "geo_bench: $build/apps/$b not found (build it, or --build DIR)" >&2; exit 2; }
+done
+[[ -s data/kjv.txt ]] || { echo "geo_bench: corpus data/kjv.txt not found: run scripts/get-data.sh" >&2; exit 2; }
+export FUSION_BIN=$build/apps FUSION_CLUSTER_BIN=$build/apps/fusion-cluster
+
+# ---- refuse without namespaces; say whether the CPU caps will hold -------------------------------
+if ! why=$(scripts/sites.sh check 2>&1); then
+  echo "geo_bench: refusing to run: $why" >&2
+  echo "geo_bench: the topologies exist only as network namespaces with tc-shaped links (root);" \
+       "on loopback every link is unshaped and even vs OP-Fence would measure nothing" >&2
+  exit 3
+fi
+if [[ -f /sys/fs/cgroup/cgroup.controllers ]]; then
+  grep -qw cpu /sys/fs/cgroup/cgroup.controllers && caps_ok=1 || caps_ok=0
+else
+  [[ -f /sys/fs/cgroup/cpu/cpu.cfs_quota_us ]] && caps_ok=1 || caps_ok=0
+fi
+((caps_ok)) || echo "geo_bench: WARNING: no cgroup cpu controller: the nodes' cpu_share caps will not hold" >&2
+
+out=${out:-runs/geo/$(date +%Y%m%d-%H%M%S)}
+mkdir -p "$out"
+time_v=""
+if [[ -x /usr/bin/time ]] && /usr/bin/time -v -o /dev/null true 2>/dev/null; then time_v=/usr/bin/time; fi
+
+# ---- interference: what other processes took (as bench/train_bench.sh) ---------------------------
+hz=$(getconf CLK_TCK) ncpu=$(nproc)
+cpu_ticks() { awk '/^cpu / { print $2 + $3 + $4 + $7 + $8 }' /proc/stat; }
+now_s() { date +%s.%N; }
+others_pct() {  # others_pct TICKS0 T0 OWN_CPU_S: % of the machine's capacity since then, not ours
+  awk -v b0="$1" -v t0="$2" -v own="$3" -v b1="$(cpu_ticks)" -v t1="$(now_s)" -v hz="$hz" -v n="$ncpu" \
+    'BEGIN { o = ((b1 - b0) / hz - own) / ((t1 - t0) * n) * 100; printf "%.0f\n", (o < 0 ? 0 : o) }'
+}
+b0=$(cpu_ticks); t0=$(now_s); sleep 1
+idle_others=$(others_pct "$b0" "$t0" 0)
+echo "geo_bench: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $ncpu cores;" \
+     "other processes use ${idle_others}% of the CPUs now; output in $out" >&2
+((idle_others <= 10)) ||
+  echo "geo_bench: WARNING: the machine is busy (${idle_others}% used by others): numbers are not valid" >&2
+
+# ---- one run ---------------------------------------------------------------------------------
+# run_one TOPOLOGY POLICY ROUND: prints "tokens/s predicted_s measured_s error% others%"
+# ("failed" when the run failed).
+run_one() {
+  local name="$1-$2-r$3"
+  local m="$out/$name.jsonl" log="$out/$name.log" tf="$out/$name.time"
+  local cmd=(scripts/run-sites.sh --cluster "configs/clusters/$1.pbtxt" --run "$run" --tag geo --subnet 10.78.0
+             --logs "$out/$name.nodes" -- --cluster.policy="$2" --train.steps="$steps" --train.eval-every=0
+             --train.eval-batches=0 --output.sample-chars=0 --output.checkpoint= --output.metrics="$m" --runtime.quiet)
+  rm -f "$m"
+  local b t rc=0 own=0
+  b=$(cpu_ticks); t=$(now_s)
+  if [[ -n $time_v ]]; then
+    "$time_v" -v -o "$tf" "${cmd[@]}" >"$log" 2>&1 || rc=$?
+    own=$(awk -F: '/User time|System time/ { s += $2 } END { print s + 0 }' "$tf")
+  else
+    "${cmd[@]}" >"$log" 2>&1 || rc=$?
+  fi
+  local others; others=$([[ -n $time_v ]] && others_pct "$b" "$t" "$own" || echo n/a)
+  if ((rc != 0)) || [[ ! -s $m ]]; then echo "failed"; return; fi
+  local caps=capped
+  grep -q 'CPU caps NOT enforced' "$log" && caps=uncapped
+  python3 - "$m" "$warmup" "$others" "$caps" <<'PY'
+import json, sys
+path, warm, others, caps = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
+rows = [r for r in (json.loads(l) for l in open(path) if l.strip()) if r.get("type") == "step"]
+rows.sort(key=lambda r: r["step"])
+base = [r for r in rows if r["step"] <= warm]
+meas = [r for r in rows if r["step"] > warm]
+if not meas:
+    print("failed"); sys.exit()
+have_s = all("step_s" in r for r in meas)
+# wall time of the measured steps: from the end of the last warm-up step to the end of the last
+if base:
+    wall = meas[-1]["elapsed_s"] - base[-1]["elapsed_s"]
+else:
+    wall = meas[-1]["elapsed_s"]
+if have_s:
+    tokens = sum(r["tokens_per_s"] * r["step_s"] for r in meas)
+    tps = tokens / wall if wall > 0 else float("nan")
+else:
+    tps = sum(r["tokens_per_s"] for r in meas) / len(meas)
+def mean(v): return sum(v) / len(v) if v else float("nan")
+measured = mean([r["step_s"] for r in meas]) if have_s else float("nan")
+pred_rows = [r for r in meas if r.get("predicted_step_s", 0) > 0 and r.get("step_s", 0) > 0]
+predicted = mean([r["predicted_step_s"] for r in pred_rows])
+err = mean([abs(r["predicted_step_s"] - r["step_s"]) / r["step_s"] * 100 for r in pred_rows])
+def f(x, fmt): return "n/a" if x != x else fmt % x
+print(f(tps, "%.1f"), f(predicted, "%.4f"), f(measured, "%.4f"), f(err, "%.1f"), others, caps)
+PY
+}
+
+declare -A result=()
+for r in $(seq 1 "$rounds"); do
+  order=(even opfence); ((r % 2 == 0)) && order=(opfence even)
+  for t in "${topos[@]}"; do
+    for p in "${order[@]}"; do
+      echo "geo_bench: round $r: $t $p ($steps steps) ..." >&2
+      v=$(run_one "$t" "$p" "$r")
+      result[$t,$p,$r]=$v
+      echo "geo_bench: round $r: $t $p: $v (tokens/s, predicted s, measured s, error %, others %, caps)" >&2
+    done
+  done
+done
+
+# ---- table ---------------------------------------------------------------------------------------
+{
+  echo
+  echo "even vs OP-Fence on emulated sites: $(basename "$run" .ini), $steps steps, means over steps $((warmup + 1))-$steps;" \
+       "$rounds round(s), policies alternating"
+  printf "%-15s %-8s %5s %10s %12s %12s %8s %8s\n" topology policy round tokens/s "pred step s" "meas step s" "error %" "others %"
+  marked=0 uncapped=0
+  for t in "${topos[@]}"; do
+    for r in $(seq 1 "$rounds"); do
+      for p in even opfence; do
+        v=${result[$t,$p,$r]}
+        if [[ $v == failed ]]; then
+          printf "%-15s %-8s %5s %10s   (failed: %s)\n" "$t" "$p" "$r" - "$out/$t-$p-r$r.log"; continue
+        fi
+        read -r tps pred meas err others caps <<<"$v"
+        mark=""
+        if [[ $others != n/a ]] && ((others > 10)); then mark="*"; marked=1; fi
+        if [[ $caps == uncapped ]]; then mark+="u"; uncapped=1; fi
+        printf "%-15s %-8s %5s %10s %12s %12s %8s %8s\n" "$t" "$p" "$r" "$tps$mark" "$pred" "$meas" "$err" "$others"
+      done
+    done
+  done
+  echo
+  echo "opfence/even tokens/s per topology (mean of the per-round ratios; each round's pair back to back):"
+  for t in "${topos[@]}"; do
+    ratios=()
+    for r in $(seq 1 "$rounds"); do
+      e=${result[$t,even,$r]} o=${result[$t,opfence,$r]}
+      [[ $e == failed || $o == failed ]] && continue
+      ratios+=("$(awk -v o="${o%% *}" -v e="${e%% *}" 'BEGIN { if (e > 0 && o > 0) printf "%.3f", o / e; else print "n/a" }')")
+    done
+    if ((${#ratios[@]} == 0)); then printf "  %-15s n/a (no complete round)\n" "$t"; continue; fi
+    printf "  %-15s %s   (rounds: %s)\n" "$t" \
+      "$(printf '%s\n' "${ratios[@]}" | awk '$1 != "n/a" { s += $1; n++ } END { if (n) printf "%.2f", s / n; else print "n/a" }')" \
+      "${ratios[*]}"
+  done
+  ((marked == 0)) || echo "* other processes took more than 10% of the CPUs during that run: not valid"
+  ((uncapped == 0)) || echo "u the nodes' CPU caps were NOT enforced in that run (see its log)"
+  echo "runs: $out"
+} | tee "$out/table.txt"

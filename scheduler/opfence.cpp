@@ -1,0 +1,443 @@
+// OP-Fence: fences of fast links, candidate chains, the cut problem of a chain, and the choice
+// among candidates by simulation. The cut DP itself is in opfence_cut.cpp.
+#include "scheduler/opfence.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <limits>
+#include <map>
+#include <numeric>
+#include <set>
+#include <tuple>
+
+namespace fusion {
+
+namespace {
+
+constexpr double inf = std::numeric_limits<double>::infinity();
+constexpr double gib = double(uint64_t{1} << 30);
+
+std::string gib_text(double bytes) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.3g GiB", bytes / gib);  // "40 GiB", "1.25 GiB", "0.00312 GiB"
+  return buf;
+}
+
+// The compute ops (not inputs) of the graph in graph (topological) order.
+std::vector<int> compute_ops(const graph& g) {
+  std::vector<int> ops;
+  for (auto& n : g.nodes)
+    if (!n.is_input()) ops.push_back(n.id);
+  return ops;
+}
+
+// Union-find over node indices.
+struct groups {
+  std::vector<int> parent;
+  explicit groups(int n) : parent(n) { std::iota(parent.begin(), parent.end(), 0); }
+  int find(int a) { return parent[a] == a ? a : parent[a] = find(parent[a]); }
+  bool join(int a, int b) {
+    a = find(a);
+    b = find(b);
+    if (a == b) return false;
+    parent[std::max(a, b)] = std::min(a, b);
+    return true;
+  }
+};
+
+// How good a path is as a piece of a chain: its slowest link (higher is better), then the sum of
+// 1/rate over its links (lower is better: the other links matter too, but less).
+struct path_score {
+  double slowest = inf;
+  double inverse_sum = 0;
+  bool better_than(const path_score& o) const {
+    if (slowest != o.slowest) return slowest > o.slowest;
+    return inverse_sum < o.inverse_sum;
+  }
+};
+
+template <class Rate>
+path_score score_path(const std::vector<int>& path, const Rate& rate) {
+  path_score s;
+  for (size_t i = 1; i < path.size(); ++i) {
+    double r = rate(path[i - 1], path[i]);
+    s.slowest = std::min(s.slowest, r);
+    s.inverse_sum += std::isinf(r) ? 0.0 : 1.0 / r;
+  }
+  return s;
+}
+
+// Paths through every item, from `entry` (if >= 0) to `exit` (if >= 0), best first by
+// path_score, ties by `key` (lower first: faster nodes first). Up to 6 items every order is tried;
+// beyond, a greedy path from each possible start (next: the fastest link from the last item;
+// ties: lower key, then lower index), which keeps the work O(items^3).
+template <class Rate>
+std::vector<std::vector<int>> best_paths(std::vector<int> items, const Rate& rate, const std::vector<double>& key,
+                                         int entry, int exit) {
+  auto key_less = [&](int a, int b) { return key[a] != key[b] ? key[a] < key[b] : a < b; };
+  std::sort(items.begin(), items.end(), key_less);
+  std::vector<std::vector<int>> paths;
+  auto valid = [&](const std::vector<int>& p) {
+    if (p.size() > 1 && entry >= 0 && p.front() != entry) return false;
+    if (p.size() > 1 && exit >= 0 && p.back() != exit) return false;
+    return true;
+  };
+  if (items.size() <= 6) {
+    std::vector<int> order(items.size());
+    std::iota(order.begin(), order.end(), 0);
+    do {
+      std::vector<int> p;
+      for (int i : order) p.push_back(items[i]);
+      if (valid(p)) paths.push_back(p);
+    } while (std::next_permutation(order.begin(), order.end()));
+  } else {
+    for (int start : items) {
+      if (entry >= 0 && start != entry) continue;
+      if (exit >= 0 && start == exit) continue;
+      std::vector<int> p{start};
+      std::vector<bool> used(key.size(), false);
+      used[start] = true;
+      if (exit >= 0) used[exit] = true;
+      for (size_t step = p.size() + (exit >= 0 ? 1 : 0); step < items.size(); ++step) {
+        int next = -1;
+        for (int c : items) {
+          if (used[c]) continue;
+          if (next < 0 || rate(p.back(), c) > rate(p.back(), next)) next = c;  // items are in key order
+        }
+        used[next] = true;
+        p.push_back(next);
+      }
+      if (exit >= 0) p.push_back(exit);
+      paths.push_back(p);
+    }
+  }
+  // Stable: among equal scores the earlier path (faster items first) stays first.
+  std::vector<path_score> scores;
+  for (auto& p : paths) scores.push_back(score_path(p, rate));
+  std::vector<size_t> index(paths.size());
+  std::iota(index.begin(), index.end(), 0);
+  std::stable_sort(index.begin(), index.end(), [&](size_t a, size_t b) { return scores[a].better_than(scores[b]); });
+  std::vector<std::vector<int>> out;
+  for (size_t i : index) out.push_back(paths[i]);
+  return out;
+}
+
+// Per cluster node: seconds per step of every compute op (ops in compute_ops order).
+std::vector<std::vector<double>> compute_table(const workload_estimator& est, const std::vector<int>& ops) {
+  int nodes = static_cast<int>(est.cluster().nodes.size());
+  std::vector<std::vector<double>> t(nodes, std::vector<double>(ops.size()));
+  for (int k = 0; k < nodes; ++k)
+    for (size_t i = 0; i < ops.size(); ++i) t[k][i] = est.step_compute_s(ops[i], k);
+  return t;
+}
+
+// The chain-independent part of the cut problem: cross bytes and memory per op.
+struct op_tables {
+  std::vector<int> ops;
+  std::vector<double> cross_bytes, memory_bytes;
+};
+
+op_tables make_op_tables(const workload_estimator& est) {
+  const graph& g = est.model();
+  op_tables t;
+  t.ops = compute_ops(g);
+  const size_t n = t.ops.size();
+  std::vector<int> index(g.nodes.size(), -1);
+  for (size_t i = 0; i < n; ++i) index[t.ops[i]] = static_cast<int>(i);
+  // An edge u -> w (positions a < b) crosses every cut before ops a+1..b: a difference array.
+  // One entry per consumer slot, so a tensor read twice beyond the cut counts twice, as it is
+  // sent twice.
+  std::vector<double> diff(n + 1, 0.0);
+  const double m = est.micro_batches();
+  for (size_t a = 0; a < n; ++a) {
+    double bytes = m * est.output_bytes(t.ops[a]);
+    for (auto& e : g.nodes[t.ops[a]].consumers) {
+      int b = index[e.node];
+      if (b <= static_cast<int>(a)) continue;
+      diff[a + 1] += bytes;
+      diff[b + 1] -= bytes;
+    }
+  }
+  t.cross_bytes.assign(n, 0.0);
+  double run = 0;
+  for (size_t i = 0; i < n; ++i) t.cross_bytes[i] = (run += diff[i]);
+  if (n > 0) t.cross_bytes[0] = 0;
+  t.memory_bytes.assign(n, 0.0);
+  for (size_t i = 0; i < n; ++i) t.memory_bytes[i] = est.memory_bytes(t.ops[i]);
+  // An input lives with its first consumer (place_inputs), so its memory is that op's.
+  for (auto& node : g.nodes) {
+    if (!node.is_input()) continue;
+    int first = -1;
+    for (auto& e : node.consumers)
+      if (index[e.node] >= 0 && (first < 0 || index[e.node] < first)) first = index[e.node];
+    if (first >= 0) t.memory_bytes[first] += est.memory_bytes(node.id);
+  }
+  return t;
+}
+
+cut_problem cut_problem_of(const workload_estimator& est, const std::vector<int>& chain, bool allow_skip,
+                           const op_tables& ops, const std::vector<std::vector<double>>& compute) {
+  const size_t k_count = chain.size();
+  cut_problem p;
+  p.allow_skip = allow_skip;
+  p.cross_bytes = ops.cross_bytes;
+  p.memory_bytes = ops.memory_bytes;
+  p.compute_s.reserve(k_count);
+  for (int node : chain) p.compute_s.push_back(compute[node]);
+  p.seconds_per_byte.assign(k_count, std::vector<double>(k_count, 0.0));
+  p.latency_s.assign(k_count, std::vector<double>(k_count, 0.0));
+  p.capacity_bytes.assign(k_count, 0.0);
+  // The DP prices one step. A link is busy bytes / rate per tensor (the bytes are already times
+  // M), while the half round trip of one tensor overlaps the next tensor (the estimator's link
+  // model), so latency is paid once per direction and step, not per micro-batch: the pipeline
+  // waits rtt / 2 when its forward crosses and again when its backward crosses back, rtt in all.
+  for (size_t a = 0; a < k_count; ++a) {
+    for (size_t b = a + 1; b < k_count; ++b) {
+      double mbit = est.link_mbit(chain[a], chain[b]);
+      p.seconds_per_byte[a][b] = std::isinf(mbit) ? 0.0 : 8.0 / (mbit * 1e6);
+      p.latency_s[a][b] = est.link_rtt_s(chain[a], chain[b]);
+    }
+    const auto& nodes = est.profile().nodes;
+    p.capacity_bytes[a] = chain[a] < static_cast<int>(nodes.size()) ? static_cast<double>(nodes[chain[a]].memory_bytes) : 0.0;
+  }
+  return p;
+}
+
+// Why nothing fits: names the node and the memory, in the words of placement_error.
+[[noreturn]] void throw_does_not_fit(const workload_estimator& est, const op_tables& ops, const opfence_options& options) {
+  const graph& g = est.model();
+  const cluster_spec& c = est.cluster();
+  const auto& nodes = est.profile().nodes;
+  const size_t n = ops.ops.size(), k_count = c.nodes.size();
+  double need = 0, have = 0;
+  size_t biggest_op = 0, smallest_op = 0;
+  for (size_t i = 0; i < n; ++i) {
+    need += ops.memory_bytes[i];
+    if (ops.memory_bytes[i] > ops.memory_bytes[biggest_op]) biggest_op = i;
+    if (ops.memory_bytes[i] < ops.memory_bytes[smallest_op]) smallest_op = i;
+  }
+  int most = -1, least = -1;
+  bool unlimited = false;
+  for (size_t k = 0; k < k_count; ++k) {
+    double cap = k < nodes.size() ? static_cast<double>(nodes[k].memory_bytes) : 0.0;
+    if (cap <= 0) {
+      unlimited = true;
+      continue;
+    }
+    have += cap;
+    if (most < 0 || cap > static_cast<double>(nodes[most].memory_bytes)) most = static_cast<int>(k);
+    if (least < 0 || cap < static_cast<double>(nodes[least].memory_bytes)) least = static_cast<int>(k);
+  }
+  std::string head = c.file + ": model '" + g.name + "' does not fit in memory with M=" +
+                     std::to_string(est.micro_batches()) + " micro-batches per step: ";
+  auto op_name = [&](size_t i) { return g.nodes[ops.ops[i]].name; };
+  if (unlimited && least >= 0) {
+    // Only a chain that must use every node fails this way: a node too small for any op.
+    throw placement_error(head + "node '" + c.nodes[least].name + "' has " + gib_text(double(nodes[least].memory_bytes)) +
+                          ", the smallest stage it could take needs " + gib_text(ops.memory_bytes[smallest_op]) +
+                          " (the op '" + op_name(smallest_op) + "' alone), and chains of more than " +
+                          std::to_string(options.skip_nodes_up_to) + " nodes give every node at least one op");
+  }
+  if (most < 0) throw placement_error(head + "no chain of the cluster's nodes could take its ops");
+  // The smallest stage the biggest node could take: the largest stage of the split into
+  // contiguous stages that is most even by memory.
+  double smallest_stage = ops.memory_bytes[biggest_op];
+  size_t parts = std::min(n, k_count);
+  if (parts > 0) {
+    std::vector<size_t> cuts = balanced_cuts(ops.memory_bytes, parts);
+    for (size_t s = 0; s + 1 < cuts.size(); ++s)
+      smallest_stage = std::max(smallest_stage, std::accumulate(ops.memory_bytes.begin() + cuts[s],
+                                                                ops.memory_bytes.begin() + cuts[s + 1], 0.0));
+  }
+  std::string text = "node '" + c.nodes[most].name + "' has the most memory, " +
+                     gib_text(double(nodes[most].memory_bytes)) + ", and the smallest stage it could take needs " +
+                     gib_text(smallest_stage) + " (the op '" + op_name(biggest_op) + "' alone needs " +
+                     gib_text(ops.memory_bytes[biggest_op]) + ")";
+  if (smallest_stage <= double(nodes[most].memory_bytes))
+    text = "no split of its ops in graph order over the nodes fits each node's memory; node '" + c.nodes[most].name +
+           "' has the most, " + gib_text(double(nodes[most].memory_bytes)) + " (the op '" + op_name(biggest_op) +
+           "' alone needs " + gib_text(ops.memory_bytes[biggest_op]) + ")";
+  throw placement_error(head + text + "; the ops need " + gib_text(need) + " in all, the " + std::to_string(k_count) +
+                        " nodes have " + gib_text(have) + " together (fewer or smaller micro-batches need less)");
+}
+
+}  // namespace
+
+// Fences by single linkage on log-bandwidth. Kruskal's algorithm joins node groups from the
+// fastest link down, after first joining the nodes of each site (whatever their measured rate:
+// a site is one network); the joins are the maximum spanning tree, their rates the levels of
+// the dendrogram. We cut it once, at the widest ratio between consecutive levels, if that ratio
+// is at least gap_factor; ties go to the slower gap (the slowest links are the ones to keep off
+// the pipeline). Cuts inside the site joins are not allowed. An infinite rate counts as the
+// fastest finite rate (or the estimator's local rate) when ratios are taken.
+std::vector<std::vector<int>> make_fences(const workload_estimator& est, double gap_factor) {
+  const int nodes = static_cast<int>(est.cluster().nodes.size());
+  struct link {
+    bool same_site;
+    double mbit;
+    int a, b;
+  };
+  std::vector<link> links;
+  for (int a = 0; a < nodes; ++a)
+    for (int b = a + 1; b < nodes; ++b)
+      links.push_back({est.cluster().nodes[a].site_index == est.cluster().nodes[b].site_index, est.link_mbit(a, b), a, b});
+  std::sort(links.begin(), links.end(), [](const link& x, const link& y) {
+    return std::tie(y.same_site, y.mbit, x.a, x.b) < std::tie(x.same_site, x.mbit, y.a, y.b);
+  });
+  groups tree(nodes);
+  std::vector<link> joins;
+  size_t site_joins = 0;
+  for (auto& l : links)
+    if (tree.join(l.a, l.b)) {
+      joins.push_back(l);
+      site_joins += l.same_site ? 1 : 0;
+    }
+  double top = est.options().local_mbit;
+  for (auto& j : joins)
+    if (!std::isinf(j.mbit)) top = std::max(top, j.mbit);
+  auto level = [&](size_t m) { return std::log(std::isinf(joins[m].mbit) ? top : joins[m].mbit); };
+  // Splitting before join m keeps joins [0, m).
+  // Ratios equal up to rounding (1000/100 and 100/10) count as a tie.
+  size_t split = joins.size();
+  double widest = -inf;
+  for (size_t m = std::max<size_t>(site_joins, 1); m < joins.size(); ++m) {
+    double gap = level(m - 1) - level(m);
+    if (gap >= std::log(gap_factor) - 1e-9 && gap >= widest - 1e-9) {
+      widest = std::max(widest, gap);
+      split = m;
+    }
+  }
+  groups fence(nodes);
+  for (size_t m = 0; m < split; ++m) fence.join(joins[m].a, joins[m].b);
+  std::vector<std::vector<int>> out;
+  std::vector<int> slot(nodes, -1);
+  for (int a = 0; a < nodes; ++a) {  // roots are the smallest members, so fences come out sorted
+    int r = fence.find(a);
+    if (slot[r] < 0) {
+      slot[r] = static_cast<int>(out.size());
+      out.emplace_back();
+    }
+    out[slot[r]].push_back(a);
+  }
+  return out;
+}
+
+// Chains: fence orders best first (best_paths over fences, the rate between two fences being
+// their fastest node pair); for each, the crossing between consecutive fences uses that fastest
+// pair (the exit node of one fence, the entry node of the next), and the nodes of a fence form
+// the best path from its entry to its exit (faster nodes first where links tie, as within a
+// site). Every chain is followed by its reverse; duplicates are dropped.
+std::vector<std::vector<int>> candidate_chains(const workload_estimator& est, const std::vector<std::vector<int>>& fences,
+                                               int max_candidates) {
+  const int nodes = static_cast<int>(est.cluster().nodes.size());
+  auto node_rate = [&](int a, int b) { return est.link_mbit(a, b); };
+  std::vector<double> node_key(nodes, 0.0);  // compute seconds of the whole model: lower is faster
+  std::vector<int> ops = compute_ops(est.model());
+  for (int k = 0; k < nodes; ++k)
+    for (int id : ops) node_key[k] += est.step_compute_s(id, k);
+
+  const int f_count = static_cast<int>(fences.size());
+  std::vector<std::vector<double>> fence_rate(f_count, std::vector<double>(f_count, inf));
+  for (int f = 0; f < f_count; ++f)
+    for (int h = 0; h < f_count; ++h) {
+      if (f == h) continue;
+      double best = 0;
+      for (int a : fences[f])
+        for (int b : fences[h]) best = std::max(best, node_rate(a, b));
+      fence_rate[f][h] = best;
+    }
+  std::vector<double> fence_key(f_count, 0.0);
+  for (int f = 0; f < f_count; ++f)
+    for (int a : fences[f]) fence_key[f] += node_key[a] / static_cast<double>(fences[f].size());
+  std::vector<int> all_fences(f_count);
+  std::iota(all_fences.begin(), all_fences.end(), 0);
+  auto orders = best_paths(all_fences, [&](int f, int h) { return fence_rate[f][h]; }, fence_key, -1, -1);
+
+  std::vector<std::vector<int>> chains;
+  std::set<std::vector<int>> seen;
+  // The path inside a fence depends only on (fence, entry, exit): computed once each.
+  std::map<std::tuple<int, int, int>, std::vector<int>> inner;
+  for (auto& order : orders) {
+    std::vector<int> chain;
+    int entry = -1;
+    for (size_t pos = 0; pos < order.size(); ++pos) {
+      const auto& members = fences[order[pos]];
+      int exit = -1, next_entry = -1;
+      if (pos + 1 < order.size()) {
+        double best = -1;
+        for (int a : members) {
+          if (members.size() > 1 && a == entry) continue;  // a fence of several nodes enters and leaves by different nodes
+          for (int b : fences[order[pos + 1]]) {
+            double r = node_rate(a, b);
+            if (r > best || (r == best && node_key[a] + node_key[b] < node_key[exit] + node_key[next_entry])) {
+              best = r;
+              exit = a;
+              next_entry = b;
+            }
+          }
+        }
+      }
+      auto [it, fresh] = inner.try_emplace({order[pos], entry, exit});
+      if (fresh) it->second = best_paths(members, node_rate, node_key, entry, exit).front();
+      chain.insert(chain.end(), it->second.begin(), it->second.end());
+      entry = next_entry;
+    }
+    for (int twice = 0; twice < 2; ++twice) {
+      if (seen.insert(chain).second) chains.push_back(chain);
+      std::reverse(chain.begin(), chain.end());
+    }
+    if (static_cast<int>(chains.size()) >= max_candidates) break;
+  }
+  // Orders come best first, and a chain's reverse scores the same, so the list is already sorted.
+  if (static_cast<int>(chains.size()) > max_candidates) chains.resize(std::max(max_candidates, 0));
+  return chains;
+}
+
+cut_problem make_cut_problem(const workload_estimator& est, const std::vector<int>& chain, bool allow_skip) {
+  op_tables ops = make_op_tables(est);
+  return cut_problem_of(est, chain, allow_skip, ops, compute_table(est, ops.ops));
+}
+
+placement opfence_place(const workload_estimator& est, const opfence_options& options, opfence_report* report) {
+  const graph& g = est.model();
+  const cluster_spec& c = est.cluster();
+  if (c.nodes.empty()) throw placement_error(c.file + ": the cluster has no nodes");
+  auto fences = make_fences(est, options.gap_factor);
+  auto chains = candidate_chains(est, fences, options.max_candidates);
+  op_tables ops = make_op_tables(est);
+  auto compute = compute_table(est, ops.ops);
+
+  placement best;
+  opfence_report result;
+  result.fences = fences;
+  bool found = false;
+  for (auto& chain : chains) {
+    bool skip = static_cast<int>(chain.size()) <= options.skip_nodes_up_to;
+    cut_solution cut = solve_cuts(cut_problem_of(est, chain, skip, ops, compute));
+    if (!cut.feasible) continue;
+    placement p;
+    p.node_of_op.assign(g.nodes.size(), -1);
+    for (size_t i = 0; i < ops.ops.size(); ++i) p.node_of_op[ops.ops[i]] = chain[cut.position_of_op[i]];
+    place_inputs(g, p, std::vector<bool>(g.nodes.size(), false));
+    step_estimate step = est.simulate(make_plan(g, p));
+    ++result.candidates;
+    if (!found || step.step_s < result.estimate.step_s) {
+      found = true;
+      best = std::move(p);
+      result.chain = chain;
+      result.bottleneck_s = cut.bottleneck;
+      result.estimate = std::move(step);
+    }
+  }
+  if (!found) throw_does_not_fit(est, ops, options);
+  if (report) *report = std::move(result);
+  return best;
+}
+
+placement opfence_placer::place(const graph& g, const cluster_spec& c, const cluster_profile& profile) const {
+  workload_estimator est(g, c, profile);
+  return opfence_place(est, options_);
+}
+
+}  // namespace fusion

@@ -1,0 +1,118 @@
+// A plan's predicted cost per stage and per cut, and its table.
+#include "scheduler/plan_report.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <map>
+#include <sstream>
+
+#include "scheduler/placement.hpp"
+
+namespace fusion {
+
+namespace {
+
+std::string seconds_text(double s) {
+  char buf[32];
+  if (s >= 1) std::snprintf(buf, sizeof buf, "%.2f s", s);
+  else if (s >= 1e-3) std::snprintf(buf, sizeof buf, "%.1f ms", s * 1e3);
+  else std::snprintf(buf, sizeof buf, "%.0f us", s * 1e6);
+  return buf;
+}
+
+std::string rate_text(double mbit) {
+  if (std::isinf(mbit)) return "local";
+  char buf[32];
+  if (mbit >= 1000) std::snprintf(buf, sizeof buf, "%.3g Gbit/s", mbit / 1000);
+  else std::snprintf(buf, sizeof buf, "%.3g Mbit/s", mbit);
+  return buf;
+}
+
+// "first .. last" runs of consecutive graph ids.
+std::string op_ranges(const graph& g, const std::vector<int>& ops) {
+  std::string list;
+  for (size_t i = 0; i < ops.size();) {
+    size_t j = i;
+    while (j + 1 < ops.size() && ops[j + 1] == ops[j] + 1) ++j;
+    list += (list.empty() ? "" : ", ") + g.nodes[ops[i]].name;
+    if (j > i) list += " .. " + g.nodes[ops[j]].name;
+    i = j + 1;
+  }
+  return list;
+}
+
+}  // namespace
+
+plan_report report_plan(const workload_estimator& est, const plan& p, double tokens_per_step) {
+  const graph& g = est.model();
+  const cluster_spec& c = est.cluster();
+  step_estimate e = est.simulate(p);
+  plan_report r;
+  r.step_s = e.step_s;
+  r.pipeline_s = e.pipeline_s;
+  r.optimizer_s = e.optimizer_s;
+  r.tokens_per_s = e.step_s > 0 ? tokens_per_step / e.step_s : 0;
+  std::vector<stage_report> by_node(c.nodes.size());
+  for (auto& n : g.nodes)
+    if (!n.is_input()) by_node[p.where.node_of_op.at(n.id)].ops.push_back(n.id);
+  for (size_t k = 0; k < by_node.size(); ++k) {
+    auto& s = by_node[k];
+    s.node = static_cast<int>(k);
+    s.compute_s = k < e.node_compute_s.size() ? e.node_compute_s[k] : 0;
+    s.memory_bytes = k < e.node_memory_bytes.size() ? e.node_memory_bytes[k] : 0;
+    s.capacity_bytes = static_cast<double>(est.profile().nodes[k].memory_bytes);
+    if (s.ops.empty()) r.idle_nodes.push_back(static_cast<int>(k));
+    else r.stages.push_back(std::move(s));
+  }
+  std::sort(r.stages.begin(), r.stages.end(), [](auto& a, auto& b) { return a.ops.front() < b.ops.front(); });
+  for (size_t i = 0; i < p.edges.size(); ++i) {
+    const plan_edge& pe = p.edges[i];
+    if (!pe.forward) continue;
+    cut_report cr;
+    cr.producer = pe.producer;
+    cr.consumer = pe.consumer;
+    cr.from = pe.from;
+    cr.to = pe.to;
+    cr.bytes_per_micro_batch = static_cast<double>(pe.bytes_per_micro_batch);
+    cr.mbit = est.link_mbit(pe.from, pe.to);
+    cr.transfer_s = i < e.edge_s.size() ? e.edge_s[i] : 0;
+    r.cuts.push_back(cr);
+  }
+  return r;
+}
+
+std::string format_plan_report(const workload_estimator& est, const plan_report& r) {
+  const graph& g = est.model();
+  const cluster_spec& c = est.cluster();
+  std::ostringstream out;
+  char line[512];
+  std::snprintf(line, sizeof line, "%-5s %-10s %-8s %-8s %5s %11s %19s  %s\n", "stage", "node", "site", "device", "ops",
+                "compute/step", "memory (of node)", "ops (graph order)");
+  out << line;
+  for (size_t k = 0; k < r.stages.size(); ++k) {
+    const auto& s = r.stages[k];
+    const auto& n = c.nodes[s.node];
+    std::string mem = human_bytes(s.memory_bytes) + " (" + (s.capacity_bytes > 0 ? human_bytes(s.capacity_bytes) : "?") + ")";
+    std::snprintf(line, sizeof line, "%-5zu %-10s %-8s %-8s %5zu %11s %19s  ", k, n.name.c_str(), n.site.c_str(),
+                  n.device.c_str(), s.ops.size(), seconds_text(s.compute_s).c_str(), mem.c_str());
+    out << line << op_ranges(g, s.ops) << "\n";
+  }
+  for (int k : r.idle_nodes)
+    out << "idle  " << c.nodes[k].name << " (site " << c.nodes[k].site << "): no ops (its links or speed do not pay)\n";
+  for (auto& x : r.cuts) {
+    std::snprintf(line, sizeof line, "cut   %s -> %s: %s -> %s, %s per micro-batch, link %s, %s per step each way\n",
+                  g.nodes[x.producer].name.c_str(), g.nodes[x.consumer].name.c_str(), c.nodes[x.from].name.c_str(),
+                  c.nodes[x.to].name.c_str(), human_bytes(x.bytes_per_micro_batch).c_str(), rate_text(x.mbit).c_str(),
+                  seconds_text(x.transfer_s).c_str());
+    out << line;
+  }
+  std::snprintf(line, sizeof line,
+                "predicted step %s (pipeline %s + optimizer %s) for %d micro-batches: %.0f tokens/s\n",
+                seconds_text(r.step_s).c_str(), seconds_text(r.pipeline_s).c_str(), seconds_text(r.optimizer_s).c_str(),
+                est.micro_batches(), r.tokens_per_s);
+  out << line;
+  return out.str();
+}
+
+}  // namespace fusion

@@ -1,0 +1,351 @@
+// Workload-estimator tests: the simulated step against schedules worked out by hand (two stages,
+// three micro-batches, a compute-bound and a link-bound case, one micro-batch), one node, a
+// residual fan-out that crosses a cut twice, refinement from measurements, the op::cost fallback
+// and constructor errors.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/cluster.hpp"
+#include "core/graph.hpp"
+#include "scheduler/estimator.hpp"
+#include "scheduler/plan.hpp"
+#include "scheduler/profile.hpp"
+
+namespace fusion {
+namespace {
+
+std::string src(const std::string& rel) { return std::string(FUSION_SOURCE_DIR) + "/" + rel; }
+
+// Graph node ids: tokens 0, targets 1, wte 2, fc 3, lm_head 4, loss 5. At micro-batch 1 every
+// activation between wte and lm_head is 1x4x8 f32 = 128 bytes.
+const char* chain_model = R"(name: "chain"
+const { name: "V" value: 16 }
+const { name: "T" value: 4 }
+const { name: "C" value: 8 }
+input { name: "tokens"  shape: "B,T" dtype: I32 }
+input { name: "targets" shape: "B,T" dtype: I32 }
+node { name: "wte" op: "token_embedding" in: "tokens" attr { key: "vocab" value: "V" } attr { key: "dim" value: "C" } }
+node { name: "fc" op: "linear" in: "wte" attr { key: "out" value: "C" } attr { key: "bias" value: "false" } }
+node { name: "lm_head" op: "linear" in: "fc" attr { key: "out" value: "V" } attr { key: "bias" value: "false" } }
+node { name: "loss" op: "cross_entropy" in: "lm_head" in: "targets" }
+tokens: "tokens"  targets: "targets"  logits: "lm_head"  loss: "loss"
+)";
+
+// wte feeds fc and the residual add: cutting after wte sends its output twice. Graph node ids:
+// tokens 0, targets 1, wte 2, fc 3, res 4, lm_head 5, loss 6.
+const char* residual_model = R"(name: "residual"
+const { name: "V" value: 16 }
+const { name: "T" value: 4 }
+const { name: "C" value: 8 }
+input { name: "tokens"  shape: "B,T" dtype: I32 }
+input { name: "targets" shape: "B,T" dtype: I32 }
+node { name: "wte" op: "token_embedding" in: "tokens" attr { key: "vocab" value: "V" } attr { key: "dim" value: "C" } }
+node { name: "fc" op: "linear" in: "wte" attr { key: "out" value: "C" } attr { key: "bias" value: "false" } }
+node { name: "res" op: "add" in: "wte" in: "fc" }
+node { name: "lm_head" op: "linear" in: "res" attr { key: "out" value: "V" } attr { key: "bias" value: "false" } }
+node { name: "loss" op: "cross_entropy" in: "lm_head" in: "targets" }
+tokens: "tokens"  targets: "targets"  logits: "lm_head"  loss: "loss"
+)";
+
+// One linear big enough that arithmetic, not memory traffic, bounds it: 256x256 by 256x256.
+const char* matmul_model = R"(name: "matmul"
+const { name: "V" value: 16 }
+const { name: "T" value: 256 }
+const { name: "C" value: 256 }
+input { name: "tokens"  shape: "B,T" dtype: I32 }
+input { name: "targets" shape: "B,T" dtype: I32 }
+node { name: "wte" op: "token_embedding" in: "tokens" attr { key: "vocab" value: "V" } attr { key: "dim" value: "C" } }
+node { name: "fc" op: "linear" in: "wte" attr { key: "out" value: "C" } attr { key: "bias" value: "false" } }
+node { name: "lm_head" op: "linear" in: "fc" attr { key: "out" value: "V" } attr { key: "bias" value: "false" } }
+node { name: "loss" op: "cross_entropy" in: "lm_head" in: "targets" }
+tokens: "tokens"  targets: "targets"  logits: "lm_head"  loss: "loss"
+)";
+
+// Nodes a0 (site a) and b0 (site b); with `same_site` also a1 on site a.
+cluster_spec two_sites(bool same_site = false) {
+  std::string text = "name: \"two\"\nsite { name: \"a\" }\nsite { name: \"b\" }\nsite { name: \"c\" }\n"
+                     "node { name: \"a0\" site: \"a\" }\nnode { name: \"b0\" site: \"b\" }\n";
+  if (same_site) text += "node { name: \"a1\" site: \"a\" }\nnode { name: \"c0\" site: \"c\" }\n";
+  return parse_cluster(text + "link { a: \"a\" b: \"b\" mbit: 100 }\n", "two.pbtxt");
+}
+
+cluster_spec one_node() {
+  return parse_cluster("name: \"one\"\nsite { name: \"a\" }\nnode { name: \"a0\" site: \"a\" }\n", "one.pbtxt");
+}
+
+// The profile of `c` with the site link at `mbit` and every op of `g` timed on every node:
+// `times` is {forward, backward, update} by graph node name.
+cluster_profile timed_profile(const graph& g, const cluster_spec& c, int micro_batches, double mbit,
+                              const std::vector<std::pair<std::string, op_timing>>& times) {
+  cluster_profile p = profile_from_cluster(c);
+  p.micro_batches = micro_batches;
+  for (auto& l : p.links) l.mbit = mbit;
+  for (auto& n : p.nodes)
+    for (auto& [name, t] : times) n.ops[op_key(g, g.find(name))] = t;
+  return p;
+}
+
+// No round trips anywhere, so transfers are bytes over rate and the optimizer is the updates
+// plus three 0.1 s coordinator round trips.
+estimator_options exact_options() {
+  estimator_options o;
+  o.local_rtt_s = 0;
+  o.coordinator_rtt_s = 0.1;
+  return o;
+}
+
+const std::vector<std::pair<std::string, op_timing>> chain_times = {
+    {"wte", {1, 1, 0.5}}, {"fc", {1, 2, 0.5}}, {"lm_head", {2, 2, 1}}, {"loss", {1, 1, 0}}};
+
+// 128 bytes = 1024 bit: 1 s per tensor at this rate.
+const double one_second_mbit = 1024e-6;
+
+TEST_CASE("scheduler/estimator: two stages, three micro-batches, schedule by hand") {
+  graph g = parse_graph(chain_model, "chain.pbtxt", 1);
+  cluster_spec c = two_sites();
+  REQUIRE(g.nodes.size() == 6);
+  // Stage 0 on a0: tokens, wte, fc. Stage 1 on b0: targets, lm_head, loss.
+  plan p = make_plan(g, placement{{0, 1, 0, 0, 1, 1}});
+  REQUIRE(p.edges.size() == 2);  // fc -> lm_head, both directions
+  CHECK(p.edges[0].bytes_per_micro_batch == 128);
+
+  SUBCASE("compute-bound: transfers of 1 s") {
+    workload_estimator est(g, c, timed_profile(g, c, 3, one_second_mbit, chain_times), exact_options());
+    CHECK(est.transfer_s(128, 0, 1) == doctest::Approx(1.0));
+    // Times in s; "x.fm"/"x.bm" is forward/backward of op x for micro-batch m; ready = when
+    // its last input/gradient arrived. a0 runs wte (f1 b1) and fc (f1 b2); b0 lm_head (f2 b2)
+    // and loss (f1 b1). The feed interval is the slower node's forward per micro-batch: b0's
+    // 2 + 1 = 3, so micro-batches are fed at 0, 3 and 6.
+    //  0- 1 a0 wte.f0    1- 2 a0 fc.f0 -> link 2-3, arrives 3
+    //  3- 4 a0 wte.f1    4- 5 a0 fc.f1 -> link 5-6, arrives 6
+    //  6- 7 a0 wte.f2    7- 8 a0 fc.f2 -> link 8-9, arrives 9
+    //  3- 5 b0 lm_head.f0   5- 6 b0 loss.f0
+    //  6- 7 b0 loss.b0 (ready 6 like lm_head.f1: m0 first)
+    //  7- 9 b0 lm_head.f1 (ready 6, before lm_head.b0 ready 7)
+    //  9-11 b0 lm_head.b0 (ready 7) -> link 11-12, arrives 12
+    // 11-12 b0 loss.f1 (ready 9, m1 before lm_head.f2's m2)   12-14 b0 lm_head.f2 (ready 9)
+    // 14-15 b0 loss.b1 (ready 12)   15-16 b0 loss.f2 (ready 14)
+    // 16-18 b0 lm_head.b1 (ready 15) -> link 18-19, arrives 19
+    // 18-19 b0 loss.b2   19-21 b0 lm_head.b2 -> link 21-22, arrives 22
+    // 12-14 a0 fc.b0   14-15 a0 wte.b0   19-21 a0 fc.b1   21-22 a0 wte.b1
+    // 22-24 a0 fc.b2   24-25 a0 wte.b2
+    step_estimate s = est.simulate(p);
+    CHECK(s.feed_interval_s == doctest::Approx(3));
+    CHECK(s.pipeline_s == doctest::Approx(25));
+    CHECK(s.optimizer_s == doctest::Approx(1.3));
+    CHECK(s.step_s == doctest::Approx(26.3));
+    REQUIRE(s.edge_s.size() == 2);
+    CHECK(s.edge_s[0] == doctest::Approx(3.0));  // 3 micro-batches x 1 s
+    CHECK(s.edge_s[1] == doctest::Approx(3.0));
+    REQUIRE(s.node_compute_s.size() == 2);
+    CHECK(s.node_compute_s[0] == doctest::Approx(3 * (1 + 1) + 0.5 + 3 * (1 + 2) + 0.5));
+    CHECK(s.node_compute_s[1] == doctest::Approx(3 * (2 + 2) + 1 + 3 * (1 + 1)));
+    CHECK(s.node_memory_bytes[0] == doctest::Approx(est.memory_bytes(2) + est.memory_bytes(3)));
+    CHECK(s.node_memory_bytes[1] == doctest::Approx(est.memory_bytes(4) + est.memory_bytes(5)));
+  }
+
+  SUBCASE("link-bound: transfers of 4 s") {
+    workload_estimator est(g, c, timed_profile(g, c, 3, one_second_mbit / 4, chain_times), exact_options());
+    // a0 runs the forwards as above (fc.fm done at 2, 5, 8), but one 4 s link serialises them:
+    // fc.f0 link 2-6, fc.f1 6-10, fc.f2 10-14 (arrivals 6, 10, 14).
+    //  6- 8 b0 lm_head.f0     8- 9 b0 loss.f0        9-10 b0 loss.b0
+    // 10-12 b0 lm_head.b0 (ready 10 with lm_head.f1: m0 first) -> link b0->a0 12-16, arrives 16
+    // 12-14 b0 lm_head.f1     14-15 b0 loss.f1 (ready 14 with lm_head.f2: m1 first)
+    // 15-17 b0 lm_head.f2 (ready 14, before loss.b1 ready 15)   17-18 b0 loss.b1
+    // 18-19 b0 loss.f2 (ready 17)   19-21 b0 lm_head.b1 -> link 21-25, arrives 25
+    // 21-22 b0 loss.b2        22-24 b0 lm_head.b2 -> link busy until 25: 25-29, arrives 29
+    // 16-18 a0 fc.b0  18-19 a0 wte.b0  25-27 a0 fc.b1  27-28 a0 wte.b1  29-31 a0 fc.b2  31-32 a0 wte.b2
+    step_estimate s = est.simulate(p);
+    CHECK(s.pipeline_s == doctest::Approx(32));
+    CHECK(s.step_s == doctest::Approx(33.3));
+    CHECK(s.edge_s[0] == doctest::Approx(12.0));
+  }
+
+  SUBCASE("one micro-batch: every op and both transfers in sequence") {
+    workload_estimator est(g, c, timed_profile(g, c, 1, one_second_mbit, chain_times), exact_options());
+    // wte.f 0-1, fc.f 1-2, link 2-3, lm_head.f 3-5, loss.f 5-6, loss.b 6-7, lm_head.b 7-9,
+    // link 9-10, fc.b 10-12, wte.b 12-13.
+    step_estimate s = est.simulate(p);
+    CHECK(s.pipeline_s == doctest::Approx(13));
+    CHECK(s.step_s == doctest::Approx(14.3));
+    CHECK(s.edge_s[0] == doctest::Approx(1.0));
+  }
+}
+
+TEST_CASE("scheduler/estimator: one node runs every op serially") {
+  SUBCASE("timed ops") {
+    graph g = parse_graph(chain_model, "chain.pbtxt", 1);
+    cluster_spec c = one_node();
+    estimator_options o = exact_options();
+    workload_estimator est(g, c, timed_profile(g, c, 3, 1, chain_times), o);
+    step_estimate s = est.simulate(make_plan(g, placement{std::vector<int>(g.nodes.size(), 0)}));
+    // M * sum(fwd + bwd) + sum(update) + 3 round trips.
+    CHECK(s.step_s == doctest::Approx(3 * (2 + 3 + 4 + 2) + 2 + 0.3));
+    CHECK(s.pipeline_s == doctest::Approx(33));
+    CHECK(s.edge_s.empty());
+  }
+  SUBCASE("gpt-char-tiny from op::cost") {
+    graph g = load_graph(src("configs/models/gpt-char-tiny.pbtxt"), 2);
+    cluster_spec c = one_node();
+    cluster_profile prof = profile_from_cluster(c);
+    prof.micro_batches = 4;
+    workload_estimator est(g, c, prof);
+    double work = 0, update = 0;
+    for (auto& n : g.nodes) {
+      work += est.forward_s(n.id, 0) + est.backward_s(n.id, 0);
+      update += est.update_s(n.id, 0);
+    }
+    REQUIRE(work > 0);
+    step_estimate s = est.simulate(make_plan(g, placement{std::vector<int>(g.nodes.size(), 0)}));
+    CHECK(s.pipeline_s == doctest::Approx(4 * work));
+    CHECK(s.step_s == doctest::Approx(4 * work + update + 3 * est.options().coordinator_rtt_s));
+    CHECK(s.node_compute_s[0] == doctest::Approx(4 * work + update));
+  }
+}
+
+TEST_CASE("scheduler/estimator: a residual fan-out across a cut is sent twice") {
+  graph g = parse_graph(residual_model, "residual.pbtxt", 1);
+  cluster_spec c = two_sites();
+  REQUIRE(g.nodes[2].consumers.size() == 2);
+  REQUIRE(g.nodes[2].consumers[0].node == 3);  // fc first, then res
+  const std::vector<std::pair<std::string, op_timing>> fast = {
+      {"wte", {0.1, 0.1, 0}}, {"fc", {0.1, 0.1, 0}}, {"res", {0.1, 0.1, 0}},
+      {"lm_head", {0.1, 0.1, 0}}, {"loss", {0.1, 0.1, 0}}};
+  for (int M : {1, 3}) {
+    INFO("micro-batches " << M);
+    workload_estimator est(g, c, timed_profile(g, c, M, one_second_mbit, fast), exact_options());
+    // Cut after wte: wte -> fc and wte -> res both cross.
+    plan twice = make_plan(g, placement{{0, 1, 0, 1, 1, 1, 1}});
+    // Cut after res: only res -> lm_head crosses.
+    plan once = make_plan(g, placement{{0, 1, 0, 0, 0, 1, 1}});
+    REQUIRE(twice.edges.size() == 4);
+    REQUIRE(once.edges.size() == 2);
+    step_estimate s2 = est.simulate(twice), s1 = est.simulate(once);
+    for (double e : s2.edge_s) CHECK(e == doctest::Approx(M * 1.0));
+    CHECK(s2.pipeline_s > s1.pipeline_s + 0.5);
+    if (M == 1) {
+      // Twice: wte.f 0-0.1, link 0.1-1.1 (to fc) and 1.1-2.1 (to res); fc.f 1.1-1.2, res.f
+      // 2.1-2.2, lm_head.f, loss.f, loss.b, lm_head.b, res.b 2.2-2.7; res's gradient to wte on
+      // the link 2.7-3.7, fc.b 2.7-2.8 and its gradient queued behind: 3.7-4.7; wte.b 4.7-4.8.
+      CHECK(s2.pipeline_s == doctest::Approx(4.8));
+      // Once: three forwards 0-0.3, link 0.3-1.3, four tasks on b0 to 1.7, link 1.7-2.7, three
+      // backwards to 3.0.
+      CHECK(s1.pipeline_s == doctest::Approx(3.0));
+    }
+  }
+}
+
+TEST_CASE("scheduler/estimator: measurements refine op times and links") {
+  graph g = parse_graph(chain_model, "chain.pbtxt", 1);
+  cluster_spec c = two_sites();
+  cluster_profile prof = timed_profile(g, c, 2, 100, chain_times);
+  prof.links[0].rtt_s = 0.01;
+  workload_estimator est(g, c, prof);
+  const int wte = 2, fc = 3, lm_head = 4;
+  const double w = est.options().ema_weight;
+  CHECK(est.forward_s(fc, 0) == doctest::Approx(1));
+
+  // The first measurement replaces the profile; fc took 6 s where 3 were profiled.
+  est.observe_op(fc, 0, 2.0, 4.0);
+  CHECK(est.forward_s(fc, 0) == doctest::Approx(2.0));
+  CHECK(est.backward_s(fc, 0) == doctest::Approx(4.0));
+  const double corr = 1 + w * (2.0 - 1);
+  CHECK(est.forward_s(wte, 0) == doctest::Approx(1 * corr));  // unmeasured, same node: follows
+  CHECK(est.backward_s(wte, 0) == doctest::Approx(1 * corr));
+  CHECK(est.forward_s(fc, 1) == doctest::Approx(1));          // other node: unchanged
+  CHECK(est.forward_s(lm_head, 1) == doctest::Approx(2));
+  CHECK(est.update_s(fc, 0) == doctest::Approx(0.5));         // updates are not scaled
+
+  // Later measurements move the average toward themselves.
+  est.observe_op(fc, 0, 1.0, 2.0);
+  CHECK(est.forward_s(fc, 0) == doctest::Approx(2.0 + w * (1.0 - 2.0)));
+  CHECK(est.forward_s(fc, 0) < 2.0);
+  CHECK(est.forward_s(fc, 0) > 1.0);
+  CHECK(est.forward_s(wte, 0) == doctest::Approx(corr + w * (1.0 - corr)));
+
+  // Links: the cluster's 100 Mbit/s with the profile's 10 ms round trip.
+  CHECK(est.link_mbit(0, 1) == doctest::Approx(100));
+  CHECK(est.link_rtt_s(1, 0) == doctest::Approx(0.01));
+  CHECK(est.transfer_s(1e6, 0, 1) == doctest::Approx(0.08 + 0.005));
+  CHECK(std::isinf(est.link_mbit(1, 1)));
+  CHECK(est.transfer_s(1e6, 1, 1) == 0);
+  // 1 MB in 0.165 s less half the round trip: 8 Mbit in 0.16 s = 50 Mbit/s, both directions.
+  est.observe_transfer(0, 1, 1e6, 0.165);
+  CHECK(est.link_mbit(0, 1) == doctest::Approx(50));
+  CHECK(est.link_mbit(1, 0) == doctest::Approx(50));
+  CHECK(est.link_rtt_s(0, 1) == doctest::Approx(0.01));
+  est.observe_transfer(1, 0, 1e6, 0.085);  // 100 Mbit/s
+  CHECK(est.link_mbit(0, 1) == doctest::Approx(50 + w * 50));
+  est.observe_transfer(0, 1, 0, 1.0);      // ignored: nothing sent
+  est.observe_transfer(0, 1, 1e6, 0);      // ignored: no time
+  CHECK(est.link_mbit(0, 1) == doctest::Approx(50 + w * 50));
+}
+
+TEST_CASE("scheduler/estimator: links default to the local rate within a site and without a link") {
+  graph g = parse_graph(chain_model, "chain.pbtxt", 1);
+  cluster_spec c = two_sites(true);  // a0 (a), b0 (b), a1 (a), c0 (c, no link)
+  estimator_options o;
+  o.local_mbit = 5000;
+  o.local_rtt_s = 2e-4;
+  workload_estimator est(g, c, profile_from_cluster(c), o);
+  CHECK(est.link_mbit(0, 1) == doctest::Approx(100));
+  CHECK(est.link_rtt_s(0, 1) == doctest::Approx(2e-4));  // the cluster file states no round trip
+  CHECK(est.link_mbit(0, 2) == doctest::Approx(5000));
+  CHECK(est.link_mbit(1, 3) == doctest::Approx(5000));
+  CHECK(est.link_rtt_s(0, 0) == 0);
+}
+
+TEST_CASE("scheduler/estimator: without timings op::cost over the node's rate") {
+  graph g = parse_graph(matmul_model, "matmul.pbtxt", 1);
+  cluster_spec c = two_sites();
+  cluster_profile prof = profile_from_cluster(c);
+  prof.nodes[0].gflops = 20;
+  prof.nodes[1].gflops = 40;
+  workload_estimator est(g, c, prof);
+  const int fc = 3;
+  const double mnk = 256.0 * 256 * 256;
+  CHECK(est.forward_s(fc, 0) == doctest::Approx(2 * mnk / 20e9));
+  CHECK(est.backward_s(fc, 0) == doctest::Approx(4 * mnk / 20e9));
+  CHECK(est.forward_s(fc, 1) == doctest::Approx(est.forward_s(fc, 0) / 2));
+  CHECK(est.backward_s(fc, 1) == doctest::Approx(est.backward_s(fc, 0) / 2));
+  // AdamW on a CPU node: parameters, gradients and two moments at 10 GB/s.
+  const double param_bytes = 256.0 * 256 * 4;
+  CHECK(est.update_s(fc, 0) == doctest::Approx(4 * param_bytes / 10e9));
+  CHECK(est.output_bytes(fc) == doctest::Approx(256.0 * 256 * 4));
+  CHECK(est.memory_bytes(fc) == doctest::Approx(4 * param_bytes + 2 * 1 * 256.0 * 256 * 4));
+  CHECK(est.memory_bytes(0) == 0);
+  CHECK(est.forward_s(0, 0) == 0);
+
+  // A node that states no rate gets the default.
+  prof.nodes[1].gflops = 0;
+  estimator_options o;
+  o.default_gflops = 10;
+  workload_estimator slow(g, c, prof, o);
+  CHECK(slow.forward_s(fc, 1) == doctest::Approx(2 * mnk / 10e9));
+}
+
+TEST_CASE("scheduler/estimator: a profile that does not match the cluster is refused") {
+  graph g = parse_graph(chain_model, "chain.pbtxt", 1);
+  cluster_spec c = two_sites();
+  cluster_profile prof = profile_from_cluster(c);
+  prof.nodes.pop_back();
+  CHECK_THROWS_AS(workload_estimator(g, c, prof), std::invalid_argument);
+  try {
+    workload_estimator est(g, c, prof);
+  } catch (const std::invalid_argument& e) {
+    CHECK(std::string(e.what()).find("1 nodes but cluster 'two' has 2") != std::string::npos);
+  }
+  cluster_profile zero = profile_from_cluster(c);
+  zero.micro_batches = 0;
+  CHECK_THROWS_AS(workload_estimator(g, c, zero), std::invalid_argument);
+  workload_estimator est(g, c, profile_from_cluster(c));
+  CHECK_THROWS_AS(est.simulate(make_plan(g, placement{{0, 0, 0, 0, 0, 2}})), std::invalid_argument);
+}
+
+}  // namespace
+}  // namespace fusion
