@@ -187,9 +187,9 @@ void place_and_wire(coord_ptr self) {
       connect_all(self, [=] {
         auto& s = self->state;
         if (cluster_mode(s) && s.in->cfg.progress)
-          std::fprintf(stderr, "fusion-train: plan (%s):\n%s",
+          std::fprintf(stderr, "fusion-train: plan (%s):\n%s%s",
                        placement_policy_names()[static_cast<int>(s.in->cluster.placement.policy)].c_str(),
-                       format_plan(s.in->model, s.in->cluster, s.current).c_str());
+                       format_plan(s.in->model, s.in->cluster, s.current).c_str(), describe_prediction(self).c_str());
         if (s.in->cfg.resume_from.empty()) return finish_start(self);
         load_checkpoint_async(self, s.in->cfg.resume_from, [=] { finish_start(self); });
       });

@@ -6,6 +6,7 @@
 
 #include "actors/coordinator_state.hpp"
 #include "core/log.hpp"
+#include "scheduler/plan_report.hpp"
 
 namespace fusion {
 
@@ -43,6 +44,19 @@ double predict_step(coord_ptr self) {
     // training.
     log_warn("fusion-train", std::string("no step-time prediction: ") + e.what());
     return 0;
+  }
+}
+
+std::string describe_prediction(coord_ptr self) {
+  auto* est = estimator_of(self);
+  if (!est) return "";
+  try {
+    const auto& st = self->state;
+    return "predicted from the profile:\n" +
+           format_plan_report(*est, report_plan(*est, st.current,
+                                                static_cast<double>(st.in->cfg.batch * st.in->model.context)));
+  } catch (const std::exception& e) {
+    return std::string("no prediction: ") + e.what() + "\n";
   }
 }
 

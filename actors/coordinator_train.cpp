@@ -210,8 +210,11 @@ void end_step(coord_ptr self, step_record rec) {
   }
   if (cfg.progress && (tty(st) || st.step % std::max<int64_t>(1, cfg.log_every) == 0 || st.step == cfg.steps)) {
     double eta = static_cast<double>(cfg.steps - st.step) * tokens_per_step / std::max(avg_tps, 1e-9);
-    std::fprintf(stderr, "%sstep %lld/%lld | loss %.4f | lr %.2e | %.0f tok/s | ETA %s%s", tty(st) ? "\r\33[K" : "",
-                 static_cast<long long>(st.step), static_cast<long long>(cfg.steps), rec.loss, rec.lr, avg_tps,
+    char timing[64] = "";
+    if (rec.predicted_step_s > 0)
+      std::snprintf(timing, sizeof timing, " | step %.2f s (predicted %.2f s)", rec.step_s, rec.predicted_step_s);
+    std::fprintf(stderr, "%sstep %lld/%lld | loss %.4f | lr %.2e | %.0f tok/s%s | ETA %s%s", tty(st) ? "\r\33[K" : "",
+                 static_cast<long long>(st.step), static_cast<long long>(cfg.steps), rec.loss, rec.lr, avg_tps, timing,
                  format_duration(eta).c_str(), tty(st) ? "" : "\n");
   }
   st.last = rec;

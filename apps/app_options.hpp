@@ -71,7 +71,7 @@ enum class load_result { run, exit_ok, exit_usage };
 load_result load_options(const char* program, const std::string& usage, table_config& cfg, int argc, char** argv,
                          const std::vector<option_alias>& aliases);
 
-/// "fusion-train 0.4.0 (wire protocol 2)": the project version (CMake project(VERSION)) and
+/// "fusion-train 0.4.0 (wire protocol 3)": the project version (CMake project(VERSION)) and
 /// core/wire.hpp's wire_protocol_version; what every fusion-* program prints for --version.
 std::string version_line(const std::string& program);
 
