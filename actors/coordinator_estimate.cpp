@@ -62,8 +62,9 @@ std::string describe_prediction(coord_ptr self) {
 
 void observe_step(coord_ptr self, const step_record& rec) {
   auto* est = estimator_of(self);
-  // Step 1 pays for first-touch allocations and cold caches: it would drag the averages.
-  if (!est || rec.step <= 1) return;
+  // The first steps pay for first-touch allocations and cold caches (step 2 still ran about 30%
+  // slow on the emulated sites): they would drag the averages.
+  if (!est || rec.step <= 2) return;
   auto& st = self->state;
   const auto& where = st.current.where.node_of_op;
   for (auto& m : rec.ops) {

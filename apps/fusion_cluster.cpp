@@ -134,6 +134,8 @@ nlohmann::json plan_json(const workload_estimator& est, const plan_report& r, co
     for (auto& f : fence->fences) out["fences"].push_back(names(f));
     out["chain"] = names(fence->chain);
     out["candidates"] = fence->candidates;
+    out["refined_moves"] = fence->refined_moves;
+    out["dp_step_s"] = fence->dp_step_s;
   }
   return out;
 }
@@ -211,7 +213,11 @@ int run_plan(const std::vector<std::string>& args) {
     }
     std::cout << "\nchain:";
     for (int k : fence.chain) std::cout << " " << c.nodes[k].name;
-    std::cout << " (best of " << fence.candidates << " candidate chains)\n";
+    std::cout << " (best of " << fence.candidates << " candidate plans";
+    if (fence.refined_moves > 0)
+      std::cout << "; the simulator moved cuts " << fence.refined_moves << " time(s): predicted step " << fence.dp_step_s
+                << " s -> " << fence.estimate.step_s << " s";
+    std::cout << ")\n";
   }
   std::cout << format_plan_report(est, r);
   return 0;

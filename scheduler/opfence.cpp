@@ -399,38 +399,152 @@ cut_problem make_cut_problem(const workload_estimator& est, const std::vector<in
   return cut_problem_of(est, chain, allow_skip, ops, compute_table(est, ops.ops));
 }
 
+namespace {
+
+// Hill-climbing on the chosen plan's cut positions with the simulator as the judge. The DP
+// minimises the bottleneck stage or cut; the simulated step also pays for pipeline fill and
+// drain and for the order ops run in, so moving a cut by an op or two can be faster. A move
+// shifts one boundary between two consecutive stages by `d` ops, never emptying a stage, and
+// must fit in memory (evaluate_cuts); the first improving move is kept, until none improves or
+// the simulation budget is spent.
+void refine_cuts(const workload_estimator& est, const opfence_options& options, const op_tables& ops,
+                 const std::vector<std::vector<double>>& compute, placement& best, opfence_report& result) {
+  if (options.refine_shift <= 0 || result.chain.empty()) return;
+  const graph& g = est.model();
+  const std::vector<int>& chain = result.chain;
+  std::vector<int> node_pos(est.cluster().nodes.size(), -1);
+  for (size_t k = 0; k < chain.size(); ++k) node_pos[chain[k]] = static_cast<int>(k);
+  std::vector<int> pos(ops.ops.size());
+  for (size_t i = 0; i < ops.ops.size(); ++i) pos[i] = node_pos[best.node_of_op[ops.ops[i]]];
+  const cut_problem problem = cut_problem_of(est, chain, true, ops, compute);
+  const int n = static_cast<int>(pos.size());
+  int budget = options.refine_simulations;
+  bool improved = true;
+  while (improved && budget > 0) {
+    improved = false;
+    for (int i = 1; i < n && !improved && budget > 0; ++i) {
+      if (pos[i] == pos[i - 1]) continue;  // not a boundary
+      int left_start = i - 1, right_end = i;
+      while (left_start > 0 && pos[left_start - 1] == pos[i - 1]) --left_start;
+      while (right_end + 1 < n && pos[right_end + 1] == pos[i]) ++right_end;
+      for (int d = -options.refine_shift; d <= options.refine_shift && !improved && budget > 0; ++d) {
+        const int b = i + d;  // the new first op of the right stage
+        if (d == 0 || b <= left_start || b > right_end) continue;
+        std::vector<int> moved = pos;
+        for (int j = std::min(i, b); j < std::max(i, b); ++j) moved[j] = d < 0 ? pos[i] : pos[i - 1];
+        if (!evaluate_cuts(problem, moved).feasible) continue;
+        placement p;
+        p.node_of_op.assign(g.nodes.size(), -1);
+        for (int j = 0; j < n; ++j) p.node_of_op[ops.ops[j]] = chain[moved[j]];
+        place_inputs(g, p, std::vector<bool>(g.nodes.size(), false));
+        step_estimate step = est.simulate(make_plan(g, p));
+        --budget;
+        if (step.step_s < result.estimate.step_s * (1 - 1e-9)) {
+          pos = std::move(moved);
+          best = std::move(p);
+          result.estimate = std::move(step);
+          ++result.refined_moves;
+          improved = true;
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+
 placement opfence_place(const workload_estimator& est, const opfence_options& options, opfence_report* report) {
   const graph& g = est.model();
   const cluster_spec& c = est.cluster();
   if (c.nodes.empty()) throw placement_error(c.file + ": the cluster has no nodes");
   auto fences = make_fences(est, options.gap_factor);
   auto chains = candidate_chains(est, fences, options.max_candidates);
+  // A site behind a very slow link may not pay for itself, and chains longer than
+  // skip_nodes_up_to cannot leave nodes out: each chain is also tried as its two halves either
+  // side of its slowest link.
+  {
+    std::set<std::vector<int>> seen(chains.begin(), chains.end());
+    const size_t whole = chains.size();
+    for (size_t c = 0; c < whole; ++c) {
+      const std::vector<int> chain = chains[c];
+      if (chain.size() < 2) continue;
+      size_t slowest = 0;
+      for (size_t j = 1; j + 1 < chain.size(); ++j)
+        if (est.link_mbit(chain[j], chain[j + 1]) < est.link_mbit(chain[slowest], chain[slowest + 1])) slowest = j;
+      for (auto half : {std::vector<int>(chain.begin(), chain.begin() + slowest + 1),
+                        std::vector<int>(chain.begin() + slowest + 1, chain.end())})
+        if (seen.insert(half).second) chains.push_back(std::move(half));
+    }
+  }
   op_tables ops = make_op_tables(est);
   auto compute = compute_table(est, ops.ops);
 
-  placement best;
   opfence_report result;
   result.fences = fences;
-  bool found = false;
-  for (auto& chain : chains) {
-    bool skip = static_cast<int>(chain.size()) <= options.skip_nodes_up_to;
-    cut_solution cut = solve_cuts(cut_problem_of(est, chain, skip, ops, compute));
-    if (!cut.feasible) continue;
+  struct candidate {
+    placement where;
+    std::vector<int> chain;
+    double bottleneck = 0;
+    step_estimate step;
+  };
+  std::vector<candidate> all;
+  // Per chain up to three cuts: the DP's (with empty nodes allowed on short chains), the DP's
+  // using every node, and equal FLOPs along the chain. The DP's bottleneck is a proxy for the
+  // step time (it does not see pipeline fill and drain); the simulation decides.
+  const std::vector<double> flops = op_flops(g);
+  std::vector<double> op_cost(ops.ops.size());
+  for (size_t i = 0; i < ops.ops.size(); ++i) op_cost[i] = flops[ops.ops[i]];
+  auto consider = [&](const std::vector<int>& chain, const std::vector<int>& position_of_op, double bottleneck) {
     placement p;
     p.node_of_op.assign(g.nodes.size(), -1);
-    for (size_t i = 0; i < ops.ops.size(); ++i) p.node_of_op[ops.ops[i]] = chain[cut.position_of_op[i]];
+    for (size_t i = 0; i < ops.ops.size(); ++i) p.node_of_op[ops.ops[i]] = chain[position_of_op[i]];
     place_inputs(g, p, std::vector<bool>(g.nodes.size(), false));
     step_estimate step = est.simulate(make_plan(g, p));
-    ++result.candidates;
-    if (!found || step.step_s < result.estimate.step_s) {
-      found = true;
-      best = std::move(p);
-      result.chain = chain;
-      result.bottleneck_s = cut.bottleneck;
-      result.estimate = std::move(step);
+    all.push_back({std::move(p), chain, bottleneck, std::move(step)});
+  };
+  for (auto& chain : chains) {
+    const bool skip = static_cast<int>(chain.size()) <= options.skip_nodes_up_to;
+    const cut_problem problem = cut_problem_of(est, chain, skip, ops, compute);
+    cut_solution cut = solve_cuts(problem);
+    if (cut.feasible) consider(chain, cut.position_of_op, cut.bottleneck);
+    if (skip) {
+      cut_problem every = problem;
+      every.allow_skip = false;
+      cut_solution used = solve_cuts(every);
+      if (used.feasible && used.position_of_op != cut.position_of_op) consider(chain, used.position_of_op, used.bottleneck);
+    }
+    if (chain.size() <= ops.ops.size()) {
+      std::vector<size_t> bounds = balanced_cuts(op_cost, chain.size());
+      std::vector<int> position(ops.ops.size());
+      for (size_t k = 0; k + 1 < bounds.size(); ++k)
+        for (size_t i = bounds[k]; i < bounds[k + 1]; ++i) position[i] = static_cast<int>(k);
+      cut_solution even = evaluate_cuts(problem, position);
+      if (even.feasible) consider(chain, position, even.bottleneck);
     }
   }
-  if (!found) throw_does_not_fit(est, ops, options);
+  if (all.empty()) throw_does_not_fit(est, ops, options);
+  std::stable_sort(all.begin(), all.end(), [](auto& a, auto& b) { return a.step.step_s < b.step.step_s; });
+  result.candidates = static_cast<int>(all.size());
+  result.dp_step_s = all.front().step.step_s;
+  // Hill-climbing depends on where it starts: refine the best few and keep the fastest.
+  const size_t top = std::min<size_t>(all.size(), 3);
+  opfence_options each = options;
+  each.refine_simulations = options.refine_simulations / static_cast<int>(top);
+  placement best;
+  bool found = false;
+  for (size_t i = 0; i < top; ++i) {
+    opfence_report r = result;
+    r.chain = all[i].chain;
+    r.bottleneck_s = all[i].bottleneck;
+    r.estimate = all[i].step;
+    placement p = all[i].where;
+    refine_cuts(est, each, ops, compute, p, r);
+    if (!found || r.estimate.step_s < result.estimate.step_s) {
+      found = true;
+      best = std::move(p);
+      result = std::move(r);
+    }
+  }
   if (report) *report = std::move(result);
   return best;
 }

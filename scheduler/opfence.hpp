@@ -8,7 +8,10 @@
 //           minimises the bottleneck: max over stages of compute seconds per step and over cuts
 //           of transfer seconds per step, every edge crossing a cut counted (a residual fan-out
 //           crossing twice counts twice), subject to each node's memory.
-// Every candidate chain's cut is simulated by the workload estimator; the fastest step wins.
+// Every candidate chain's cut (and, as further candidates, the DP's cut using every node and an
+// equal-FLOPs cut along the chain) is simulated by the workload estimator; the fastest wins, and
+// the simulator then moves its cuts a few ops either way while that is faster (the DP's
+// bottleneck does not see pipeline fill and drain).
 // Plain C++, tested without actors.
 #pragma once
 
@@ -30,6 +33,10 @@ struct opfence_options {
   int skip_nodes_up_to = 16;
   /// At most this many candidate chains are cut and simulated.
   int max_candidates = 24;
+  /// Refinement of the best candidate by the simulator: each cut may move by up to this many
+  /// ops either way (0: off), within at most refine_simulations simulations.
+  int refine_shift = 3;
+  int refine_simulations = 300;
 };
 
 /// The cut problem on one chain, as plain numbers (what the dynamic program and the brute force
@@ -95,7 +102,9 @@ struct opfence_report {
   std::vector<int> chain;               ///< the chosen chain
   double bottleneck_s = 0;              ///< the DP's bottleneck on it
   step_estimate estimate;               ///< the simulated step of the chosen plan
-  int candidates = 0;                   ///< chains cut and simulated
+  int candidates = 0;                   ///< plans simulated (up to three cuts per candidate chain)
+  int refined_moves = 0;                ///< cut moves the refinement kept
+  double dp_step_s = 0;                 ///< the simulated step of the DP's cut before refinement
 };
 
 /// Places the estimator's graph with OP-Fence. Throws placement_error (naming the cluster file)

@@ -20,6 +20,7 @@
 # (cpu.cfs_period_us, cpu.cfs_quota_us), cgroup v2 /sys/fs/cgroup/fusion-TAG-NODE (cpu.max). The
 # node joins its cgroup before it execs, so the cap holds from its first instruction; caps work
 # with --loopback too. Without root or a cpu controller it warns once and runs the nodes uncapped.
+# A node capped at one core or less runs one actor worker thread (--runtime.threads=1).
 set -Eeuo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 cd "$repo"
@@ -158,6 +159,12 @@ while read -r kind name site device share; do
       # node's pid is the one started here, and it never runs outside its cgroup.
       launch=(sh -c 'echo $$ >"$1/cgroup.procs" || exit 126; shift; exec "$@"' run-sites-cap "$cg")
       cap_note=", capped"
+      # A node capped at one core or less gains nothing from a second worker thread, and with
+      # one its ops run one at a time, as the workload estimator models a node
+      # (docs/scheduler.md); an explicit --node-arg --runtime.threads=N comes later and wins.
+      if awk -v s="$share" 'BEGIN { exit !(s + 0 <= 1) }'; then
+        args=(--config "$ini" --runtime.threads=1 "${args[@]:2}")
+      fi
       echo "run-sites: node $name capped at $share core (cgroup $cg)" >&2
     fi
   fi

@@ -380,7 +380,8 @@ TEST_CASE("scheduler/opfence: memory is respected; a model that fits nowhere is 
   CHECK_THROWS_AS(place_ops(g, small, profile_of(small, 2)), placement_error);
 
   // A chain that must use every node (longer than skip_nodes_up_to) with a node too small for
-  // any op: that node is named.
+  // any op: the chain's halves either side of its slowest link are candidates too, so a plan
+  // without that node is found.
   cluster_spec tiny_node = parse_cluster(
       "name: \"t\"\nsite { name: \"a\" }\n"
       "node { name: \"a0\" site: \"a\" }\nnode { name: \"a1\" site: \"a\"" + gib_attr(1e-6 * need) + " }\n"
@@ -388,15 +389,8 @@ TEST_CASE("scheduler/opfence: memory is respected; a model that fits nowhere is 
   workload_estimator est4(g, tiny_node, profile_of(tiny_node, 2));
   opfence_options every_node;
   every_node.skip_nodes_up_to = 2;
-  e.clear();
-  try {
-    opfence_place(est4, every_node);
-  } catch (const placement_error& err) {
-    e = err.what();
-  }
-  INFO(e);
-  CHECK(e.find("node 'a1' has ") != std::string::npos);
-  CHECK(e.find("chains of more than 2 nodes give every node at least one op") != std::string::npos);
+  placement p_every = opfence_place(est4, every_node);
+  for (int k : p_every.node_of_op) CHECK(k != 1);
   // Allowed to skip it, the other two take the model.
   placement p4 = opfence_place(est4);
   for (int k : p4.node_of_op) CHECK(k != 1);
@@ -417,20 +411,33 @@ cluster_profile timed_profile(const graph& g, const cluster_spec& c, const std::
 TEST_CASE("scheduler/opfence: a node twice as fast gets about twice the work") {
   graph g = load_graph(src("configs/models/gpt-char-small.pbtxt"), 4);
   cluster_spec c = cluster_text({"a:2"});
+  // The DP's cut balances stage compute; the simulator's refinement may then move a few ops
+  // more onto the fast node (the slow stage's share of pipeline fill and drain), never making
+  // the predicted step slower.
+  opfence_options dp_only;
+  dp_only.refine_shift = 0;
   for (auto speed : {std::vector<double>{1, 2}, std::vector<double>{2, 1}}) {
     workload_estimator est(g, c, timed_profile(g, c, speed));
-    placement p = opfence_place(est);
-    auto rows = describe_placement(g, c, p);
     int fast = speed[0] > speed[1] ? 0 : 1;
-    INFO("fast node " << fast << " share " << rows[fast].share);
-    CHECK(rows[fast].share == doctest::Approx(2.0 / 3).epsilon(0.05));
+    placement p = opfence_place(est, dp_only);
+    double dp_share = describe_placement(g, c, p)[fast].share;
+    INFO("fast node " << fast << " share " << dp_share);
+    CHECK(dp_share == doctest::Approx(2.0 / 3).epsilon(0.05));
+    opfence_report r;
+    placement q = opfence_place(est, {}, &r);
+    double refined_share = describe_placement(g, c, q)[fast].share;
+    INFO("refined share " << refined_share << " after " << r.refined_moves << " moves");
+    CHECK(r.estimate.step_s <= r.dp_step_s);
+    CHECK(refined_share >= dp_share - 0.02);
+    CHECK(refined_share < 0.85);
   }
   // Through the stated rates of the cluster file too (op::cost over gflops; memory-bound ops
   // do not speed up, so the share is looser).
   cluster_spec rated = parse_cluster(
       "name: \"t\"\nsite { name: \"a\" }\n"
       "node { name: \"slow\" site: \"a\" gflops: 50 }\nnode { name: \"fast\" site: \"a\" gflops: 100 }\n", "c.pbtxt");
-  placement p = place_ops(g, rated, profile_of(rated, 4));
+  workload_estimator est(g, rated, profile_of(rated, 4));
+  placement p = opfence_place(est, dp_only);
   double share = describe_placement(g, rated, p)[1].share;
   INFO("fast share " << share);
   CHECK(share > 0.6);
@@ -508,8 +515,9 @@ TEST_CASE("scheduler/opfence: GPT-2 XL on 48 nodes in three sites plans in under
                              [] { std::vector<int> v(16); std::iota(v.begin(), v.end(), 0); return v; }(),
                              [] { std::vector<int> v(16); std::iota(v.begin(), v.end(), 16); return v; }(),
                              [] { std::vector<int> v(16); std::iota(v.begin(), v.end(), 32); return v; }()});
-  REQUIRE(report.chain.size() == 48);
-  // The chain goes a - b - c (or back): the 10 Mbit/s link is not on it.
+  // The chain goes a - b - c (or back), or a part of it: the 10 Mbit/s link is never on it.
+  MESSAGE("chain of " << report.chain.size() << " nodes");
+  REQUIRE(report.chain.size() >= 16);
   for (size_t i = 1; i < report.chain.size(); ++i) {
     int sa = report.chain[i - 1] / 16, sb = report.chain[i] / 16;
     CHECK(std::abs(sa - sb) <= 1);
@@ -540,7 +548,8 @@ TEST_CASE("scheduler/opfence: twelve fences of four sites plan fast and follow t
   MESSAGE("gpt2-xl on 12 fences of 4 nodes: planned in " << seconds << " s, " << report.candidates << " candidates");
   CHECK(seconds < 2.0);
   CHECK(report.fences.size() == 12);
-  REQUIRE(report.chain.size() == 48);
+  MESSAGE("chain of " << report.chain.size() << " nodes");
+  REQUIRE(report.chain.size() >= 4);
   for (size_t i = 1; i < report.chain.size(); ++i) CHECK(std::abs(report.chain[i - 1] / 4 - report.chain[i] / 4) <= 1);
 }
 

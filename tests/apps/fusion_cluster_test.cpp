@@ -1,0 +1,80 @@
+// fusion-cluster plan as a user runs it: a paper-scale cluster of stated GPUs, text and JSON,
+// OP-Fence against even, and the usage mistakes it refuses.
+#include <doctest/doctest.h>
+
+#include <nlohmann/json.hpp>
+#include <set>
+#include <string>
+
+#include "tests/support/fixtures.hpp"
+
+namespace {
+
+using fusion::test::run_in_source;
+
+std::string cluster_bin() { return std::string(FUSION_BINARY_DIR) + "/apps/fusion-cluster"; }
+
+}  // namespace
+
+TEST_CASE("apps/fusion-cluster: plan predicts a 48-GPU cluster, in JSON and as a table") {
+  const std::string args =
+      " plan configs/clusters/paper-48-b.pbtxt --model configs/models/gpt2-124m.pbtxt --batch 32 --micro-batches 8";
+  auto json_run = run_in_source(cluster_bin() + args + " --json");
+  INFO(json_run.output);
+  REQUIRE(json_run.status == 0);
+  auto j = nlohmann::json::parse(json_run.output.substr(json_run.output.find('{')));
+  CHECK(j["micro_batches"] == 8);
+  CHECK(j["micro_batch_rows"] == 4);
+  CHECK(j["step_s"].get<double>() > 0);
+  CHECK(j["tokens_per_s"].get<double>() > 0);
+  REQUIRE(!j["fences"].empty());
+  CHECK(j["chain"].size() <= 48);
+  // Every op on exactly one stage; no stage beyond its node's stated memory.
+  std::set<std::string> ops;
+  size_t count = 0;
+  for (auto& s : j["stages"]) {
+    for (auto& op : s["ops"]) ops.insert(op.get<std::string>());
+    count += s["ops"].size();
+    CHECK(s["memory_bytes"].get<double>() <= s["capacity_bytes"].get<double>());
+  }
+  CHECK(count == ops.size());
+  CHECK(ops.count("wte") == 1);
+  CHECK(ops.count("loss") == 1);
+
+  auto text = run_in_source(cluster_bin() + args);
+  INFO(text.output);
+  REQUIRE(text.status == 0);
+  CHECK(text.output.find("policy opfence, rates stated by the cluster file") != std::string::npos);
+  CHECK(text.output.find("fences:") != std::string::npos);
+  CHECK(text.output.find("predicted step") != std::string::npos);
+
+  // The even baseline is predicted slower on this cluster of mixed GPUs and 8 Mbit/s links.
+  auto even = run_in_source(cluster_bin() + args + " --policy even --json");
+  REQUIRE(even.status == 0);
+  auto je = nlohmann::json::parse(even.output.substr(even.output.find('{')));
+  CHECK(je.count("fences") == 0);
+  CHECK(je["step_s"].get<double>() > j["step_s"].get<double>());
+}
+
+TEST_CASE("apps/fusion-cluster: plan refuses usage mistakes with exit 2 and a reason") {
+  struct bad {
+    std::string args, says;
+  };
+  const std::vector<bad> cases = {
+      {"plan configs/clusters/sites-3.pbtxt", "plan needs --model FILE"},
+      {"plan configs/clusters/sites-3.pbtxt --model configs/models/gpt-char-small.pbtxt --batch 10 --micro-batches 4",
+       "--batch 10 is not a multiple of --micro-batches 4"},
+      {"plan configs/clusters/sites-3.pbtxt --model configs/models/gpt-char-small.pbtxt --policy fastest",
+       "unknown --policy 'fastest'"},
+      {"plan configs/clusters/sites-3.pbtxt --model configs/models/gpt-char-small.pbtxt --profile /nonexistent/p.json",
+       "/nonexistent/p.json"},
+      {"plan configs/clusters/sites-3.pbtxt --model configs/models/gpt-char-small.pbtxt --micro-batches 0",
+       "--micro-batches needs an integer >= 1"},
+  };
+  for (auto& c : cases) {
+    auto r = run_in_source(cluster_bin() + " " + c.args);
+    INFO(c.args << "\n" << r.output);
+    CHECK(r.status == 2);
+    CHECK(r.output.find(c.says) != std::string::npos);
+  }
+}
