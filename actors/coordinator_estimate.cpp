@@ -34,16 +34,16 @@ double mean(const std::vector<double>& v) {
 
 }  // namespace
 
-double predict_step(coord_ptr self) {
+step_estimate predict_step(coord_ptr self) {
   auto* est = estimator_of(self);
-  if (!est) return 0;
+  if (!est) return {};
   try {
-    return est->simulate(self->state.current).step_s;
+    return est->simulate(self->state.current);
   } catch (const std::exception& e) {
     // A prediction is informative only: a plan the estimator cannot simulate must not stop
     // training.
     log_warn("fusion-train", std::string("no step-time prediction: ") + e.what());
-    return 0;
+    return {};
   }
 }
 

@@ -137,8 +137,9 @@ void write_run_record(coord_ptr self);
 void prepare_profile(coord_ptr self, std::function<void()> done);
 
 // ---- actors/coordinator_estimate.cpp ----
-/// The estimator's prediction of the next step of the current plan (0 in one process).
-double predict_step(coord_ptr self);
+/// The estimator's prediction of the next step of the current plan, with the feed interval it
+/// assumed (all zero in one process, or when the plan cannot be simulated).
+step_estimate predict_step(coord_ptr self);
 /// The predicted cost of the current plan per stage and cut (plan_report), "" in one process.
 std::string describe_prediction(coord_ptr self);
 /// Feeds a finished step's op and edge times to the estimator (moving averages).

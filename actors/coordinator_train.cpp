@@ -265,7 +265,9 @@ void begin_step(coord_ptr self) {
   st.cur.emplace();
   auto& c = *st.cur;
   c.s = static_cast<uint64_t>(st.step);
-  c.rec.predicted_step_s = predict_step(self);
+  // The feed interval below is the one this prediction simulated.
+  const step_estimate predicted = predict_step(self);
+  c.rec.predicted_step_s = predicted.step_s;
   c.t0 = clock_type::now();
   c.losses.assign(M, NAN);
   c.sq.assign(st.in->model.nodes.size(), 0.0);
@@ -279,7 +281,7 @@ void begin_step(coord_ptr self) {
   // slowest node's forward time, so every node runs one micro-batch through its ops before the
   // next and the stages overlap like a pipeline. Losses do not depend on it: every op actor
   // still sees the micro-batches in order.
-  const double interval = st.estimator ? st.estimator->feed_interval_s(st.current) : 0.0;
+  const double interval = predicted.feed_interval_s;
   if (interval <= 0 || M == 1) return feed(self, c.s, pass_mode::train, c.x, c.y, B, st.micro_rows, T);
   feed(self, c.s, pass_mode::train, c.x, c.y, B, st.micro_rows, T, 0, 1);
   for (int64_t mb = 1; mb < M; ++mb)

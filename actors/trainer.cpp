@@ -100,14 +100,13 @@ session::impl::impl(train_config c) {
   if (!cfg.cluster_file.empty()) {
     in->cluster = load_cluster(cfg.cluster_file);
     if (!cfg.policy.empty()) {
-      const auto& names = placement_policy_names();
-      auto it = std::find(names.begin(), names.end(), cfg.policy);
-      if (it == names.end()) {
+      auto policy = find_placement_policy(cfg.policy);
+      if (!policy) {
         std::string known;
-        for (auto& n : names) known += (known.empty() ? "" : ", ") + n;
+        for (auto& n : placement_policy_names()) known += (known.empty() ? "" : ", ") + n;
         throw std::runtime_error("cluster.policy: unknown placement policy '" + cfg.policy + "' (known: " + known + ")");
       }
-      in->cluster.placement.policy = static_cast<placement_policy>(it - names.begin());
+      in->cluster.placement.policy = *policy;
     }
     if (cfg.transport != "tcp" && cfg.transport != "caf")
       throw std::runtime_error("flow.transport must be \"tcp\" or \"caf\", got \"" + cfg.transport + "\"");

@@ -177,10 +177,9 @@ int run_plan(const std::vector<std::string>& args) {
     throw usage_error("--batch " + std::to_string(batch) + " is not a multiple of --micro-batches " + std::to_string(micro));
   cluster_spec c = load_cluster(cluster_file);
   if (!policy.empty()) {
-    const auto& names = placement_policy_names();
-    auto it = std::find(names.begin(), names.end(), policy);
-    if (it == names.end()) throw usage_error("unknown --policy '" + policy + "' (opfence, even or explicit)");
-    c.placement.policy = static_cast<placement_policy>(it - names.begin());
+    auto chosen = find_placement_policy(policy);
+    if (!chosen) throw usage_error("unknown --policy '" + policy + "' (opfence, even or explicit)");
+    c.placement.policy = *chosen;
   }
   cluster_profile prof = profile_file.empty() ? profile_from_cluster(c) : load_profile(profile_file, c);
   prof.micro_batches = static_cast<int>(micro);

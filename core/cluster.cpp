@@ -29,6 +29,13 @@ const std::vector<std::string>& placement_policy_names() {
   return names;
 }
 
+std::optional<placement_policy> find_placement_policy(const std::string& name) {
+  const auto& names = placement_policy_names();
+  auto it = std::find(names.begin(), names.end(), name);
+  if (it == names.end()) return std::nullopt;
+  return static_cast<placement_policy>(it - names.begin());
+}
+
 int cluster_spec::find_site(const std::string& n) const {
   for (size_t i = 0; i < sites.size(); ++i)
     if (sites[i].name == n) return static_cast<int>(i);
@@ -222,11 +229,11 @@ class cluster_loader {
     spec_.placement.line = line;
     const auto& names = placement_policy_names();
     if (!p.policy().empty()) {
-      auto it = std::find(names.begin(), names.end(), p.policy());
-      if (it == names.end())
+      auto policy = find_placement_policy(p.policy());
+      if (!policy)
         fail(line_of(t, pd, "policy", -1, line), "unknown placement policy '" + p.policy() + "'" +
                                                      did_you_mean(p.policy(), names) + "; known: " + join(names));
-      spec_.placement.policy = static_cast<placement_policy>(it - names.begin());
+      spec_.placement.policy = *policy;
     }
     bool is_explicit = spec_.placement.policy == placement_policy::explicit_ops;
     if (!is_explicit && p.assign_size() > 0)

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -53,6 +54,9 @@ enum class placement_policy {
 
 /// The policy names accepted in `placement { policy: ... }`, indexed by placement_policy.
 const std::vector<std::string>& placement_policy_names();
+
+/// The policy called `name` in placement_policy_names(), or nullopt.
+std::optional<placement_policy> find_placement_policy(const std::string& name);
 
 /// One explicit assignment: op names or glob patterns ('*' any run, '?' one character).
 struct cluster_assign {

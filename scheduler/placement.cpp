@@ -146,6 +146,18 @@ placement place_ops(const graph& g, const cluster_spec& c, const cluster_profile
 
 placement place_ops(const graph& g, const cluster_spec& c) { return place_ops(g, c, profile_from_cluster(c)); }
 
+std::string format_op_runs(const graph& g, const std::vector<int>& ops) {
+  std::string list;
+  for (size_t i = 0; i < ops.size();) {
+    size_t j = i;
+    while (j + 1 < ops.size() && ops[j + 1] == ops[j] + 1) ++j;
+    list += (list.empty() ? "" : ", ") + g.nodes[ops[i]].name;
+    if (j > i) list += " .. " + g.nodes[ops[j]].name;
+    i = j + 1;
+  }
+  return list;
+}
+
 std::string human_bytes(double b) {
   char buf[32];
   if (b >= 1 << 20) std::snprintf(buf, sizeof buf, "%.1f MiB", b / (1 << 20));
@@ -251,14 +263,7 @@ std::string format_placement(const graph& g, const cluster_spec& c, const placem
   out << line;
   for (auto& r : rows) {
     const auto& cn = c.nodes[r.node];
-    std::string list;
-    for (size_t i = 0; i < r.ops.size();) {
-      size_t j = i;
-      while (j + 1 < r.ops.size() && r.ops[j + 1] == r.ops[j] + 1) ++j;
-      list += (list.empty() ? "" : ", ") + g.nodes[r.ops[i]].name;
-      if (j > i) list += " .. " + g.nodes[r.ops[j]].name;
-      i = j + 1;
-    }
+    std::string list = format_op_runs(g, r.ops);
     std::snprintf(line, sizeof line, "%-12s %-10s %-8s %5d %12s %6.1f%%  ", cn.name.c_str(), cn.site.c_str(),
                   cn.device.c_str(), r.compute_ops, human_flops(r.flops).c_str(), 100 * r.share);
     out << line << (list.empty() ? "(idle)" : list) << "\n";

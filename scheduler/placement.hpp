@@ -66,6 +66,10 @@ bool glob_match(const std::string& pattern, const std::string& name);
 /// first 0 and last costs.size(); requires 1 <= parts <= costs.size().
 std::vector<size_t> balanced_cuts(const std::vector<double>& costs, size_t parts);
 
+/// Graph node ids (ascending) as names, runs of consecutive ids written "first .. last":
+/// "wte .. h1.res2, lm_head".
+std::string format_op_runs(const graph& g, const std::vector<int>& ops);
+
 /// A byte count for people: "512 B", "64.0 KiB", "1.5 MiB".
 std::string human_bytes(double bytes);
 

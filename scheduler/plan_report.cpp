@@ -29,19 +29,6 @@ std::string rate_text(double mbit) {
   return buf;
 }
 
-// "first .. last" runs of consecutive graph ids.
-std::string op_ranges(const graph& g, const std::vector<int>& ops) {
-  std::string list;
-  for (size_t i = 0; i < ops.size();) {
-    size_t j = i;
-    while (j + 1 < ops.size() && ops[j + 1] == ops[j] + 1) ++j;
-    list += (list.empty() ? "" : ", ") + g.nodes[ops[i]].name;
-    if (j > i) list += " .. " + g.nodes[ops[j]].name;
-    i = j + 1;
-  }
-  return list;
-}
-
 }  // namespace
 
 plan_report report_plan(const workload_estimator& est, const plan& p, double tokens_per_step) {
@@ -96,7 +83,7 @@ std::string format_plan_report(const workload_estimator& est, const plan_report&
     std::string mem = human_bytes(s.memory_bytes) + " (" + (s.capacity_bytes > 0 ? human_bytes(s.capacity_bytes) : "?") + ")";
     std::snprintf(line, sizeof line, "%-5zu %-10s %-8s %-8s %5zu %11s %19s  ", k, n.name.c_str(), n.site.c_str(),
                   n.device.c_str(), s.ops.size(), seconds_text(s.compute_s).c_str(), mem.c_str());
-    out << line << op_ranges(g, s.ops) << "\n";
+    out << line << format_op_runs(g, s.ops) << "\n";
   }
   for (int k : r.idle_nodes)
     out << "idle  " << c.nodes[k].name << " (site " << c.nodes[k].site << "): no ops (its links or speed do not pay)\n";
