@@ -124,7 +124,8 @@ std::string answer_query(coord_ptr self, const std::string& topic, caf::error& e
       out["edges"].push_back({{"id", e.id}, {"dir", e.forward ? "fwd" : "bwd"}, {"producer", g.nodes[e.producer].name},
                               {"consumer", g.nodes[e.consumer].name}, {"from", node_name(e.from)},
                               {"to", node_name(e.to)}, {"bytes_per_micro_batch", e.bytes_per_micro_batch},
-                              {"codec", e.setting.codec}});
+                              {"wire_bytes_per_micro_batch", wire_bytes_per_micro_batch(e)},
+                              {"codec", codec_text(e.setting)}, {"keep_ratio", e.setting.keep_ratio}});
     return out.dump();
   }
   err = make_error(fusion_errc::bad_command, "unknown topic '" + topic + "' (topics: status, nodes, placement, ops, links)");
@@ -170,8 +171,9 @@ std::string links_json(coord_ptr self) {
       if (pe.producer == e.producer && pe.consumer == e.consumer && pe.forward == e.forward) p = &pe;
     out["edges"].push_back({{"id", p ? p->id : 0}, {"dir", e.forward ? "fwd" : "bwd"},
                             {"producer", g.nodes[e.producer].name}, {"consumer", g.nodes[e.consumer].name},
-                            {"from", e.from_node}, {"to", e.to_node}, {"bytes", e.bytes}, {"tensors", e.tensors},
-                            {"seconds", e.seconds},
+                            {"from", e.from_node}, {"to", e.to_node}, {"bytes", e.bytes},
+                            {"dense_bytes", e.dense_bytes}, {"keep_ratio", e.keep_ratio}, {"tensors", e.tensors},
+                            {"seconds", e.seconds}, {"encode_s", e.encode_s},
                             {"mbit_s", e.seconds > 0 ? static_cast<double>(e.bytes) * 8 / e.seconds / 1e6 : 0.0}});
   }
   return out.dump();

@@ -14,6 +14,14 @@ namespace {
 
 bool has_cluster(const coordinator_state& st) { return !st.in->cluster.nodes.empty(); }
 
+double mean(const std::vector<double>& v) {
+  double s = 0;
+  for (double x : v) s += x;
+  return v.empty() ? 0 : s / static_cast<double>(v.size());
+}
+
+}  // namespace
+
 workload_estimator* estimator_of(coord_ptr self) {
   auto& st = self->state;
   if (!has_cluster(st)) return nullptr;
@@ -25,14 +33,6 @@ workload_estimator* estimator_of(coord_ptr self) {
   }
   return st.estimator.get();
 }
-
-double mean(const std::vector<double>& v) {
-  double s = 0;
-  for (double x : v) s += x;
-  return v.empty() ? 0 : s / static_cast<double>(v.size());
-}
-
-}  // namespace
 
 step_estimate predict_step(coord_ptr self) {
   auto* est = estimator_of(self);

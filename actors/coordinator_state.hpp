@@ -17,11 +17,13 @@
 #include <optional>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "actors/coordinator.hpp"
 #include "actors/errors.hpp"
 #include "actors/messages.hpp"
+#include "compression/adaptive.hpp"
 #include "scheduler/estimator.hpp"
 #include "scheduler/plan.hpp"
 
@@ -74,6 +76,8 @@ struct coordinator_state {
   std::unique_ptr<workload_estimator> estimator;  // cluster mode, from the first step on
   std::vector<caf::actor> actors;               // op actors by graph node id
   std::map<uint64_t, caf::actor> senders;       // edge senders by plan edge id
+  /// adatopk: the hysteresis of every link direction, by (from node, to node, forward).
+  std::map<std::tuple<int, int, bool>, ratio_governor> governors;
   std::vector<int> compute_nodes;               // non-input graph node ids
   int64_t micro_rows = 0;
   // ---- training ----
@@ -144,6 +148,15 @@ step_estimate predict_step(coord_ptr self);
 std::string describe_prediction(coord_ptr self);
 /// Feeds a finished step's op and edge times to the estimator (moving averages).
 void observe_step(coord_ptr self, const step_record& rec);
+/// The estimator (cluster mode; built from st.profile on first use), or null in one process.
+workload_estimator* estimator_of(coord_ptr self);
+
+// ---- actors/coordinator_compress.cpp ----
+/// Sets the codec of every edge of st.current from cfg.compression (before its senders exist).
+void plan_compression(coord_ptr self);
+/// adatopk, every compression.every steps: re-evaluates every link direction's ratio from the
+/// refined estimator and sends compress_atom to the senders of the links whose ratio changed.
+void adapt_compression(coord_ptr self);
 // ---- actors/coordinator_admin.cpp ----
 void publish_admin(coord_ptr self);
 std::string answer_query(coord_ptr self, const std::string& topic, caf::error& err);

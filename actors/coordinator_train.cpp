@@ -90,11 +90,13 @@ std::string measurement_fields(const step_record& rec, const graph& g) {
   out += "}, \"edges\": [";
   for (size_t i = 0; i < rec.edges.size(); ++i) {
     auto& e = rec.edges[i];
-    std::snprintf(buf, sizeof buf, "%.6f", e.seconds);
+    std::snprintf(buf, sizeof buf, "%.6f, \"encode_s\": %.6f, \"keep_ratio\": %.4g", e.seconds, e.encode_s,
+                  e.keep_ratio);
     out += std::string(i ? ", " : "") + "{\"from\": \"" + e.from_node + "\", \"to\": \"" + e.to_node +
            "\", \"edge\": \"" + g.nodes[e.producer].name + "->" + g.nodes[e.consumer].name + "\", \"dir\": \"" +
            (e.forward ? "fwd" : "bwd") + "\", \"bytes\": " + std::to_string(e.bytes) +
-           ", \"tensors\": " + std::to_string(e.tensors) + ", \"seconds\": " + buf + "}";
+           ", \"dense_bytes\": " + std::to_string(e.dense_bytes) + ", \"tensors\": " + std::to_string(e.tensors) +
+           ", \"seconds\": " + buf + "}";
   }
   return out + "]";
 }
@@ -133,7 +135,8 @@ void poll_traffic(coord_ptr self, step_record rec) {
                            if (!info) continue;  // an edge of a plan that is gone (re-wired)
                            out.push_back({info->producer, info->consumer, info->forward,
                                           s.in->cluster.nodes[info->from].name, s.in->cluster.nodes[info->to].name,
-                                          e.bytes, e.tensors, e.seconds});
+                                          e.bytes, e.dense_bytes, e.tensors, e.seconds, e.encode_s,
+                                          e.keep_ratio});
                          }
                        std::sort(out.begin(), out.end(), [](auto& a, auto& b) {
                          return std::tie(a.producer, a.consumer, b.forward) < std::tie(b.producer, b.consumer, a.forward);
@@ -195,6 +198,7 @@ void end_step(coord_ptr self, step_record rec) {
   st.act = activity::idle;
   ++st.timer;
   observe_step(self, rec);
+  adapt_compression(self);
   const int64_t tokens_per_step = cfg.batch * st.in->model.context;
   double elapsed = seconds_between(st.train_t0, clock_type::now());
   double avg_tps = static_cast<double>((st.step - st.train_first) * tokens_per_step) / std::max(elapsed, 1e-9);

@@ -67,10 +67,12 @@ struct data_channel_server::impl {
         return;
       }
       std::optional<tensor> whole;
+      std::string refused;
       {
         std::lock_guard<std::mutex> guard(mutex);
-        whole = assemblers[conn].end_chunk(h);
+        whole = assemblers[conn].end_chunk(h, refused);
       }
+      if (!refused.empty()) caf::anon_send(node, wire_atom::value, refused);
       finish_chunk(r, h, std::move(whole));
     });
   }
@@ -110,8 +112,8 @@ class tcp_link : public data_link {
   tcp_link(std::unique_ptr<net::frame_sender> sender, caf::actor node) : sender_(std::move(sender)), node_(node) {}
   ~tcp_link() override { sender_->close(std::chrono::seconds(2)); }
 
-  void send(std::string header, std::shared_ptr<const tensor> source, uint64_t offset, uint64_t length) override {
-    const std::byte* data = source->empty() ? nullptr : source->bytes() + offset;
+  void send(std::string header, std::shared_ptr<const std::byte> source, uint64_t offset, uint64_t length) override {
+    const std::byte* data = source ? source.get() + offset : nullptr;
     auto node = node_;
     auto peer = sender_->peer();
     auto st = sender_->try_send(std::move(header), data, length, source, [node, peer](const std::string& error) {

@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <deque>
+#include <span>
 #include <vector>
 
 #include "actors/messages.hpp"
@@ -14,9 +15,11 @@ namespace {
 using clock_type = std::chrono::steady_clock;
 
 struct outgoing {
-  std::shared_ptr<const tensor> value;
+  std::shared_ptr<const std::byte> bytes;  // raw tensor bytes or the encoded payload
   std::vector<wire_header> chunks;
   size_t sent = 0, acked = 0;
+  double encode_s = 0;
+  double keep_ratio = 1;  // of the codec that encoded it (1: sent raw)
   clock_type::time_point first_sent;
 };
 
@@ -25,6 +28,7 @@ struct edge_state {
   caf::actor peer, reporter;
   edge_config cfg;
   std::shared_ptr<data_link> link;
+  edge_encoder encoder;
   std::deque<outgoing> queue;  // tensors not yet fully acknowledged, in send order
   uint32_t in_flight = 0;
   static inline const char* name = "edge_sender";
@@ -42,11 +46,11 @@ void pump(edge_ptr self) {
       const wire_header& h = t.chunks[t.sent];
       if (t.sent == 0) t.first_sent = clock_type::now();
       if (st.link) {
-        st.link->send(encode_wire_header(h), t.value, h.offset, h.chunk_bytes);
+        st.link->send(encode_wire_header(h), t.bytes, h.offset, h.chunk_bytes);
       } else {
         wire_chunk c;
         c.header = encode_wire_header(h);
-        c.source = t.value;
+        c.source = t.bytes;
         c.offset = h.offset;
         c.length = h.chunk_bytes;
         self->send(st.peer, wire_atom::value, std::move(c));
@@ -77,8 +81,21 @@ void enqueue(edge_ptr self, wire_header base, tensor value) {
   base.shape = value.shape();
   base.total_bytes = value.empty() ? 0 : value.nbytes();
   outgoing o;
+  const auto n = static_cast<uint64_t>(value.numel());
+  if (value.type() == dtype::f32 && st.encoder.encodes(n)) {
+    auto start = clock_type::now();
+    auto payload = std::make_shared<std::vector<std::byte>>();
+    st.encoder.encode(std::span<const float>(value.f32(), n), base.micro_batch, *payload);
+    o.encode_s = std::chrono::duration<double>(clock_type::now() - start).count();
+    o.keep_ratio = st.encoder.settings().keep_ratio;
+    base.encoding = codec_kind::topk;
+    base.payload_bytes = payload->size();
+    o.bytes = std::shared_ptr<const std::byte>(payload, payload->data());
+  } else {
+    auto owner = std::make_shared<const tensor>(std::move(value));
+    o.bytes = std::shared_ptr<const std::byte>(owner, owner->empty() ? nullptr : owner->bytes());
+  }
   o.chunks = split_into_chunks(base, st.cfg.chunk_bytes);
-  o.value = std::make_shared<const tensor>(std::move(value));
   st.queue.push_back(std::move(o));
   pump(self);
 }
@@ -95,8 +112,11 @@ void acknowledge(edge_ptr self, uint32_t n) {
     if (t.acked == t.chunks.size()) {
       edge_stat s;
       s.edge = st.edge;
-      s.bytes = t.chunks.front().total_bytes;
+      s.bytes = t.chunks.front().wire_bytes();
+      s.dense_bytes = t.chunks.front().total_bytes;
       s.tensors = 1;
+      s.encode_s = t.encode_s;
+      s.keep_ratio = t.keep_ratio;
       s.seconds = std::chrono::duration<double>(clock_type::now() - t.first_sent).count();
       if (st.reporter) self->send(st.reporter, stats_atom::value, s);
       st.queue.pop_front();
@@ -106,8 +126,9 @@ void acknowledge(edge_ptr self, uint32_t n) {
 }
 
 caf::behavior edge_sender_fn(edge_ptr self, uint64_t edge, caf::actor peer, edge_config cfg, caf::actor reporter,
-                             std::shared_ptr<data_link> link) {
+                             std::shared_ptr<data_link> link, codec_settings codec) {
   auto& st = self->state;
+  st.encoder.set(codec);
   st.edge = edge;
   st.peer = std::move(peer);
   st.reporter = std::move(reporter);
@@ -132,14 +153,15 @@ caf::behavior edge_sender_fn(edge_ptr self, uint64_t edge, caf::actor peer, edge
         enqueue(self, std::move(h), std::move(grad));
       },
       [=](credit_atom, uint64_t, uint32_t n) { acknowledge(self, n); },
+      [=](compress_atom, const codec_settings& codec) { self->state.encoder.set(codec); },
   };
 }
 
 }  // namespace
 
 caf::actor spawn_edge_sender(caf::actor_system& sys, uint64_t edge, caf::actor peer, edge_config cfg,
-                             caf::actor reporter, std::shared_ptr<data_link> link) {
-  return sys.spawn(edge_sender_fn, edge, std::move(peer), cfg, std::move(reporter), std::move(link));
+                             caf::actor reporter, std::shared_ptr<data_link> link, codec_settings codec) {
+  return sys.spawn(edge_sender_fn, edge, std::move(peer), cfg, std::move(reporter), std::move(link), codec);
 }
 
 }  // namespace fusion

@@ -4,7 +4,9 @@
 // at most `window` chunks unacknowledged (credit_atom), so a slow link holds back the sender
 // instead of piling up unbounded bytes inside CAF's buffers, which have no back-pressure. It
 // measures every tensor it sends, from the first chunk out to the last chunk acknowledged, and
-// reports it to its node (stats_atom).
+// reports it to its node (stats_atom). On a compressed edge it encodes every f32 tensor with its
+// codec (compression/codec.hpp) and ships the payload instead of the raw bytes; compress_atom
+// changes the codec between two tensors.
 #pragma once
 
 #include <caf/all.hpp>
@@ -13,6 +15,7 @@
 #include <memory>
 #include <string>
 
+#include "compression/codec.hpp"
 #include "core/wire.hpp"
 #include "tensor/tensor.hpp"
 
@@ -33,14 +36,16 @@ class data_link {
   virtual ~data_link() = default;
   /// Queues header + `length` bytes of `source` at `offset`; must not block for long and must
   /// keep `source` alive until the bytes are written. An error ends the run through `on_error`.
-  virtual void send(std::string header, std::shared_ptr<const tensor> source, uint64_t offset,
+  virtual void send(std::string header, std::shared_ptr<const std::byte> source, uint64_t offset,
                     uint64_t length) = 0;
 };
 
 /// Spawns the sending end of edge `edge`. Chunks go to `peer` (the receiving node actor) as
 /// wire_atom messages, or through `link` when it is set. Completed tensors are reported to
-/// `reporter` as stats_atom(edge_stat); errors as fail_atom(caf::error).
+/// `reporter` as stats_atom(edge_stat); errors as fail_atom(caf::error). `codec` says how
+/// tensors are encoded (none: raw bytes).
 caf::actor spawn_edge_sender(caf::actor_system& sys, uint64_t edge, caf::actor peer, edge_config cfg,
-                             caf::actor reporter, std::shared_ptr<data_link> link = nullptr);
+                             caf::actor reporter, std::shared_ptr<data_link> link = nullptr,
+                             codec_settings codec = {});
 
 }  // namespace fusion

@@ -18,6 +18,7 @@ void add_fusion_message_types(caf::actor_system_config& cfg) {
   cfg.add_message_type<node_spec>("fusion.node_spec");
   cfg.add_message_type<actor_run_params>("fusion.actor_run_params");
   cfg.add_message_type<edge_config>("fusion.edge_config");
+  cfg.add_message_type<codec_settings>("fusion.codec_settings");
   cfg.add_message_type<std::vector<std::string>>("fusion.string_list");
   cfg.add_message_type<admin_actor>("fusion.admin_actor");
   cfg.add_message_type<op_signature>("fusion.op_signature");

@@ -27,7 +27,8 @@
 //                        of the link to the peer's data channel, or a connect_failed error
 // Both run on a thread of their own on the node, so its mailbox keeps flowing meanwhile.
 // The coordinator then asks nodes to spawn_atom op actors, edge_atom senders and route_atom
-// receiving ends (unroute_atom and drop_atom remove them again when the wiring changes), polls
+// receiving ends (edge_atom carries the edge's codec settings; compress_atom changes them on a
+// live sender; unroute_atom and drop_atom remove them again when the wiring changes), polls
 // stats_atom after every step and ends the run with shutdown_atom. Tensors on a cross-process
 // edge travel as wire_chunk messages or over the data channel (a proto/wire.proto header + raw
 // bytes) and are acknowledged chunk by chunk with credit_atom, which bounds the bytes in flight
@@ -90,6 +91,9 @@ using timeout_atom = caf::atom_constant<caf::atom("timeout")>;
 /// Coordinator to itself: feed micro-batch `mb` of step `s` now (paced feeding, see
 /// workload_estimator::feed_interval_s).
 using feed_atom = caf::atom_constant<caf::atom("feed")>;
+/// Coordinator to an edge sender: compress_atom(codec_settings) from the next tensor on
+/// (the adaptive rule's ratio changes; docs/compression.md).
+using compress_atom = caf::atom_constant<caf::atom("compress")>;
 
 /// Named tensors, the unit of checkpoint state exchanged with op actors.
 using named_tensors = std::vector<std::pair<std::string, tensor>>;
@@ -180,11 +184,13 @@ typename Inspector::result_type inspect(Inspector& f, node_hello& x) {
 struct wire_chunk {
   static constexpr uint64_t max_bytes = flow_config::max_chunk_bytes;
   std::string header;
-  std::shared_ptr<const tensor> source;  ///< sender side: the tensor the bytes come from
+  /// Sender side: the first byte of the tensor or payload the bytes come from (an aliasing
+  /// pointer that keeps its owner alive; null for an empty tensor).
+  std::shared_ptr<const std::byte> source;
   uint64_t offset = 0, length = 0;       ///< sender side: the byte range of `source`
   std::vector<std::byte> received;       ///< receiver side
 
-  const std::byte* data() const { return source ? source->bytes() + offset : received.data(); }
+  const std::byte* data() const { return source ? source.get() + offset : received.data(); }
   uint64_t size() const { return source ? length : received.size(); }
 };
 
@@ -215,14 +221,23 @@ inspect(Inspector& f, wire_chunk& x) {
 /// Traffic of one cross-process edge since the last stats_atom poll.
 struct edge_stat {
   uint64_t edge = 0;
-  uint64_t bytes = 0;      ///< payload bytes of the tensors completed
+  uint64_t bytes = 0;      ///< payload bytes of the tensors completed (what crossed the wire)
+  uint64_t dense_bytes = 0;///< the same tensors uncompressed
   uint64_t tensors = 0;    ///< tensors completed (all chunks acknowledged)
   double seconds = 0;      ///< summed time from the first chunk sent to the last chunk acknowledged
+  double encode_s = 0;     ///< summed time spent compressing them
+  double keep_ratio = 1;   ///< the sender's current keep ratio (1: dense)
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, edge_stat& x) {
-  return f(caf::meta::type_name("edge_stat"), x.edge, x.bytes, x.tensors, x.seconds);
+  return f(caf::meta::type_name("edge_stat"), x.edge, x.bytes, x.dense_bytes, x.tensors, x.seconds, x.encode_s,
+           x.keep_ratio);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, codec_settings& x) {
+  return f(caf::meta::type_name("codec_settings"), x.kind, x.keep_ratio, x.values, x.block, x.error_feedback);
 }
 
 /// A node's answer to stats_atom: edge traffic sent from it since the last poll, and the wire

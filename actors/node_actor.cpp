@@ -64,7 +64,10 @@ void receive_chunk(node_ptr self, const wire_chunk& c) {
   if (auto err = accept_chunk(c.header, c.size(), *st.routes, st.assembler, h, r, dst); !err.empty())
     return reject(self, err);
   if (c.size() > 0) std::memcpy(dst, c.data(), c.size());
-  finish_chunk(r, h, st.assembler.end_chunk(h));
+  std::string refused;
+  auto whole = st.assembler.end_chunk(h, refused);
+  if (!refused.empty()) reject(self, refused);
+  finish_chunk(r, h, std::move(whole));
 }
 
 // The data channel to the node at host:port, connected on first use and shared by every edge
@@ -148,8 +151,8 @@ caf::behavior node_actor_fn(node_ptr self, node_identity id, std::shared_ptr<std
           return make_error(fusion_errc::spawn_failed, "node " + self->state.id.name + ": " + e.what());
         }
       },
-      [=](edge_atom, uint64_t edge, caf::actor& peer, edge_config& cfg, std::string& host,
-          uint16_t port) -> caf::result<caf::actor> {
+      [=](edge_atom, uint64_t edge, caf::actor& peer, edge_config& cfg, std::string& host, uint16_t port,
+          codec_settings& codec) -> caf::result<caf::actor> {
         std::shared_ptr<data_link> link;
         if (port != 0) {
           std::string err;
@@ -159,7 +162,7 @@ caf::behavior node_actor_fn(node_ptr self, node_identity id, std::shared_ptr<std
         }
         auto& slot = self->state.senders[edge];
         if (slot) self->send_exit(slot, caf::exit_reason::user_shutdown);  // replaced
-        slot = spawn_edge_sender(self->system(), edge, peer, cfg, caf::actor_cast<caf::actor>(self), link);
+        slot = spawn_edge_sender(self->system(), edge, peer, cfg, caf::actor_cast<caf::actor>(self), link, codec);
         return slot;
       },
       [=](route_atom, uint64_t edge, caf::actor& target, caf::actor& sender) {
@@ -205,8 +208,11 @@ caf::behavior node_actor_fn(node_ptr self, node_identity id, std::shared_ptr<std
         auto& t = self->state.traffic[s.edge];
         t.edge = s.edge;
         t.bytes += s.bytes;
+        t.dense_bytes += s.dense_bytes;
         t.tensors += s.tensors;
         t.seconds += s.seconds;
+        t.encode_s += s.encode_s;
+        t.keep_ratio = s.keep_ratio;
       },
       [=](stats_atom) {
         auto& st = self->state;

@@ -13,6 +13,7 @@
 
 #include "core/wire.hpp"
 #include "ops/optim.hpp"
+#include "scheduler/compression_plan.hpp"
 
 namespace fusion {
 
@@ -61,6 +62,8 @@ struct train_config {
   int64_t peer_timeout_ms = 2000;          ///< a peer silent this long is dead (hung or gone)
   std::string transport = "tcp";           ///< cross-process tensors: "tcp" data channel or "caf" messages
   flow_config flow;                        ///< flow control of cross-process edges (core/wire.hpp)
+  /// Codecs of cross-node edges ([compression], docs/compression.md): none, topk or adatopk.
+  compression_config compression;
   // ---- admin shell (docs/admin.md) ----
   uint16_t admin_port = 0;                 ///< publish the admin actor on this port (0: off)
   std::string admin_host = "127.0.0.1";    ///< address the admin actor listens on
@@ -94,9 +97,12 @@ struct edge_measurement {
   int producer = -1, consumer = -1;    ///< graph node ids
   bool forward = true;                 ///< activation (true) or gradient (false)
   std::string from_node, to_node;      ///< cluster node names
-  uint64_t bytes = 0;
+  uint64_t bytes = 0;                  ///< on the wire (compressed payloads when the edge encodes)
+  uint64_t dense_bytes = 0;            ///< the same tensors uncompressed
   uint64_t tensors = 0;
   double seconds = 0;                  ///< summed send-to-acknowledge time of those tensors
+  double encode_s = 0;                 ///< summed compression time of those tensors
+  double keep_ratio = 1;               ///< the edge's keep ratio when it last sent (1: dense)
 };
 
 /// One optimizer step's record.

@@ -123,11 +123,12 @@ std::string render_placement(const json& r) {
   std::vector<std::vector<std::string>> edges;
   for (auto& e : array_of(r, "edges"))
     edges.push_back({text(e, "id"), text(e, "dir"), arrow(e, "producer", "consumer"), arrow(e, "from", "to"),
-                     bytes_text(e, "bytes_per_micro_batch"), text(e, "codec")});
+                     bytes_text(e, "bytes_per_micro_batch"), bytes_text(e, "wire_bytes_per_micro_batch"),
+                     text(e, "codec")});
   if (edges.empty()) return out + "edges: none cross a process boundary\n";
   return out + "edges:\n" +
-         format_table({"id", "dir", "producer -> consumer", "from -> to", "bytes", "codec"}, edges,
-                      {true, false, false, false, true, false});
+         format_table({"id", "dir", "producer -> consumer", "from -> to", "bytes", "on wire", "codec"}, edges,
+                      {true, false, false, false, true, true, false});
 }
 
 std::string render_ops(const json& r) {
@@ -143,11 +144,12 @@ std::string render_links(const json& r) {
   std::vector<std::vector<std::string>> rows;
   for (auto& e : array_of(r, "edges"))
     rows.push_back({text(e, "id"), text(e, "dir"), arrow(e, "producer", "consumer"), arrow(e, "from", "to"),
-                    bytes_text(e, "bytes"), text(e, "mbit_s", "%.1f")});
+                    bytes_text(e, "dense_bytes"), bytes_text(e, "bytes"), text(e, "keep_ratio", "%.3g"),
+                    text(e, "mbit_s", "%.1f")});
   std::string out = "step " + text(r, "step") + "\n";
   if (rows.empty()) return out + "no cross-process traffic in the last step\n";
-  return out + format_table({"edge", "dir", "producer -> consumer", "from -> to", "bytes", "Mbit/s"}, rows,
-                            {true, false, false, false, true, true});
+  return out + format_table({"edge", "dir", "producer -> consumer", "from -> to", "bytes", "on wire", "keep", "Mbit/s"},
+                            rows, {true, false, false, false, true, true, true, true});
 }
 
 std::string render_generic(const json& r) {

@@ -79,9 +79,13 @@ struct train_app_config : table_config {
   bool quiet = false;
   uint64_t window = 0, chunk_kib = 0;
   uint64_t admin_port = 0;  ///< [admin] port, 0..65535 (train_config::admin_port)
+  /// [compression] mode, values, block (train_config::compression, checked in check_settings).
+  std::string compression_mode = "none", compression_values = "f16";
+  uint64_t compression_block = 4096, compression_confirm = 2;
 
   train_app_config() {
     auto& o = run.optim;
+    auto& cmp = run.compression;
     window = run.flow.window;
     chunk_kib = run.flow.chunk_bytes >> 10;
     add_rows({
@@ -149,6 +153,23 @@ struct train_app_config : table_config {
          &run.transport},
         {"flow", "window", "chunks in flight per cross-process edge", &window},
         {"flow", "chunk-kib", "largest chunk of a tensor on a cross-process edge, KiB", &chunk_kib},
+        {"compression", "mode",
+         "codec of cross-node edges: none, topk (fixed ratio) or adatopk (ratio per link from measured rates)",
+         &compression_mode},
+        {"compression", "ratio", "topk: fraction of each tensor's elements kept (0 < ratio <= 1)", &cmp.ratio},
+        {"compression", "values", "element type of kept values: f32, f16 or bf16", &compression_values},
+        {"compression", "block", "elements per top-k block (1..65536)", &compression_block},
+        {"compression", "error-feedback", "gradient directions carry the dropped part over (residual)",
+         &cmp.error_feedback},
+        {"compression", "every", "adatopk: re-evaluate the ratios every N steps", &cmp.every},
+        {"compression", "floor-activations", "adatopk: lowest keep ratio of a forward (activation) link",
+         &cmp.adaptive.floor_activations},
+        {"compression", "floor-gradients", "adatopk: lowest keep ratio of a backward (gradient) link",
+         &cmp.adaptive.floor_gradients},
+        {"compression", "band", "adatopk: relative ratio change below which a link's ratio stays put",
+         &cmp.adaptive.band},
+        {"compression", "confirm", "adatopk: evaluations in a row that must agree before a ratio changes",
+         &compression_confirm},
         {"admin", "port", "publish the admin actor on this port for fusion-admin (0: off)", &admin_port, 65535},
         {"admin", "host", "address the admin actor listens on", &run.admin_host},
     });
@@ -191,6 +212,38 @@ void check_settings(const train_app_config& cfg) {
   } catch (const std::invalid_argument& e) {
     throw usage_error(e.what());
   }
+  codec_kind mode;
+  if (!parse_codec_kind(cfg.compression_mode, mode))
+    throw usage_error("compression.mode must be none, topk or adatopk, got \"" + cfg.compression_mode + "\"");
+  value_type values;
+  if (!parse_value_type(cfg.compression_values, values))
+    throw usage_error("compression.values must be f32, f16 or bf16, got \"" + cfg.compression_values + "\"");
+  const auto& c = r.compression;
+  auto ratio_ok = [](double x) { return x > 0 && x <= 1; };
+  if (!ratio_ok(c.ratio))
+    throw usage_error("compression.ratio must be above 0 and at most 1, got " + format_number(c.ratio));
+  if (!ratio_ok(c.adaptive.floor_activations))
+    throw usage_error("compression.floor-activations must be above 0 and at most 1, got " +
+                      format_number(c.adaptive.floor_activations));
+  if (!ratio_ok(c.adaptive.floor_gradients))
+    throw usage_error("compression.floor-gradients must be above 0 and at most 1, got " +
+                      format_number(c.adaptive.floor_gradients));
+  if (cfg.compression_block < 1 || cfg.compression_block > codec_max_block)
+    throw usage_error("compression.block must be 1 to " + std::to_string(codec_max_block) + ", got " +
+                      std::to_string(cfg.compression_block));
+  if (c.every < 1) throw usage_error("compression.every must be at least 1 step, got " + std::to_string(c.every));
+  if (!(c.adaptive.band >= 0)) throw usage_error("compression.band must be at least 0, got " + format_number(c.adaptive.band));
+  if (cfg.compression_confirm < 1 || cfg.compression_confirm > 1000)
+    throw usage_error("compression.confirm must be 1 to 1000, got " + std::to_string(cfg.compression_confirm));
+}
+
+// [compression] strings and unsigned keys onto train_config::compression (after check_settings).
+void apply_compression(train_app_config& cfg) {
+  auto& c = cfg.run.compression;
+  parse_codec_kind(cfg.compression_mode, c.mode);
+  parse_value_type(cfg.compression_values, c.adaptive.values);
+  c.adaptive.block = static_cast<uint32_t>(cfg.compression_block);
+  c.adaptive.confirm = static_cast<uint32_t>(cfg.compression_confirm);
 }
 
 // The vocabulary follows the corpus (core/data.hpp): without data.vocab it is the file next to
@@ -215,6 +268,7 @@ int run(int argc, char** argv) {
     case load_result::run: break;
   }
   check_settings(cfg);
+  apply_compression(cfg);
   if (cfg.run.optim.total_steps == 0) cfg.run.optim.total_steps = cfg.run.steps;
   cfg.run.threads = static_cast<int>(cfg.threads);
   cfg.run.blas_threads = static_cast<int>(cfg.blas_threads);

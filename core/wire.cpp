@@ -1,6 +1,7 @@
 #include "core/wire.hpp"
 
 #include <algorithm>
+#include <span>
 
 #include "wire.pb.h"
 
@@ -20,6 +21,8 @@ std::string encode_wire_header(const wire_header& h) {
   m.set_total_bytes(h.total_bytes);
   m.set_offset(h.offset);
   m.set_chunk_bytes(h.chunk_bytes);
+  m.set_encoding(static_cast<uint32_t>(h.encoding));
+  m.set_payload_bytes(h.wire_bytes());
   return m.SerializeAsString();
 }
 
@@ -47,6 +50,10 @@ std::string decode_wire_header(std::string_view bytes, uint64_t payload_bytes, w
   h.total_bytes = m.total_bytes();
   h.offset = m.offset();
   h.chunk_bytes = m.chunk_bytes();
+  if (m.encoding() != static_cast<uint32_t>(codec_kind::none) && m.encoding() != static_cast<uint32_t>(codec_kind::topk))
+    return "unknown encoding " + std::to_string(m.encoding()) + " (0 raw, 1 topk)";
+  h.encoding = static_cast<codec_kind>(m.encoding());
+  h.payload_bytes = m.payload_bytes();
   // The shape's byte size, computed without overflow.
   uint64_t need = dtype_size(h.type);
   for (auto d : h.shape) {
@@ -59,9 +66,22 @@ std::string decode_wire_header(std::string_view bytes, uint64_t payload_bytes, w
   if (need != h.total_bytes)
     return "shape " + to_string(h.shape) + " of " + to_string(h.type) + " needs " + std::to_string(need) +
            " bytes, header says " + std::to_string(h.total_bytes);
-  if (h.offset > h.total_bytes || h.chunk_bytes > h.total_bytes - h.offset)
+  if (h.encoding == codec_kind::none && h.payload_bytes != h.total_bytes)
+    return "raw payload of " + std::to_string(h.payload_bytes) + " bytes for a " + std::to_string(h.total_bytes) +
+           "-byte tensor";
+  if (h.encoding == codec_kind::topk) {
+    // Bounded before anything is allocated: a topk payload is never larger than this.
+    if (h.type != dtype::f32)
+      return std::string("topk payload for a ") + to_string(h.type) + " tensor (only f32 is compressed)";
+    const uint64_t n = h.total_bytes / sizeof(float);
+    if (h.payload_bytes < codec_header_bytes || h.payload_bytes > topk_max_payload_bytes(n))
+      return "topk payload of " + std::to_string(h.payload_bytes) + " bytes for " + std::to_string(n) +
+             " elements (at most " + std::to_string(topk_max_payload_bytes(n)) + ")";
+  }
+  const uint64_t wire = h.wire_bytes();
+  if (h.offset > wire || h.chunk_bytes > wire - h.offset)
     return "chunk at offset " + std::to_string(h.offset) + " of " + std::to_string(h.chunk_bytes) +
-           " bytes lies outside the " + std::to_string(h.total_bytes) + "-byte tensor";
+           " bytes lies outside the " + std::to_string(wire) + "-byte payload";
   if (payload_bytes != h.chunk_bytes)
     return (payload_bytes < h.chunk_bytes ? "truncated payload: header announces " : "oversized payload: header announces ") +
            std::to_string(h.chunk_bytes) + " bytes, " + std::to_string(payload_bytes) + " arrived";
@@ -76,10 +96,10 @@ std::vector<wire_header> split_into_chunks(const wire_header& base, uint64_t chu
   do {
     wire_header h = base;
     h.offset = off;
-    h.chunk_bytes = std::min(chunk_limit, base.total_bytes - off);
+    h.chunk_bytes = std::min(chunk_limit, base.wire_bytes() - off);
     off += h.chunk_bytes;
     out.push_back(std::move(h));
-  } while (off < base.total_bytes);
+  } while (off < base.wire_bytes());
   return out;
 }
 
@@ -89,13 +109,21 @@ bool wire_assembler::begin_chunk(const wire_header& h, std::byte*& dst, std::str
   auto it = partial_.find(key);
   if (it == partial_.end()) {
     partial p;
-    p.value = tensor::uninitialized(h.shape, h.type);
+    p.shape = h.shape;
+    p.type = h.type;
+    p.encoding = h.encoding;
+    if (h.encoding == codec_kind::none)
+      p.value = tensor::uninitialized(h.shape, h.type);
+    else
+      p.payload.resize(h.payload_bytes);
     it = partial_.emplace(key, std::move(p)).first;
   }
   auto& p = it->second;
-  if (p.value.shape() != h.shape || p.value.type() != h.type) {
+  if (p.shape != h.shape || p.type != h.type || p.encoding != h.encoding ||
+      (h.encoding != codec_kind::none && p.payload.size() != h.payload_bytes)) {
     error = "chunk of edge " + std::to_string(h.edge) + " micro-batch " + std::to_string(h.micro_batch) +
-            " has shape " + to_string(h.shape) + ", earlier chunks had " + to_string(p.value.shape());
+            " has shape " + to_string(h.shape) + " (" + to_string(h.encoding) + "), earlier chunks had " +
+            to_string(p.shape) + " (" + to_string(p.encoding) + ")";
     return false;
   }
   if (!p.offsets.insert(h.offset).second) {
@@ -103,18 +131,30 @@ bool wire_assembler::begin_chunk(const wire_header& h, std::byte*& dst, std::str
             std::to_string(h.micro_batch) + " arrived twice";
     return false;
   }
-  if (!p.value.empty()) dst = p.value.bytes() + h.offset;
+  if (h.encoding != codec_kind::none) {
+    if (!p.payload.empty()) dst = p.payload.data() + h.offset;
+  } else if (!p.value.empty()) {
+    dst = p.value.bytes() + h.offset;
+  }
   return true;
 }
 
-std::optional<tensor> wire_assembler::end_chunk(const wire_header& h) {
+std::optional<tensor> wire_assembler::end_chunk(const wire_header& h, std::string& error) {
   key_t key{h.edge, static_cast<uint8_t>(h.dir), h.step, h.micro_batch};
   auto it = partial_.find(key);
   if (it == partial_.end()) return std::nullopt;
   it->second.received += h.chunk_bytes;
-  if (it->second.received < h.total_bytes) return std::nullopt;
-  tensor out = std::move(it->second.value);
+  if (it->second.received < h.wire_bytes()) return std::nullopt;
+  partial p = std::move(it->second);
   partial_.erase(it);
+  if (p.encoding == codec_kind::none) return std::move(p.value);
+  // Decoded straight into the tensor the consumer gets.
+  tensor out = tensor::uninitialized(p.shape, p.type);
+  auto msg = decode_topk(p.payload, std::span<float>(out.data<float>(), out.numel()));
+  if (!msg.empty()) {
+    error = "edge " + std::to_string(h.edge) + " micro-batch " + std::to_string(h.micro_batch) + ": " + msg;
+    return std::nullopt;
+  }
   return out;
 }
 

@@ -6,6 +6,9 @@
 // A receiver must never trust a header: decode_wire_header checks the version, the dtype, that
 // the shape's byte size equals total_bytes and that the chunk lies inside the tensor and matches
 // the payload that actually arrived. wire_assembler then writes chunks in place into one tensor.
+// A compressed edge (compression/codec.hpp) sends a topk payload instead of the raw bytes; its
+// chunks are assembled into a payload buffer whose size the header announces (refused when it
+// exceeds what a topk payload of the tensor can be) and decoded into the dense tensor at the end.
 #pragma once
 
 #include <cstdint>
@@ -17,6 +20,7 @@
 #include <tuple>
 #include <vector>
 
+#include "compression/codec.hpp"
 #include "tensor/tensor.hpp"
 
 namespace fusion {
@@ -25,7 +29,9 @@ namespace fusion {
 /// 2: the coordinator answers hello with welcome or a refusal error; errors are fusion errors.
 /// 3: nodes answer profile_atom (op timings, CPU share, free memory) and probe_atom (a link
 /// probe to another node's data channel) before placement.
-inline constexpr uint32_t wire_protocol_version = 3;
+/// 4: wire headers carry an encoding (raw or topk payload) and the payload's size; edge senders
+/// take codec settings (edge_atom, compress_atom).
+inline constexpr uint32_t wire_protocol_version = 4;
 
 /// Largest tensor a header may announce (16 GiB); anything larger is a corrupt header.
 inline constexpr uint64_t wire_max_tensor_bytes = uint64_t{1} << 34;
@@ -59,9 +65,14 @@ struct wire_header {
   uint8_t mode = 0;          ///< pass_mode of the forward pass
   dtype type = dtype::f32;
   shape_t shape;
-  uint64_t total_bytes = 0;
-  uint64_t offset = 0;
+  uint64_t total_bytes = 0;  ///< bytes of the dense tensor
+  uint64_t offset = 0;       ///< of this chunk in the payload
   uint64_t chunk_bytes = 0;
+  codec_kind encoding = codec_kind::none;  ///< none (raw bytes) or topk (adatopk sends topk)
+  uint64_t payload_bytes = 0;              ///< of the whole payload; total_bytes when not encoded
+
+  /// Bytes that cross the wire for the whole tensor.
+  uint64_t wire_bytes() const { return encoding == codec_kind::none ? total_bytes : payload_bytes; }
 };
 
 /// Serializes a header (protobuf binary).
@@ -73,7 +84,7 @@ std::string encode_wire_header(const wire_header& h);
 /// 4096 bytes, 4000 arrived".
 std::string decode_wire_header(std::string_view bytes, uint64_t payload_bytes, wire_header& out);
 
-/// Chunk headers for sending a tensor of `base.total_bytes` bytes in pieces of at most
+/// Chunk headers for sending a payload of `base.wire_bytes()` bytes in pieces of at most
 /// `chunk_limit` bytes (one chunk for an empty tensor).
 std::vector<wire_header> split_into_chunks(const wire_header& base, uint64_t chunk_limit);
 
@@ -88,8 +99,10 @@ class wire_assembler {
   /// dtype) or repeats an offset.
   bool begin_chunk(const wire_header& h, std::byte*& dst, std::string& error);
 
-  /// After the payload of `h` was written: the whole tensor when this was its last chunk.
-  std::optional<tensor> end_chunk(const wire_header& h);
+  /// After the payload of `h` was written: the whole tensor when this was its last chunk
+  /// (decoded when the edge is compressed). A payload that does not decode yields nothing and
+  /// sets `error` to why.
+  std::optional<tensor> end_chunk(const wire_header& h, std::string& error);
 
   /// Tensors with some but not all chunks received.
   size_t partial_count() const { return partial_.size(); }
@@ -97,7 +110,11 @@ class wire_assembler {
  private:
   using key_t = std::tuple<uint64_t, uint8_t, uint64_t, uint32_t>;
   struct partial {
-    tensor value;
+    tensor value;                   // raw: the tensor itself; encoded: allocated on decode
+    std::vector<std::byte> payload; // encoded: the payload being assembled
+    shape_t shape;
+    dtype type = dtype::f32;
+    codec_kind encoding = codec_kind::none;
     uint64_t received = 0;
     std::set<uint64_t> offsets;
   };

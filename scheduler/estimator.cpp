@@ -276,7 +276,7 @@ step_estimate workload_estimator::simulate(const plan& p) const {
   est.edge_s.assign(p.edges.size(), 0.0);
   for (size_t i = 0; i < p.edges.size(); ++i) {
     const plan_edge& e = p.edges[i];
-    const double bytes = static_cast<double>(e.bytes_per_micro_batch);
+    const double bytes = static_cast<double>(wire_bytes_per_micro_batch(e));
     // A data input's gradient direction is wired but never sent.
     if (bytes > 0 && e.from >= 0 && e.from < nodes_ && e.to >= 0 && e.to < nodes_)
       est.edge_s[i] = M * transfer_s(bytes, e.from, e.to);

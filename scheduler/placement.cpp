@@ -158,6 +158,14 @@ std::string format_op_runs(const graph& g, const std::vector<int>& ops) {
   return list;
 }
 
+std::string seconds_text(double s) {
+  char buf[32];
+  if (s >= 1) std::snprintf(buf, sizeof buf, "%.2f s", s);
+  else if (s >= 1e-3) std::snprintf(buf, sizeof buf, "%.1f ms", s * 1e3);
+  else std::snprintf(buf, sizeof buf, "%.0f us", s * 1e6);
+  return buf;
+}
+
 std::string human_bytes(double b) {
   char buf[32];
   if (b >= 1 << 20) std::snprintf(buf, sizeof buf, "%.1f MiB", b / (1 << 20));

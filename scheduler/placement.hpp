@@ -73,6 +73,9 @@ std::string format_op_runs(const graph& g, const std::vector<int>& ops);
 /// A byte count for people: "512 B", "64.0 KiB", "1.5 MiB".
 std::string human_bytes(double bytes);
 
+/// "2.31 s", "40.2 ms" or "850 us".
+std::string seconds_text(double s);
+
 /// One row of a placement table.
 struct placement_row {
   int node = -1;                    ///< index into cluster_spec::nodes

@@ -30,12 +30,6 @@ std::string node_name(const cluster_spec& c, int k) {
   return "node #" + std::to_string(k);
 }
 
-std::string codec_text(const edge_setting& s) {
-  std::ostringstream out;
-  out << s.codec;
-  if (s.keep_ratio != 1.0) out << " keep " << s.keep_ratio;
-  return out.str();
-}
 
 // "#7 fwd h0.res2 -> h1.ln1 (a1 -> b1)"
 std::string edge_text(const graph& g, const cluster_spec& c, const plan_edge& e) {
@@ -55,6 +49,30 @@ std::string listed(size_t count, const char* one, const char* many, const std::v
 }
 
 }  // namespace
+
+// "1.0 MiB", or "1.0 MiB -> 160 KiB" when the codec shrinks it on the wire.
+static std::string bytes_text(const plan_edge& e) {
+  std::string out = human_bytes(static_cast<double>(e.bytes_per_micro_batch));
+  const uint64_t wire = wire_bytes_per_micro_batch(e);
+  if (wire != e.bytes_per_micro_batch) out += " -> " + human_bytes(static_cast<double>(wire));
+  return out;
+}
+
+std::string codec_text(const edge_setting& s) {
+  if (s.kind == codec_kind::none) return "none";
+  std::ostringstream out;
+  out << to_string(s.kind) << " " << s.keep_ratio * 100 << "% " << to_string(s.values);
+  if (s.error_feedback) out << " ef";
+  return out.str();
+}
+
+uint64_t wire_bytes_per_micro_batch(const plan_edge& e) {
+  if (!e.compressible || e.setting.kind == codec_kind::none || e.setting.keep_ratio >= 1.0)
+    return e.bytes_per_micro_batch;
+  const uint64_t n = e.bytes_per_micro_batch / sizeof(float);
+  return std::min(e.bytes_per_micro_batch,
+                  topk_payload_bytes(n, e.setting.keep_ratio, e.setting.values, e.setting.block));
+}
 
 const plan_edge* plan::find(uint64_t id) const {
   for (auto& e : edges)
@@ -104,6 +122,7 @@ plan make_plan(const graph& g, placement where, uint64_t first_id) {
       fwd.from = a;
       fwd.to = b;
       fwd.bytes_per_micro_batch = elems * dtype_size(n.type);
+      fwd.compressible = n.type == dtype::f32 && elems > 0;
       plan_edge bwd = fwd;
       bwd.id = id++;
       bwd.forward = false;
@@ -112,6 +131,7 @@ plan make_plan(const graph& g, placement where, uint64_t first_id) {
       // Gradients are always f32. A data input takes no gradient, so its backward direction
       // carries nothing; it is still planned because the runtime opens a sender for it.
       bwd.bytes_per_micro_batch = n.is_input() ? 0 : elems * 4;
+      bwd.compressible = !n.is_input() && elems > 0;
       p.edges.push_back(fwd);
       p.edges.push_back(bwd);
     }
@@ -224,7 +244,7 @@ std::string format_plan(const graph& g, const cluster_spec& c, const plan& p) {
   for (auto& e : p.edges)
     rows.push_back({std::to_string(e.id), e.forward ? "fwd" : "bwd", op_name(g, e.producer) + " -> " + op_name(g, e.consumer),
                     node_name(c, e.from) + " -> " + node_name(c, e.to),
-                    human_bytes(static_cast<double>(e.bytes_per_micro_batch)), codec_text(e.setting)});
+                    bytes_text(e), codec_text(e.setting)});
   // Column widths from the contents: op and node names vary in length by model and cluster.
   size_t w[5] = {0, 0, 0, 0, 0};
   for (auto& r : rows) {

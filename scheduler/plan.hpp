@@ -10,6 +10,7 @@
 #include <utility>
 #include <vector>
 
+#include "compression/codec.hpp"
 #include "core/cluster.hpp"
 #include "core/graph.hpp"
 #include "scheduler/placement.hpp"
@@ -17,13 +18,8 @@
 
 namespace fusion {
 
-/// How one direction of a cross-node edge is carried. Compression settings come later; today
-/// "none" is the only codec.
-struct edge_setting {
-  std::string codec = "none";
-  double keep_ratio = 1.0;
-  bool operator==(const edge_setting&) const = default;
-};
+/// How one direction of a cross-node edge is carried: its codec (compression/codec.hpp).
+using edge_setting = codec_settings;
 
 /// One direction of a graph edge whose producer and consumer run on different nodes.
 struct plan_edge {
@@ -35,8 +31,16 @@ struct plan_edge {
   int consumer_index = -1;      ///< position of (consumer, slot) in the producer's consumers
   int from = -1, to = -1;       ///< cluster node indices: sender and receiver of this direction
   uint64_t bytes_per_micro_batch = 0;  ///< tensor bytes per micro-batch in this direction
+  bool compressible = false;    ///< carries f32 tensors (codecs apply; token ids never compress)
   edge_setting setting;
 };
+
+/// Bytes one micro-batch of `e` puts on the wire with its codec: the topk payload when it is
+/// compressed and smaller, else bytes_per_micro_batch.
+uint64_t wire_bytes_per_micro_batch(const plan_edge& e);
+
+/// "none", or "topk 10% f16", "adatopk 20% f16" (+ " ef" with error feedback).
+std::string codec_text(const edge_setting& s);
 
 /// Placement plus wiring.
 struct plan {

@@ -13,14 +13,6 @@ namespace fusion {
 
 namespace {
 
-std::string seconds_text(double s) {
-  char buf[32];
-  if (s >= 1) std::snprintf(buf, sizeof buf, "%.2f s", s);
-  else if (s >= 1e-3) std::snprintf(buf, sizeof buf, "%.1f ms", s * 1e3);
-  else std::snprintf(buf, sizeof buf, "%.0f us", s * 1e6);
-  return buf;
-}
-
 std::string rate_text(double mbit) {
   if (std::isinf(mbit)) return "local";
   char buf[32];
@@ -61,7 +53,7 @@ plan_report report_plan(const workload_estimator& est, const plan& p, double tok
     cr.consumer = pe.consumer;
     cr.from = pe.from;
     cr.to = pe.to;
-    cr.bytes_per_micro_batch = static_cast<double>(pe.bytes_per_micro_batch);
+    cr.bytes_per_micro_batch = static_cast<double>(wire_bytes_per_micro_batch(pe));
     cr.mbit = est.link_mbit(pe.from, pe.to);
     cr.transfer_s = i < e.edge_s.size() ? e.edge_s[i] : 0;
     r.cuts.push_back(cr);

@@ -74,3 +74,60 @@ TEST_CASE("edge: at most `window` chunks are in flight until credits come back")
   CHECK(reported_bytes == 3 * 4096);
   self->send_exit(edge, caf::exit_reason::user_shutdown);
 }
+
+TEST_CASE("edge: a compressed edge sends topk payloads, and compress_atom switches the codec") {
+  caf::actor_system_config cfg;
+  add_fusion_message_types(cfg);
+  caf::actor_system sys{cfg};
+  caf::scoped_actor self{sys};
+  auto me = caf::actor_cast<caf::actor>(self);
+  codec_settings codec;
+  codec.kind = codec_kind::adatopk;
+  codec.keep_ratio = 0.1;
+  auto edge = spawn_edge_sender(sys, 6, me, edge_config{8, 1 << 20}, me, nullptr, codec);
+  auto send_tensor = [&](uint32_t mb) {
+    tensor t(shape_t{64, 64}, dtype::f32);
+    for (int64_t i = 0; i < t.numel(); ++i) t.f32()[i] = static_cast<float>((i * 7919) % 1000) - 500.0f;
+    self->send(edge, forward_atom::value, uint64_t{1}, mb, uint32_t{0}, uint8_t{0}, std::move(t));
+  };
+  auto take = [&](wire_header& h, std::vector<std::byte>& bytes) {
+    self->receive(
+        [&](wire_atom, const wire_chunk& c) {
+          REQUIRE(decode_wire_header(c.header, c.size(), h).empty());
+          bytes.assign(c.data(), c.data() + c.size());
+        },
+        caf::after(5s) >> [&] { FAIL("expected a chunk"); });
+    self->send(edge, credit_atom::value, uint64_t{6}, uint32_t{1});
+  };
+  auto take_stat = [&](edge_stat& s) {
+    self->receive([&](stats_atom, const edge_stat& x) { s = x; }, caf::after(5s) >> [&] { FAIL("expected stats"); });
+  };
+  send_tensor(0);
+  wire_header h;
+  std::vector<std::byte> payload;
+  take(h, payload);
+  CHECK(h.encoding == codec_kind::topk);
+  CHECK(h.total_bytes == 64 * 64 * 4);
+  CHECK(h.payload_bytes == payload.size());
+  CHECK(payload.size() < h.total_bytes / 5);
+  std::vector<float> dense(64 * 64);
+  CHECK(decode_topk(payload, dense).empty());
+  edge_stat s;
+  take_stat(s);
+  CHECK(s.bytes == payload.size());
+  CHECK(s.dense_bytes == 64 * 64 * 4);
+  CHECK(s.keep_ratio == doctest::Approx(0.1));
+  CHECK(s.encode_s > 0);
+
+  // Ratio 1 is dense and exact: the raw bytes travel.
+  codec.keep_ratio = 1.0;
+  self->send(edge, compress_atom::value, codec);
+  send_tensor(1);
+  take(h, payload);
+  CHECK(h.encoding == codec_kind::none);
+  CHECK(payload.size() == 64 * 64 * 4);
+  take_stat(s);
+  CHECK(s.keep_ratio == 1.0);
+  CHECK(s.bytes == s.dense_bytes);
+  self->send_exit(edge, caf::exit_reason::user_shutdown);
+}

@@ -56,7 +56,7 @@ TEST_CASE("wire: every malformed header is refused with a message that says why"
   CHECK(decode_error(h, 100).find("oversized payload") != std::string::npos);
   h.offset = 64;
   h.chunk_bytes = 64;
-  CHECK(decode_error(h, 64).find("outside the 96-byte tensor") != std::string::npos);
+  CHECK(decode_error(h, 64).find("outside the 96-byte payload") != std::string::npos);
   h = sample_header();
   h.shape = {-1, 4};
   CHECK(decode_error(h, 96).find("negative dimension") != std::string::npos);
@@ -85,7 +85,7 @@ TEST_CASE("wire: chunks cover the tensor and reassemble in any order") {
     std::string err;
     REQUIRE(asm_.begin_chunk(chunks[i], dst, err));
     std::memcpy(dst, src.data() + chunks[i].offset, chunks[i].chunk_bytes);
-    whole = asm_.end_chunk(chunks[i]);
+    whole = asm_.end_chunk(chunks[i], err);
     CHECK(whole.has_value() == (i == 1));
   }
   REQUIRE(whole);
@@ -105,4 +105,107 @@ TEST_CASE("wire: a repeated chunk or a chunk of another shape is refused") {
   other.shape = {96 / 4};
   CHECK_FALSE(asm_.begin_chunk(other, dst, err));
   CHECK(err.find("earlier chunks had [2, 3, 4]") != std::string::npos);
+}
+
+// ---- compressed edges (encoding topk) ------------------------------------------------------
+
+namespace {
+
+// A topk-encoded 2x3x64 tensor: the header of its one chunk, its payload and the dense values
+// the receiver must reconstruct.
+struct encoded_sample {
+  wire_header h;
+  std::vector<std::byte> payload;
+  std::vector<float> expect;
+};
+
+encoded_sample encoded(double ratio) {
+  encoded_sample s;
+  std::vector<float> x(2 * 3 * 64);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>((i * 37) % 101) - 50.0f;
+  encode_topk(x, ratio, value_type::f32, 64, s.payload);
+  s.expect.assign(x.size(), 0.0f);
+  REQUIRE(decode_topk(s.payload, s.expect).empty());
+  s.h = sample_header();
+  s.h.shape = {2, 3, 64};
+  s.h.total_bytes = x.size() * 4;
+  s.h.encoding = codec_kind::topk;
+  s.h.payload_bytes = s.payload.size();
+  s.h.chunk_bytes = s.payload.size();
+  return s;
+}
+
+}  // namespace
+
+TEST_CASE("wire: a topk header survives encoding and its payload size is bounded") {
+  auto s = encoded(0.1);
+  wire_header out;
+  REQUIRE(decode_wire_header(encode_wire_header(s.h), s.payload.size(), out).empty());
+  CHECK(out.encoding == codec_kind::topk);
+  CHECK(out.payload_bytes == s.payload.size());
+  CHECK(out.wire_bytes() == s.payload.size());
+  CHECK(out.total_bytes == 2 * 3 * 64 * 4);
+
+  wire_header h = s.h;
+  h.payload_bytes = h.chunk_bytes = topk_max_payload_bytes(2 * 3 * 64) + 1;  // more than any topk payload
+  CHECK(decode_error(h, h.chunk_bytes).find("topk payload of") != std::string::npos);
+  h = s.h;
+  h.payload_bytes = h.chunk_bytes = 8;  // shorter than a payload header
+  CHECK(decode_error(h, 8).find("topk payload of 8 bytes") != std::string::npos);
+  h = s.h;
+  h.type = dtype::i32;
+  CHECK(decode_error(h, h.chunk_bytes).find("only f32 is compressed") != std::string::npos);
+  h = sample_header();
+  h.payload_bytes = 50;  // a raw payload must be the tensor itself: the field is ignored when sent
+  wire_header raw;
+  REQUIRE(decode_wire_header(encode_wire_header(h), 96, raw).empty());
+  CHECK(raw.payload_bytes == 96);
+}
+
+TEST_CASE("wire: an unknown encoding is refused") {
+  // Encoding 2 (adatopk) never travels: adatopk sends topk payloads.
+  wire_header h = sample_header();
+  h.encoding = codec_kind::adatopk;
+  CHECK(decode_error(h, 96).find("unknown encoding 2") != std::string::npos);
+}
+
+TEST_CASE("wire: chunks of a topk payload reassemble and decode into the dense tensor") {
+  auto s = encoded(0.25);
+  const auto chunks = split_into_chunks(s.h, 40);
+  REQUIRE(chunks.size() == (s.payload.size() + 39) / 40);
+  wire_assembler a;
+  std::optional<tensor> whole;
+  // Last chunk first: order does not matter.
+  for (size_t k = chunks.size(); k-- > 0;) {
+    const auto& c = chunks[k];
+    wire_header h;
+    REQUIRE(decode_wire_header(encode_wire_header(c), c.chunk_bytes, h).empty());
+    std::byte* dst = nullptr;
+    std::string err;
+    REQUIRE(a.begin_chunk(h, dst, err));
+    std::memcpy(dst, s.payload.data() + h.offset, h.chunk_bytes);
+    whole = a.end_chunk(h, err);
+    CHECK(err.empty());
+    CHECK(whole.has_value() == (k == 0));
+  }
+  REQUIRE(whole);
+  CHECK(whole->shape() == shape_t{2, 3, 64});
+  CHECK(std::memcmp(whole->f32(), s.expect.data(), s.expect.size() * 4) == 0);
+  CHECK(a.partial_count() == 0);
+}
+
+TEST_CASE("wire: a topk payload that does not decode is refused, not delivered") {
+  auto s = encoded(0.1);
+  s.payload[0] = std::byte{'X'};  // the magic
+  wire_assembler a;
+  wire_header h;
+  REQUIRE(decode_wire_header(encode_wire_header(s.h), s.payload.size(), h).empty());
+  std::byte* dst = nullptr;
+  std::string err;
+  REQUIRE(a.begin_chunk(h, dst, err));
+  std::memcpy(dst, s.payload.data(), s.payload.size());
+  auto whole = a.end_chunk(h, err);
+  CHECK_FALSE(whole);
+  CHECK(err.find("edge 42 micro-batch 3") != std::string::npos);
+  CHECK(a.partial_count() == 0);
 }

@@ -213,16 +213,16 @@ TEST_CASE("scheduler/plan: diff of a plan with itself and with its renumbering")
 
   // A new codec on one direction, same id: changed, nothing else.
   plan r = p;
-  r.edges[1].setting.codec = "topk";
+  r.edges[1].setting.kind = codec_kind::topk;
   r.edges[1].setting.keep_ratio = 0.25;
   plan_diff s = diff(p, r);
   REQUIRE(s.changed.size() == 1);
   CHECK(s.changed[0].first.id == p.edges[1].id);
-  CHECK(s.changed[0].second.setting.codec == "topk");
+  CHECK(s.changed[0].second.setting.kind == codec_kind::topk);
   CHECK(s.moved_ops.empty());
   CHECK(s.added.empty());
   CHECK(s.removed.empty());
-  CHECK(format_diff(g, c, s).find("codec none -> topk keep 0.25") != std::string::npos);
+  CHECK(format_diff(g, c, s).find("codec none -> topk 25% f16") != std::string::npos);
 }
 
 TEST_CASE("scheduler/plan: wiring and diffs of a four-op model, by hand") {

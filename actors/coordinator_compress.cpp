@@ -1,0 +1,77 @@
+// Compression of cross-node edges (docs/compression.md): the codec of every edge when the run
+// is wired, and AdaTopK's re-evaluation every compression.every steps. The rule itself is pure
+// (compression/adaptive.hpp, scheduler/compression_plan.hpp); this file feeds it the refined
+// estimator and tells the edge senders (compress_atom), which switch between two tensors: the
+// receiver decodes by each tensor's wire header, so no step boundary or handshake is needed.
+#include <cstdio>
+
+#include "actors/coordinator_state.hpp"
+#include "core/log.hpp"
+#include "scheduler/placement.hpp"
+
+namespace fusion {
+
+namespace {
+
+std::string percent(double ratio) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.3g%%", ratio * 100);
+  return buf;
+}
+
+}  // namespace
+
+void plan_compression(coord_ptr self) {
+  auto& st = self->state;
+  const auto& c = st.in->cfg.compression;
+  assign_codecs(st.current, estimator_of(self), c);
+  st.governors.clear();
+  if (c.mode != codec_kind::adatopk || !estimator_of(self)) return;
+  // The governors start from the ratios the profile gave, so the first re-evaluation measures
+  // against what runs.
+  for (auto& g : link_groups(st.current, *estimator_of(self))) {
+    const double r = st.current.edges[g.edges.front()].setting.keep_ratio;
+    st.governors.emplace(std::make_tuple(g.from, g.to, g.load.forward), ratio_governor(r));
+  }
+}
+
+void adapt_compression(coord_ptr self) {
+  auto& st = self->state;
+  const auto& c = st.in->cfg.compression;
+  auto* est = estimator_of(self);
+  // The estimator learns from step 3 on (observe_step), so the first evaluation waits for it.
+  if (c.mode != codec_kind::adatopk || !est || st.step < 3 || st.step % c.every != 0) return;
+  for (auto& g : link_groups(st.current, *est)) {
+    auto key = std::make_tuple(g.from, g.to, g.load.forward);
+    auto it = st.governors.find(key);
+    if (it == st.governors.end()) it = st.governors.emplace(key, ratio_governor(1.0)).first;
+    const double before = it->second.current();
+    const double proposed = propose_ratio(g.load, c.adaptive);
+    if (!it->second.update(proposed, c.adaptive)) continue;
+    const double after = it->second.current();
+    uint64_t dense = 0;
+    for (size_t i : g.edges) {
+      auto& e = st.current.edges[i];
+      e.setting = c.codec(e.forward, after);
+      dense += e.bytes_per_micro_batch;
+      if (auto s = st.senders.find(e.id); s != st.senders.end()) self->send(s->second, compress_atom::value, e.setting);
+    }
+    const std::string link = link_group_name(st.in->cluster, g);
+    char why[256];
+    std::snprintf(why, sizeof why, "link %.1f Mbit/s, %s per micro-batch dense: %s now, %s at the new ratio; "
+                  "slowest stage %s",
+                  g.load.mbit, human_bytes(static_cast<double>(dense)).c_str(),
+                  seconds_text(link_seconds(g.load, before, c.adaptive)).c_str(),
+                  seconds_text(link_seconds(g.load, after, c.adaptive)).c_str(), seconds_text(g.load.budget_s).c_str());
+    if (st.in->cfg.progress)
+      std::fprintf(stderr, "fusion-train: step %lld: %s keeps %s (was %s): %s\n", static_cast<long long>(st.step),
+                   link.c_str(), percent(after).c_str(), percent(before).c_str(), why);
+    if (st.metrics.is_open())
+      st.metrics << "{\"type\": \"compression\", \"step\": " << st.step << ", \"link\": \"" << link
+                 << "\", \"keep_before\": " << before << ", \"keep_after\": " << after << ", \"mbit\": " << g.load.mbit
+                 << ", \"dense_bytes\": " << dense << ", \"budget_s\": " << g.load.budget_s << "}\n"
+                 << std::flush;
+  }
+}
+
+}  // namespace fusion

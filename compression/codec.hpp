@@ -1,0 +1,115 @@
+// Edge codecs: how one direction of a cross-node edge carries a float tensor. Plain C++ (no
+// CAF, no CUDA headers), tested directly (tests/compression/).
+//
+//   none    the raw fp32 bytes (the wire carries the tensor itself; no payload is built)
+//   topk    magnitude top-k per block of the flattened tensor: in every block of `block`
+//           elements (the last block may be shorter) exactly k_b = keep_count(len_b, ratio)
+//           elements with the largest |x| are kept, ties broken towards the lower index; the
+//           rest decode as zero. Positions travel as block-local 16-bit indices or as a bitmap,
+//           whichever is smaller for k_b; values as fp32, fp16 or bf16.
+//   adatopk topk on the wire; the scheduler sets the ratio per edge and direction
+//           (compression/adaptive.hpp).
+//
+// Payload layout (little-endian), validated in full by decode_payload before anything is
+// written:
+//   [0,4)   magic "FZK1"
+//   [4]     value_type (0 f32, 1 f16, 2 bf16)
+//   [5]     index form (0 u16 indices, 1 bitmap)
+//   [6,8)   reserved, zero
+//   [8,16)  n: elements of the dense tensor
+//   [16,20) block: elements per block, 1..65536
+//   [20,24) k_full: kept per full block (<= block)
+//   [24,28) k_tail: kept in the last, partial block (0 when n % block == 0)
+//   [28,32) reserved, zero
+//   then per block, in order: its positions (k_b u16 block-local indices, ascending; or a
+//   bitmap of ceil(len_b / 8) bytes, bit i of byte j = element 8j+i), then its k_b values in
+//   ascending position order.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace fusion {
+
+/// How an edge direction is encoded on the wire (the wire header's encoding field).
+enum class codec_kind : uint8_t { none = 0, topk = 1, adatopk = 2 };
+
+/// Element type of the kept values in a topk payload.
+enum class value_type : uint8_t { f32 = 0, f16 = 1, bf16 = 2 };
+
+/// "none", "topk", "adatopk" / "f32", "f16", "bf16".
+std::string to_string(codec_kind k);
+std::string to_string(value_type v);
+/// Parses a name; false when unknown.
+bool parse_codec_kind(std::string_view text, codec_kind& out);
+bool parse_value_type(std::string_view text, value_type& out);
+
+/// Largest block a payload may declare (block-local indices are 16 bits).
+inline constexpr uint32_t codec_max_block = 65536;
+/// Bytes of the fixed payload header.
+inline constexpr size_t codec_header_bytes = 32;
+
+/// The settings of one codec instance.
+struct codec_settings {
+  codec_kind kind = codec_kind::none;
+  double keep_ratio = 1.0;           ///< (0, 1]; topk and adatopk only
+  value_type values = value_type::f16;
+  uint32_t block = 4096;             ///< elements per block, 1..codec_max_block
+  bool error_feedback = false;       ///< gradient direction only (edge_encoder)
+  bool operator==(const codec_settings&) const = default;
+};
+
+/// Kept elements in a block of `len` elements at `ratio`: ceil(ratio * len), at least 1 when
+/// len > 0, at most len.
+uint32_t keep_count(uint32_t len, double ratio);
+
+/// Exact payload bytes of a topk encoding of `n` elements with these settings (what
+/// encode_topk writes). The scheduler inverts it to pick a ratio for a byte budget.
+uint64_t topk_payload_bytes(uint64_t n, double ratio, value_type values, uint32_t block);
+
+/// Upper bound of a valid topk payload for `n` elements, any ratio and value type (decoders
+/// refuse anything announced larger before allocating).
+uint64_t topk_max_payload_bytes(uint64_t n);
+
+/// Encodes `x` into `out` (resized to exactly topk_payload_bytes). O(n): per block a selection
+/// of the threshold, then one pass. Throws std::invalid_argument on a ratio outside (0, 1] or a
+/// block outside 1..codec_max_block.
+void encode_topk(std::span<const float> x, double ratio, value_type values, uint32_t block,
+                 std::vector<std::byte>& out);
+
+/// Decodes a topk payload into `dst` (dst.size() must equal the payload's n): zeros, then the
+/// kept values at their positions. Validates the whole payload first (magic, sizes, k <= block,
+/// indices ascending and inside their block, bitmap popcounts, exact length); on any error
+/// returns a message saying what is wrong and leaves `dst` untouched. Empty string on success.
+std::string decode_topk(std::span<const std::byte> payload, std::span<float> dst);
+
+/// Reads n from a payload header without validating the rest (the receiver sizes the dense
+/// tensor from the wire header and checks it against this). False when shorter than the header
+/// or the magic is wrong.
+bool topk_payload_elements(std::span<const std::byte> payload, uint64_t& n);
+
+/// The sending side of one edge direction: applies the settings, keeps the error-feedback
+/// residual per micro-batch slot when enabled (x' = x + r; send topk(x'); r = x' - decoded).
+class edge_encoder {
+ public:
+  explicit edge_encoder(codec_settings s = {}) : settings_(s) {}
+  const codec_settings& settings() const { return settings_; }
+  /// New settings; residuals are dropped when error feedback goes off or the kind changes.
+  void set(const codec_settings& s);
+  /// True when this tensor of `n` floats is sent encoded (kind is not none, keep_ratio < 1 and
+  /// the encoding is smaller than the dense fp32 bytes); false means send it raw (ratio 1 is
+  /// dense and exact, never rounded to f16).
+  bool encodes(uint64_t n) const;
+  /// Encodes `x` (micro-batch slot `slot`, for the residual) into `out`.
+  void encode(std::span<const float> x, uint32_t slot, std::vector<std::byte>& out);
+
+ private:
+  codec_settings settings_;
+  std::vector<std::vector<float>> residual_;  // by micro-batch slot
+};
+
+}  // namespace fusion

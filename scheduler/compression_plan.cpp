@@ -1,0 +1,75 @@
+#include "scheduler/compression_plan.hpp"
+
+#include <algorithm>
+#include <map>
+#include <tuple>
+
+namespace fusion {
+
+codec_settings compression_config::codec(bool forward, double keep) const {
+  codec_settings s;
+  if (mode == codec_kind::none) return s;
+  s.kind = mode;
+  s.keep_ratio = std::clamp(keep, 1e-6, 1.0);
+  s.values = adaptive.values;
+  s.block = adaptive.block;
+  s.error_feedback = error_feedback && !forward;
+  return s;
+}
+
+std::vector<link_group> link_groups(const plan& p, const workload_estimator& est) {
+  const int nodes = static_cast<int>(est.cluster().nodes.size());
+  // The pipeline's pace per phase: the slowest node's compute per micro-batch.
+  std::vector<double> fwd(nodes, 0.0), bwd(nodes, 0.0);
+  for (size_t id = 0; id < p.where.node_of_op.size(); ++id) {
+    int k = p.where.node_of_op[id];
+    if (k < 0 || k >= nodes) continue;
+    fwd[k] += est.forward_s(static_cast<int>(id), k);
+    bwd[k] += est.backward_s(static_cast<int>(id), k);
+  }
+  const double fwd_budget = nodes ? *std::max_element(fwd.begin(), fwd.end()) : 0;
+  const double bwd_budget = nodes ? *std::max_element(bwd.begin(), bwd.end()) : 0;
+  std::map<std::tuple<int, int, bool>, link_group> groups;
+  for (size_t i = 0; i < p.edges.size(); ++i) {
+    const plan_edge& e = p.edges[i];
+    if (!e.compressible || e.bytes_per_micro_batch == 0 || e.from < 0 || e.to < 0 || e.from >= nodes || e.to >= nodes)
+      continue;
+    auto& g = groups[{e.from, e.to, e.forward}];
+    g.from = e.from;
+    g.to = e.to;
+    g.edges.push_back(i);
+    g.load.forward = e.forward;
+    g.load.elements.push_back(e.bytes_per_micro_batch / sizeof(float));
+    g.load.mbit = est.link_mbit(e.from, e.to);
+    g.load.rtt_s = est.link_rtt_s(e.from, e.to);
+    g.load.budget_s = e.forward ? fwd_budget : bwd_budget;
+  }
+  std::vector<link_group> out;
+  for (auto& [key, g] : groups) out.push_back(std::move(g));
+  return out;
+}
+
+void assign_codecs(plan& p, const workload_estimator* est, const compression_config& c) {
+  for (auto& e : p.edges) e.setting = codec_settings{};
+  if (c.mode == codec_kind::none) return;
+  if (c.mode == codec_kind::topk || !est) {
+    // Without an estimator (a one-process run has no links) adatopk starts dense.
+    const double keep = c.mode == codec_kind::topk ? c.ratio : 1.0;
+    for (auto& e : p.edges)
+      if (e.compressible) e.setting = c.codec(e.forward, keep);
+    return;
+  }
+  for (auto& g : link_groups(p, *est)) {
+    const double keep = propose_ratio(g.load, c.adaptive);
+    for (size_t i : g.edges) p.edges[i].setting = c.codec(p.edges[i].forward, keep);
+  }
+}
+
+std::string link_group_name(const cluster_spec& c, const link_group& g) {
+  auto name = [&](int k) {
+    return k >= 0 && k < static_cast<int>(c.nodes.size()) ? c.nodes[k].name : "node #" + std::to_string(k);
+  };
+  return name(g.from) + " -> " + name(g.to) + (g.load.forward ? " fwd" : " bwd");
+}
+
+}  // namespace fusion

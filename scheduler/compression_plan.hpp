@@ -1,0 +1,48 @@
+// Which codec every cross-node edge of a plan gets ([compression] of the run config,
+// docs/compression.md): none, a fixed top-k ratio, or AdaTopK, whose ratios come from the
+// workload estimator (link rates, stage times) through the rule of compression/adaptive.hpp.
+// Plain C++, tested without actors (tests/scheduler/compression_plan_test.cpp).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "compression/adaptive.hpp"
+#include "scheduler/estimator.hpp"
+#include "scheduler/plan.hpp"
+
+namespace fusion {
+
+/// Compression settings of a run.
+struct compression_config {
+  codec_kind mode = codec_kind::none;  ///< none, topk (fixed ratio) or adatopk
+  double ratio = 0.1;                  ///< topk: keep ratio of every compressed edge
+  bool error_feedback = false;         ///< gradient directions keep a residual (off: measured no gain)
+  int64_t every = 10;                  ///< adatopk: re-evaluate every N steps
+  adaptive_settings adaptive;          ///< floors, hysteresis, value type, block
+  /// The codec of one direction at keep ratio `ratio` (kind none when mode is none).
+  codec_settings codec(bool forward, double ratio) const;
+};
+
+/// One direction of one node pair that carries compressible edges, with its load.
+struct link_group {
+  int from = -1, to = -1;        ///< cluster node indices
+  std::vector<size_t> edges;     ///< indices into plan::edges
+  link_load load;                ///< elements per edge, rate, RTT, budget
+};
+
+/// The compressible edges of `p` grouped by (from, to, direction), each group's rate and RTT
+/// from the estimator and its budget: the slowest node's forward (activations) or backward
+/// (gradients) compute per micro-batch under `p`.
+std::vector<link_group> link_groups(const plan& p, const workload_estimator& est);
+
+/// Sets the codec of every edge of `p` for `c.mode`: none everywhere; topk at c.ratio on every
+/// compressible edge; adatopk at the ratio propose_ratio gives each link group (with `est`
+/// from the profile, before the first step). Non-compressible edges (token ids) stay none.
+void assign_codecs(plan& p, const workload_estimator* est, const compression_config& c);
+
+/// "a1 -> b1 fwd" for a link group.
+std::string link_group_name(const cluster_spec& c, const link_group& g);
+
+}  // namespace fusion

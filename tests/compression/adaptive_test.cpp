@@ -1,0 +1,212 @@
+// The AdaTopK rule on synthetic links: slow links get the densest ladder rung whose payload fits
+// the compute budget, fast ones stay dense, floors hold per direction, an unknown rate means
+// dense, and the governor ignores bandwidth noise but follows a real step change.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "compression/adaptive.hpp"
+#include "compression/codec.hpp"
+
+namespace fusion {
+namespace {
+
+// One activation tensor of 1 MiB fp32 per micro-batch (64 full blocks of 4096).
+constexpr uint64_t edge_elements = 262144;
+const std::vector<double> ladder = {1.0, 0.5, 0.3, 0.2, 0.15, 0.1, 0.07, 0.05, 0.03, 0.02, 0.01};
+
+link_load make_link(bool forward, double mbit, double budget_s, double rtt_s = 0) {
+  link_load l;
+  l.forward = forward;
+  l.elements = {edge_elements};
+  l.mbit = mbit;
+  l.rtt_s = rtt_s;
+  l.budget_s = budget_s;
+  return l;
+}
+
+// The rate (Mbit/s) at which `ratio` exactly fills the budget of `l` (rtt ignored: tests that
+// use it have rtt 0).
+double rate_needed(link_load l, double ratio, const adaptive_settings& s) {
+  l.mbit = 1;
+  return link_seconds(l, ratio, s) / l.budget_s;
+}
+
+// A rate half way (geometrically) between where `lo` starts to fit and where the denser `hi`
+// does: `lo` is proposed, and noise of a few percent does not reach either boundary.
+double rate_between(const link_load& l, double lo, double hi, const adaptive_settings& s) {
+  return std::sqrt(rate_needed(l, lo, s) * rate_needed(l, hi, s));
+}
+
+// The next denser rung than `r`, or 0 when `r` is 1 or not on the ladder.
+double denser_rung(double r) {
+  for (size_t i = 1; i < ladder.size(); ++i)
+    if (ladder[i] == r) return ladder[i - 1];
+  return 0;
+}
+
+TEST_CASE("adaptive: link_seconds sums the edges' payloads and adds half the round trip") {
+  const adaptive_settings s;
+  link_load l = make_link(true, 2, 1, 0.02);
+  l.elements = {1000, 3000};
+  CHECK(link_seconds(l, 1.0, s) == doctest::Approx(16000 * 8 / 2e6 + 0.01));
+  const uint64_t bytes = topk_payload_bytes(1000, 0.1, s.values, s.block) + topk_payload_bytes(3000, 0.1, s.values, s.block);
+  CHECK(link_seconds(l, 0.1, s) == doctest::Approx(double(bytes) * 8 / 2e6 + 0.01));
+  CHECK(link_seconds(l, 0.1, s) < link_seconds(l, 0.5, s));
+}
+
+TEST_CASE("adaptive: a slow link gets the densest rung that fits the budget") {
+  const adaptive_settings s;
+  const link_load l = make_link(true, 8, 0.1, 0.002);
+  REQUIRE(link_seconds(l, 1.0, s) > l.budget_s);
+  const double r = propose_ratio(l, s);
+  INFO("proposed " << r);
+  CHECK(r < 1);
+  CHECK(r >= s.floor_activations);
+  CHECK(link_seconds(l, r, s) <= l.budget_s);
+  // The densest: the rung above it does not fit.
+  const double up = denser_rung(r);
+  REQUIRE(up > 0);
+  CHECK(link_seconds(l, up, s) > l.budget_s);
+}
+
+TEST_CASE("adaptive: a fast link stays dense") {
+  const adaptive_settings s;
+  const link_load l = make_link(true, 1000, 0.1, 0.002);
+  CHECK(link_seconds(l, 1.0, s) <= l.budget_s);
+  CHECK(propose_ratio(l, s) == 1.0);
+  link_load g = l;
+  g.forward = false;
+  CHECK(propose_ratio(g, s) == 1.0);
+}
+
+TEST_CASE("adaptive: the gradient floor is respected and above the activation floor by default") {
+  const adaptive_settings s;
+  CHECK(s.floor_gradients > s.floor_activations);
+  // A rate where 0.1 fits but 0.15 does not: activations get 0.1, gradients stop at their floor.
+  link_load fwd = make_link(true, 0, 0.05);
+  fwd.mbit = rate_between(fwd, 0.1, 0.15, s);
+  link_load bwd = fwd;
+  bwd.forward = false;
+  CHECK(propose_ratio(fwd, s) == 0.1);
+  CHECK(propose_ratio(bwd, s) == s.floor_gradients);
+  CHECK(link_seconds(bwd, s.floor_gradients, s) > bwd.budget_s);  // the floor wins over the budget
+  // Every proposal over a sweep of rates stays at or above its direction's floor.
+  for (double mbit = 0.1; mbit < 2000; mbit *= 1.3) {
+    fwd.mbit = bwd.mbit = mbit;
+    CHECK(propose_ratio(fwd, s) >= s.floor_activations);
+    CHECK(propose_ratio(bwd, s) >= s.floor_gradients);
+  }
+}
+
+TEST_CASE("adaptive: a link too slow even for the floor gets the floor") {
+  adaptive_settings s;
+  const link_load l = make_link(true, 0.5, 0.1);
+  REQUIRE(link_seconds(l, s.floor_activations, s) > l.budget_s);
+  CHECK(propose_ratio(l, s) == s.floor_activations);
+  link_load g = l;
+  g.forward = false;
+  CHECK(propose_ratio(g, s) == s.floor_gradients);
+  // A floor that is not a rung is returned as it is.
+  s.floor_activations = 0.25;
+  CHECK(propose_ratio(l, s) == 0.25);
+  // ... and a rung above it is still chosen when that fits.
+  link_load mid = make_link(true, 0, 0.05);
+  mid.mbit = rate_between(mid, 0.3, 0.5, s);
+  CHECK(propose_ratio(mid, s) == 0.3);
+  // Between the floor and the next rung up: no rung >= 0.25 fits, so the floor.
+  mid.mbit = rate_between(mid, 0.25, 0.3, s);
+  CHECK(propose_ratio(mid, s) == 0.25);
+}
+
+TEST_CASE("adaptive: an unknown rate keeps the link dense") {
+  const adaptive_settings s;
+  for (const double mbit : {0.0, -1.0}) {
+    link_load l = make_link(true, mbit, 0.001);
+    CHECK(propose_ratio(l, s) == 1.0);
+    l.forward = false;
+    CHECK(propose_ratio(l, s) == 1.0);
+    CHECK(std::isinf(link_seconds(l, 0.5, s)));
+  }
+}
+
+TEST_CASE("adaptive: bandwidth noise of 10% does not move the governed ratio") {
+  const adaptive_settings s;
+  link_load l = make_link(true, 0, 0.05);
+  const double base = rate_between(l, 0.3, 0.5, s);
+  std::mt19937 rng(20240611);
+  std::uniform_real_distribution<double> noise(0.9, 1.1);
+  ratio_governor gov;
+  int changes = 0;
+  for (int i = 0; i < 200; ++i) {
+    l.mbit = base * noise(rng);
+    const double p = propose_ratio(l, s);
+    CHECK(link_seconds(l, p, s) <= l.budget_s);
+    if (gov.update(p, s)) {
+      ++changes;
+      INFO("evaluation " << i);
+      CHECK(i == int(s.confirm) - 1);  // the initial adoption, as soon as it is confirmed
+    }
+  }
+  CHECK(changes == 1);
+  CHECK(gov.current() == 0.3);
+}
+
+TEST_CASE("adaptive: the governor ignores proposals inside the band and interrupted streaks") {
+  adaptive_settings s;
+  s.band = 0.5;
+  ratio_governor gov(0.5);
+  for (int i = 0; i < 5; ++i) CHECK_FALSE(gov.update(0.3, s));  // 40% away: inside the band
+  CHECK(gov.current() == 0.5);
+  s.band = 0.25;
+  s.confirm = 2;
+  // 0.3, 0.2, 0.3, 0.2, ...: never the same rung twice in a row.
+  for (int i = 0; i < 10; ++i) CHECK_FALSE(gov.update(i % 2 == 0 ? 0.3 : 0.2, s));
+  // Proposing the current ratio resets a started streak.
+  CHECK_FALSE(gov.update(0.5, s));
+  CHECK_FALSE(gov.update(0.2, s));
+  CHECK_FALSE(gov.update(0.5, s));
+  CHECK_FALSE(gov.update(0.2, s));
+  CHECK(gov.update(0.2, s));
+  CHECK(gov.current() == 0.2);
+}
+
+TEST_CASE("adaptive: a real step change in bandwidth is adopted after confirm evaluations") {
+  adaptive_settings s;
+  s.confirm = 3;
+  link_load l = make_link(true, 8, 0.1);
+  const double slow = propose_ratio(l, s);
+  REQUIRE(slow < 1);
+  ratio_governor gov;
+  for (uint32_t i = 1; i <= 10; ++i) {
+    const bool changed = gov.update(propose_ratio(l, s), s);
+    CHECK(changed == (i == s.confirm));
+  }
+  CHECK(gov.current() == slow);
+  l.mbit = 100;  // 8 -> 100 Mbit: dense fits again
+  REQUIRE(propose_ratio(l, s) == 1.0);
+  for (uint32_t i = 1; i <= 10; ++i) {
+    const bool changed = gov.update(propose_ratio(l, s), s);
+    CHECK(changed == (i == s.confirm));
+    CHECK(gov.current() == (i < s.confirm ? slow : 1.0));
+  }
+}
+
+TEST_CASE("adaptive: confirm=1 adopts a proposal at once") {
+  adaptive_settings s;
+  s.confirm = 1;
+  link_load l = make_link(false, 8, 0.1);
+  ratio_governor gov;
+  const double p = propose_ratio(l, s);
+  REQUIRE(p < 1);
+  CHECK(gov.update(p, s));
+  CHECK(gov.current() == p);
+  l.mbit = 1000;
+  CHECK(gov.update(propose_ratio(l, s), s));
+  CHECK(gov.current() == 1.0);
+}
+
+}  // namespace
+}  // namespace fusion

@@ -1,0 +1,109 @@
+// Codecs of a plan's edges (scheduler/compression_plan.hpp): none, a fixed top-k, and AdaTopK
+// from the estimator, on a two-node split of the tiny GPT over a link whose rate the test sets.
+#include <doctest/doctest.h>
+
+#include <string>
+
+#include "core/cluster.hpp"
+#include "core/graph.hpp"
+#include "scheduler/compression_plan.hpp"
+#include "scheduler/estimator.hpp"
+#include "scheduler/plan.hpp"
+
+namespace fusion {
+namespace {
+
+std::string src(const std::string& rel) { return std::string(FUSION_SOURCE_DIR) + "/" + rel; }
+
+cluster_spec two_sites(double mbit) {
+  return parse_cluster("name: \"two\"\nsite { name: \"a\" }\nsite { name: \"b\" }\n"
+                       "node { name: \"a1\" site: \"a\" }\nnode { name: \"b1\" site: \"b\" }\n"
+                       "link { a: \"a\" b: \"b\" mbit: " + std::to_string(mbit) + " }\n",
+                       "two.pbtxt");
+}
+
+// The first half of the graph on a1 with both inputs, the rest on b1 (the targets cross).
+plan split_plan(const graph& g) {
+  placement where{std::vector<int>(g.nodes.size(), 0)};
+  for (size_t i = g.nodes.size() / 2; i < g.nodes.size(); ++i) where.node_of_op[i] = 1;
+  where.node_of_op[g.find("targets")] = 0;
+  where.node_of_op[g.find("tokens")] = 0;
+  return make_plan(g, where);
+}
+
+struct fixture {
+  graph g = load_graph(src("configs/models/gpt-char-small.pbtxt"), 4);
+  cluster_spec c;
+  plan p;
+  std::unique_ptr<workload_estimator> est;
+  explicit fixture(double mbit) : c(two_sites(mbit)), p(split_plan(g)) {
+    cluster_profile prof = profile_from_cluster(c);
+    prof.micro_batches = 4;
+    est = std::make_unique<workload_estimator>(g, c, prof);
+  }
+};
+
+TEST_CASE("scheduler/compression: none leaves every edge dense") {
+  fixture f(8);
+  compression_config cfg;
+  assign_codecs(f.p, f.est.get(), cfg);
+  REQUIRE(!f.p.edges.empty());
+  for (auto& e : f.p.edges) {
+    CHECK(e.setting.kind == codec_kind::none);
+    CHECK(wire_bytes_per_micro_batch(e) == e.bytes_per_micro_batch);
+  }
+}
+
+TEST_CASE("scheduler/compression: topk compresses every f32 edge at its ratio, never token ids") {
+  fixture f(8);
+  compression_config cfg;
+  cfg.mode = codec_kind::topk;
+  cfg.ratio = 0.1;
+  cfg.error_feedback = true;
+  assign_codecs(f.p, f.est.get(), cfg);
+  int compressed = 0, tokens = 0;
+  for (auto& e : f.p.edges) {
+    if (!e.compressible) {
+      ++tokens;
+      CHECK(e.setting.kind == codec_kind::none);
+      continue;
+    }
+    ++compressed;
+    CHECK(e.setting.kind == codec_kind::topk);
+    CHECK(e.setting.keep_ratio == doctest::Approx(0.1));
+    CHECK(e.setting.error_feedback == !e.forward);  // gradients only
+    CHECK(wire_bytes_per_micro_batch(e) < e.bytes_per_micro_batch / 5);
+  }
+  CHECK(compressed > 0);
+  CHECK(tokens > 0);  // the targets cross to b1 as int32 ids
+  CHECK(format_plan(f.g, f.c, f.p).find("topk 10% f16") != std::string::npos);
+}
+
+TEST_CASE("scheduler/compression: adatopk compresses the slow link and leaves a fast one dense") {
+  compression_config cfg;
+  cfg.mode = codec_kind::adatopk;
+  SUBCASE("slow") {
+    fixture f(2);
+    assign_codecs(f.p, f.est.get(), cfg);
+    for (auto& g : link_groups(f.p, *f.est)) {
+      INFO(link_group_name(f.c, g));
+      CHECK(g.load.budget_s > 0);
+      CHECK(g.load.mbit == doctest::Approx(2));
+      const auto& s = f.p.edges[g.edges.front()].setting;
+      CHECK(s.kind == codec_kind::adatopk);
+      CHECK(s.keep_ratio < 1);
+      CHECK(s.keep_ratio >= (g.load.forward ? cfg.adaptive.floor_activations : cfg.adaptive.floor_gradients));
+    }
+    // The prediction follows: the compressed plan's step is faster than the dense one.
+    plan dense = split_plan(f.g);
+    CHECK(f.est->simulate(f.p).step_s < f.est->simulate(dense).step_s);
+  }
+  SUBCASE("fast") {
+    fixture f(1e6);
+    assign_codecs(f.p, f.est.get(), cfg);
+    for (auto& e : f.p.edges) CHECK(e.setting.keep_ratio == 1.0);
+  }
+}
+
+}  // namespace
+}  // namespace fusion
