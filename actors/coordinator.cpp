@@ -173,7 +173,6 @@ void place_and_wire(coord_ptr self) {
   const graph& g = st.in->model;
   try {
     if (cluster_mode(st)) {
-      st.current = plan_run(g, st.in->cluster, st.profile, 1);
       plan_compression(self);
     } else {
       st.current = make_plan(g, placement{std::vector<int>(g.nodes.size(), 0)}, 1);

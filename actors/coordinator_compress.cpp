@@ -24,9 +24,9 @@ std::string percent(double ratio) {
 void plan_compression(coord_ptr self) {
   auto& st = self->state;
   const auto& c = st.in->cfg.compression;
-  assign_codecs(st.current, estimator_of(self), c);
+  st.current = plan_compressed_run(*estimator_of(self), st.profile, c, 1);
   st.governors.clear();
-  if (c.mode != codec_kind::adatopk || !estimator_of(self)) return;
+  if (c.mode != codec_kind::adatopk) return;
   // The governors start from the ratios the profile gave, so the first re-evaluation measures
   // against what runs.
   for (auto& g : link_groups(st.current, *estimator_of(self))) {

@@ -152,7 +152,8 @@ void observe_step(coord_ptr self, const step_record& rec);
 workload_estimator* estimator_of(coord_ptr self);
 
 // ---- actors/coordinator_compress.cpp ----
-/// Sets the codec of every edge of st.current from cfg.compression (before its senders exist).
+/// Cluster mode: places the ops and sets the codec of every edge from cfg.compression into
+/// st.current (before any actor exists; plan_compressed_run). Throws what placement throws.
 void plan_compression(coord_ptr self);
 /// adatopk, every compression.every steps: re-evaluates every link direction's ratio from the
 /// refined estimator and sends compress_atom to the senders of the links whose ratio changed.

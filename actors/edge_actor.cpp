@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "actors/messages.hpp"
+#include "compression/topk_cuda.hpp"
 #include "core/wire.hpp"
 
 namespace fusion {
@@ -61,8 +62,50 @@ void pump(edge_ptr self) {
   }
 }
 
+// A GPU producer's tensor on a compressed edge is encoded where it lives: only the payload
+// crosses PCIe (error feedback keeps its residual on the host, so it encodes there instead).
+bool encode_on_gpu(edge_ptr self, const tensor& value, std::vector<std::byte>& payload) {
+#if FUSION_HAVE_CUDA
+  auto& st = self->state;
+  const auto& s = st.encoder.settings();
+  if (!value.is_cuda() || value.type() != dtype::f32 || s.error_feedback ||
+      !st.encoder.encodes(static_cast<uint64_t>(value.numel())))
+    return false;
+  encode_topk_cuda(value.f32(), static_cast<uint64_t>(value.numel()), s.keep_ratio, s.values, s.block, payload);
+  return true;
+#else
+  (void)self, (void)value, (void)payload;
+  return false;
+#endif
+}
+
 void enqueue(edge_ptr self, wire_header base, tensor value) {
   auto& st = self->state;
+  base.edge = st.edge;
+  outgoing o;
+  try {
+    auto start = clock_type::now();
+    auto payload = std::make_shared<std::vector<std::byte>>();
+    if (encode_on_gpu(self, value, *payload)) {
+      o.encode_s = std::chrono::duration<double>(clock_type::now() - start).count();
+      o.keep_ratio = st.encoder.settings().keep_ratio;
+      base.type = value.type();
+      base.shape = value.shape();
+      base.total_bytes = value.nbytes();
+      base.encoding = codec_kind::topk;
+      base.payload_bytes = payload->size();
+      o.bytes = std::shared_ptr<const std::byte>(payload, payload->data());
+      o.chunks = split_into_chunks(base, st.cfg.chunk_bytes);
+      st.queue.push_back(std::move(o));
+      return pump(self);
+    }
+  } catch (const std::exception& e) {
+    if (st.reporter)
+      self->send(st.reporter, fail_atom::value,
+                 make_error(fusion_errc::op_failed,
+                            "edge " + std::to_string(st.edge) + ": cannot compress a CUDA tensor: " + e.what()));
+    return;
+  }
   // The wire carries host bytes whatever the producer's device; the chunks reference `value`,
   // so it is downloaded once, here, rather than per chunk.
   if (value.is_cuda()) {
@@ -76,11 +119,9 @@ void enqueue(edge_ptr self, wire_header base, tensor value) {
       return;
     }
   }
-  base.edge = st.edge;
   base.type = value.type();
   base.shape = value.shape();
   base.total_bytes = value.empty() ? 0 : value.nbytes();
-  outgoing o;
   const auto n = static_cast<uint64_t>(value.numel());
   if (value.type() == dtype::f32 && st.encoder.encodes(n)) {
     auto start = clock_type::now();

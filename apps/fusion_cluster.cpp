@@ -17,6 +17,7 @@
 #include "scheduler/opfence.hpp"
 #include "scheduler/placement.hpp"
 #include "scheduler/plan.hpp"
+#include "scheduler/compression_plan.hpp"
 #include "scheduler/plan_report.hpp"
 
 namespace {
@@ -26,7 +27,7 @@ using namespace fusion;
 constexpr const char* usage_text =
     R"(usage: fusion-cluster check CLUSTER [--model FILE] [--batch N]
        fusion-cluster plan CLUSTER --model FILE [--batch B] [--micro-batches M] [--policy P]
-                           [--profile FILE] [--json]
+                           [--profile FILE] [--compression MODE] [--json]
        fusion-cluster netns CLUSTER
        fusion-cluster --help | --version
 
@@ -42,8 +43,10 @@ plan    predicts a run without running it: places the model (loaded for micro-ba
         else from the rates the cluster file states (gflops, memory_gib, link mbit), and prints
         per stage the node, its ops, predicted compute per step and memory, per cut edge the
         bytes and predicted transfer time, and the predicted step time and tokens/s. With
-        OP-Fence also its fences and chosen chain (docs/scheduler.md). --json prints the same
-        as one JSON object.
+        OP-Fence also its fences and chosen chain (docs/scheduler.md). --compression MODE
+        (none, topk or adatopk; docs/compression.md) predicts with that codec's default
+        settings and lists every edge's codec and bytes on the wire. --json prints the
+        prediction as one JSON object.
 netns   prints the cluster for shell scripts, one item per line, fields separated by spaces:
           site NAME INDEX            (INDEX from 1, file order)
           node NAME SITE DEVICE CPU_SHARE
@@ -143,6 +146,7 @@ nlohmann::json plan_json(const workload_estimator& est, const plan_report& r, co
 // fusion-cluster plan: the prediction of a run from the cluster file (or a measured profile).
 int run_plan(const std::vector<std::string>& args) {
   std::string cluster_file, model_file, policy, profile_file;
+  compression_config compression;
   int64_t batch = 16, micro = 4;
   bool json = false;
   for (size_t i = 1; i < args.size(); ++i) {
@@ -166,6 +170,11 @@ int run_plan(const std::vector<std::string>& args) {
     else if (a == "--micro-batches") micro = parse_count(a, value());
     else if (a == "--policy") policy = value();
     else if (a == "--profile") profile_file = value();
+    else if (a == "--compression") {
+      auto mode = value();
+      if (!parse_codec_kind(mode, compression.mode))
+        throw usage_error("--compression must be none, topk or adatopk, got '" + mode + "'");
+    }
     else if (a == "--json" && !inline_value) json = true;
     else if (a.rfind("-", 0) == 0) throw usage_error("unknown option '" + a + "' for plan");
     else if (cluster_file.empty()) cluster_file = a;
@@ -187,8 +196,7 @@ int run_plan(const std::vector<std::string>& args) {
   workload_estimator est(g, c, prof);
   opfence_report fence;
   bool is_fence = c.placement.policy == placement_policy::opfence;
-  placement where = is_fence ? opfence_place(est, {}, &fence) : place_ops(g, c, prof);
-  plan p = make_plan(g, std::move(where));
+  plan p = plan_compressed_run(est, prof, compression, 1, &fence);
   plan_report r = report_plan(est, p, static_cast<double>(batch * g.context));
   if (json) {
     std::cout << plan_json(est, r, is_fence ? &fence : nullptr).dump(2) << "\n";
@@ -219,6 +227,7 @@ int run_plan(const std::vector<std::string>& args) {
     std::cout << ")\n";
   }
   std::cout << format_plan_report(est, r);
+  if (compression.mode != codec_kind::none) std::cout << format_plan(g, c, p);
   return 0;
 }
 

@@ -1,37 +1,43 @@
 #!/usr/bin/env bash
-# Geo-distributed placement: the even policy against OP-Fence on emulated sites, with the link
-# rates and CPU caps of the cluster files (configs/clusters/sites-3, sites-4-pairs, sites-6-tiers:
-# network namespaces and tc from scripts/sites.sh, cgroup CPU quotas from scripts/run-sites.sh).
-# Each run trains configs/runs/char-sites.ini (gpt-char-small) for --steps steps through
-# scripts/run-sites.sh with --cluster.policy=even or opfence; the two policies alternate (even
-# first in odd rounds, opfence first in even rounds), topology by topology. Needs root with
-# network namespaces: on loopback the topologies would not exist, so it refuses.
+# Geo-distributed placement and compression: placement policies (even, OP-Fence) and edge codecs
+# (none, topk, adatopk) on emulated sites, with the link rates and CPU caps of the cluster files
+# (configs/clusters/sites-3, sites-4-pairs, sites-6-tiers: network namespaces and tc from
+# scripts/sites.sh, cgroup CPU quotas from scripts/run-sites.sh). Each run trains
+# configs/runs/char-sites.ini (gpt-char-small) for --steps steps through scripts/run-sites.sh with
+# --cluster.policy=POLICY --compression.mode=MODE for every POLICY+MODE of --configs; the order of
+# the configs alternates round by round, topology by topology. --slow 8,20,100 repeats every
+# topology with its slowest links (all links at the file's lowest rate) set to each rate in
+# Mbit/s (a copy of the cluster file in the output directory). Needs root with network
+# namespaces: on loopback the topologies would not exist, so it refuses.
 #
 #   bench/geo_bench.sh [--rounds 2] [--steps 30] [--warmup 5] [--topologies sites-3,sites-4-pairs,sites-6-tiers]
+#                      [--configs even+none,opfence+none] [--slow MBIT,...]
 #                      [--run configs/runs/char-sites.ini] [--build build] [--out runs/geo/STAMP]
 #
 # From each run's metrics (JSON lines, type "step"), over the steps after the first --warmup:
 # tokens/s = tokens of those steps / their wall time (elapsed_s), and where the steps carry
 # step_s and predicted_step_s, their means and the mean of |predicted - measured| / measured.
-# The table has one row per run and, per topology, the opfence/even ratio of tokens/s: the mean of
-# the per-round ratios (each round's two runs are back to back). "others %" is the CPU that other
+# The table has one row per run and, per topology (and slow rate), each config's ratio of tokens/s
+# to the first config (the baseline): the mean of the per-round ratios. "others %" is the CPU that other
 # processes took during the run (machine busy time from /proc/stat minus the run's own CPU time
 # from /usr/bin/time); above 10% the row is marked * and is not valid. Metrics, coordinator and
 # node logs, and the table (table.txt) stay in the output directory.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 rounds=2 steps=30 warmup=5 topologies=sites-3,sites-4-pairs,sites-6-tiers run=configs/runs/char-sites.ini
-build=${BUILD_DIR:-build} out=""
+configs=even+none,opfence+none slow="" build=${BUILD_DIR:-build} out=""
 while [[ $# -gt 0 ]]; do
   case $1 in
     --rounds) rounds=$2; shift 2 ;;
     --steps) steps=$2; shift 2 ;;
     --warmup) warmup=$2; shift 2 ;;
     --topologies) topologies=$2; shift 2 ;;
+    --configs) configs=$2; shift 2 ;;
+    --slow) slow=$2; shift 2 ;;
     --run) run=$2; shift 2 ;;
     --build) build=$2; shift 2 ;;
     --out) out=$2; shift 2 ;;
-    -h|--help) sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "geo_bench: unknown option '$1' (try --help)" >&2; exit 2 ;;
   esac
 done
@@ -43,6 +49,18 @@ IFS=, read -r -a topos <<<"$topologies"
 for t in "${topos[@]}"; do
   [[ -f configs/clusters/$t.pbtxt ]] || { echo "geo_bench: no cluster file configs/clusters/$t.pbtxt" >&2; exit 2; }
 done
+IFS=, read -r -a confs <<<"$configs"
+for c in "${confs[@]}"; do
+  [[ $c =~ ^(even|opfence|explicit)\+(none|topk|adatopk)$ ]] ||
+    { echo "geo_bench: config '$c' is not POLICY+MODE (policy even|opfence|explicit, mode none|topk|adatopk)" >&2; exit 2; }
+done
+slows=("")
+if [[ -n $slow ]]; then
+  IFS=, read -r -a slows <<<"$slow"
+  for m in "${slows[@]}"; do
+    [[ $m =~ ^[0-9]+(\.[0-9]+)?$ ]] || { echo "geo_bench: --slow needs rates in Mbit/s, got '$m'" >&2; exit 2; }
+  done
+fi
 [[ -f $run ]] || { echo "geo_bench: run config $run not found" >&2; exit 2; }
 for b in fusion-train fusion-node fusion-cluster; do
   [[ -x $build/apps/$b ]] || { echo "geo_bench: $build/apps/$b not found (build it, or --build DIR)" >&2; exit 2; }
@@ -84,14 +102,33 @@ echo "geo_bench: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ 
 ((idle_others <= 10)) ||
   echo "geo_bench: WARNING: the machine is busy (${idle_others}% used by others): numbers are not valid" >&2
 
+# cluster_file TOPOLOGY SLOW: the cluster file, or a copy whose slowest links run at SLOW Mbit/s.
+cluster_file() {
+  local f="configs/clusters/$1.pbtxt"
+  [[ -z $2 ]] && { echo "$f"; return; }
+  mkdir -p "$out/clusters"
+  local copy="$out/clusters/$1-slow$2.pbtxt"
+  python3 - "$f" "$2" "$copy" <<'PY'
+import re, sys
+src, rate, dst = sys.argv[1], sys.argv[2], sys.argv[3]
+text = open(src).read()
+pat = re.compile(r'(link\s*\{[^}]*?mbit:\s*)([0-9.]+)')
+lowest = min(float(m.group(2)) for m in pat.finditer(text))
+text = pat.sub(lambda m: m.group(1) + (rate if float(m.group(2)) == lowest else m.group(2)), text)
+open(dst, "w").write(text)
+PY
+  echo "$copy"
+}
+
 # ---- one run ---------------------------------------------------------------------------------
-# run_one TOPOLOGY POLICY ROUND: prints "tokens/s predicted_s measured_s error% others%"
+# run_one TOPOLOGY CONFIG ROUND SLOW: prints "tokens/s predicted_s measured_s error% others%"
 # ("failed" when the run failed).
 run_one() {
-  local name="$1-$2-r$3"
+  local name="$1${4:+-slow$4}-$2-r$3"
   local m="$out/$name.jsonl" log="$out/$name.log" tf="$out/$name.time"
-  local cmd=(scripts/run-sites.sh --cluster "configs/clusters/$1.pbtxt" --run "$run" --tag geo --subnet 10.78.0
-             --logs "$out/$name.nodes" -- --cluster.policy="$2" --train.steps="$steps" --train.eval-every=0
+  local cmd=(scripts/run-sites.sh --cluster "$(cluster_file "$1" "$4")" --run "$run" --tag geo --subnet 10.78.0
+             --logs "$out/$name.nodes" -- --cluster.policy="${2%+*}" --compression.mode="${2#*+}"
+             --train.steps="$steps" --train.eval-every=0
              --train.eval-batches=0 --output.sample-chars=0 --output.checkpoint= --output.metrics="$m" --runtime.quiet)
   rm -f "$m"
   local b t rc=0 own=0
@@ -137,14 +174,19 @@ PY
 }
 
 declare -A result=()
+# Topologies with each slow rate: "sites-3" or "sites-3@8".
+cases=()
+for t in "${topos[@]}"; do for m in "${slows[@]}"; do cases+=("$t${m:+@$m}"); done; done
 for r in $(seq 1 "$rounds"); do
-  order=(even opfence); ((r % 2 == 0)) && order=(opfence even)
-  for t in "${topos[@]}"; do
+  order=("${confs[@]}")
+  if ((r % 2 == 0)); then order=(); for ((i = ${#confs[@]} - 1; i >= 0; i--)); do order+=("${confs[$i]}"); done; fi
+  for k in "${cases[@]}"; do
+    t=${k%@*} m=""; [[ $k == *@* ]] && m=${k#*@}
     for p in "${order[@]}"; do
-      echo "geo_bench: round $r: $t $p ($steps steps) ..." >&2
-      v=$(run_one "$t" "$p" "$r")
-      result[$t,$p,$r]=$v
-      echo "geo_bench: round $r: $t $p: $v (tokens/s, predicted s, measured s, error %, others %, caps)" >&2
+      echo "geo_bench: round $r: $k $p ($steps steps) ..." >&2
+      v=$(run_one "$t" "$p" "$r" "$m")
+      result[$k,$p,$r]=$v
+      echo "geo_bench: round $r: $k $p: $v (tokens/s, predicted s, measured s, error %, others %, caps)" >&2
     done
   done
 done
@@ -152,38 +194,42 @@ done
 # ---- table ---------------------------------------------------------------------------------------
 {
   echo
-  echo "even vs OP-Fence on emulated sites: $(basename "$run" .ini), $steps steps, means over steps $((warmup + 1))-$steps;" \
-       "$rounds round(s), policies alternating"
-  printf "%-15s %-8s %5s %10s %12s %12s %8s %8s\n" topology policy round tokens/s "pred step s" "meas step s" "error %" "others %"
+  echo "placement and compression on emulated sites: $(basename "$run" .ini), $steps steps, means over steps" \
+       "$((warmup + 1))-$steps; $rounds round(s), config order alternating; TOPOLOGY@R: slowest links at R Mbit/s"
+  printf "%-20s %-16s %5s %10s %12s %12s %8s %8s\n" topology config round tokens/s "pred step s" "meas step s" "error %" "others %"
   marked=0 uncapped=0
-  for t in "${topos[@]}"; do
+  for k in "${cases[@]}"; do
     for r in $(seq 1 "$rounds"); do
-      for p in even opfence; do
-        v=${result[$t,$p,$r]}
+      for p in "${confs[@]}"; do
+        v=${result[$k,$p,$r]}
         if [[ $v == failed ]]; then
-          printf "%-15s %-8s %5s %10s   (failed: %s)\n" "$t" "$p" "$r" - "$out/$t-$p-r$r.log"; continue
+          printf "%-20s %-16s %5s %10s   (failed: see %s)\n" "$k" "$p" "$r" - "$out"; continue
         fi
         read -r tps pred meas err others caps <<<"$v"
         mark=""
         if [[ $others != n/a ]] && ((others > 10)); then mark="*"; marked=1; fi
         if [[ $caps == uncapped ]]; then mark+="u"; uncapped=1; fi
-        printf "%-15s %-8s %5s %10s %12s %12s %8s %8s\n" "$t" "$p" "$r" "$tps$mark" "$pred" "$meas" "$err" "$others"
+        printf "%-20s %-16s %5s %10s %12s %12s %8s %8s\n" "$k" "$p" "$r" "$tps$mark" "$pred" "$meas" "$err" "$others"
       done
     done
   done
   echo
-  echo "opfence/even tokens/s per topology (mean of the per-round ratios; each round's pair back to back):"
-  for t in "${topos[@]}"; do
-    ratios=()
-    for r in $(seq 1 "$rounds"); do
-      e=${result[$t,even,$r]} o=${result[$t,opfence,$r]}
-      [[ $e == failed || $o == failed ]] && continue
-      ratios+=("$(awk -v o="${o%% *}" -v e="${e%% *}" 'BEGIN { if (e > 0 && o > 0) printf "%.3f", o / e; else print "n/a" }')")
+  echo "tokens/s against ${confs[0]} (mean of the per-round ratios):"
+  for k in "${cases[@]}"; do
+    line=$(printf "  %-20s" "$k")
+    for p in "${confs[@]:1}"; do
+      ratios=()
+      for r in $(seq 1 "$rounds"); do
+        e=${result[$k,${confs[0]},$r]} o=${result[$k,$p,$r]}
+        [[ $e == failed || $o == failed ]] && continue
+        ratios+=("$(awk -v o="${o%% *}" -v e="${e%% *}" 'BEGIN { if (e > 0 && o > 0) printf "%.3f", o / e; else print "n/a" }')")
+      done
+      mean="n/a"
+      ((${#ratios[@]})) && mean=$(printf '%s\n' "${ratios[@]}" |
+        awk '$1 != "n/a" { s += $1; n++ } END { if (n) printf "%.2fx", s / n; else print "n/a" }')
+      line+=$(printf "  %s %-8s" "$p" "$mean")
     done
-    if ((${#ratios[@]} == 0)); then printf "  %-15s n/a (no complete round)\n" "$t"; continue; fi
-    printf "  %-15s %s   (rounds: %s)\n" "$t" \
-      "$(printf '%s\n' "${ratios[@]}" | awk '$1 != "n/a" { s += $1; n++ } END { if (n) printf "%.2f", s / n; else print "n/a" }')" \
-      "${ratios[*]}"
+    echo "$line"
   done
   ((marked == 0)) || echo "* other processes took more than 10% of the CPUs during that run: not valid"
   ((uncapped == 0)) || echo "u the nodes' CPU caps were NOT enforced in that run (see its log)"

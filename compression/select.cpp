@@ -72,19 +72,24 @@ scan_result scan_band(const float* x, uint32_t len, int32_t a, int32_t b, int32_
   uint32_t i = 0;
 #if defined(__AVX512F__)
   const __m512i abs_mask = _mm512_set1_epi32(0x7fffffff), av = _mm512_set1_epi32(a), bv = _mm512_set1_epi32(b);
-  __m512i mx = _mm512_setzero_si512();
+  const __m512i one = _mm512_set1_epi32(1);
+  __m512i mx = _mm512_setzero_si512(), above = _mm512_setzero_si512();
   for (; i + 16 <= len; i += 16) {
     const __m512i key = _mm512_and_si512(_mm512_loadu_si512(x + i), abs_mask);
-    mx = _mm512_max_epi32(mx, key);
-    const uint32_t ge = _mm512_cmpge_epi32_mask(key, av), gt = _mm512_cmpgt_epi32_mask(key, bv);
-    const __mmask16 in = static_cast<__mmask16>(ge & ~gt);
+    mx = _mm512_maskz_max_epi32(0xffff, mx, key);  // maskz: GCC 12 warns on the plain form
+    const __mmask16 gt = _mm512_cmpgt_epi32_mask(key, bv);
+    const __mmask16 in = _mm512_mask_cmpge_epi32_mask(static_cast<__mmask16>(~gt), key, av);
+    above = _mm512_mask_add_epi32(above, gt, above, one);
     // Register-form compress then a plain store: the memory form is slow on some cores.
     _mm512_storeu_si512(band + r.nb, _mm512_maskz_compress_epi32(in, key));
-    r.ca += static_cast<uint32_t>(std::popcount(ge));
-    r.cb += static_cast<uint32_t>(std::popcount(gt));
     r.nb += static_cast<uint32_t>(std::popcount(static_cast<uint32_t>(in)));
   }
-  r.max = _mm512_reduce_max_epi32(mx);
+  alignas(64) int32_t lanes[16], counts[16];
+  _mm512_store_si512(lanes, mx);
+  _mm512_store_si512(counts, above);
+  r.max = *std::max_element(lanes, lanes + 16);
+  for (int32_t c : counts) r.cb += static_cast<uint32_t>(c);
+  r.ca = r.cb + r.nb;
 #elif defined(__AVX2__)
   const __m256i abs_mask = _mm256_set1_epi32(0x7fffffff), av = _mm256_set1_epi32(a - 1), bv = _mm256_set1_epi32(b);
   __m256i mx = _mm256_setzero_si256();
@@ -126,13 +131,20 @@ int32_t sample_hint(const float* x, uint32_t len, uint32_t k) {
 }
 
 // The r-th largest (1-based) of keys[0, n), all in [lo, hi); count(>= lo) >= r > count(>= hi).
+// Counting passes over the few keys: interpolation (keys spread about evenly over the bracket)
+// with a bisection every third step for a logarithmic worst case.
 int32_t band_select(int32_t* keys, uint32_t n, uint32_t r, int64_t lo, int64_t hi) {
   if (n <= 32) {
     std::nth_element(keys, keys + (r - 1), keys + n, std::greater<>());
     return keys[r - 1];
   }
-  while (hi - lo > 1) {
-    const int64_t mid = lo + (hi - lo) / 2;
+  uint32_t clo = n, chi = 0;  // keys >= lo, keys >= hi
+  for (uint32_t step = 1; hi - lo > 1; ++step) {
+    int64_t mid = lo + (hi - lo) / 2;
+    if (step % 3 != 0) {
+      const double f = (clo - r + 0.5) / static_cast<double>(clo - chi);
+      mid = std::clamp<int64_t>(lo + static_cast<int64_t>(f * static_cast<double>(hi - lo)), lo + 1, hi - 1);
+    }
     const int32_t m = static_cast<int32_t>(mid);
     const uint32_t c = count_ge(keys, n, m);
     if (c == r) {  // exactly r keys >= mid: T is the smallest of them
@@ -140,7 +152,10 @@ int32_t band_select(int32_t* keys, uint32_t n, uint32_t r, int64_t lo, int64_t h
       for (uint32_t i = 0; i < n; ++i) t = std::min(t, keys[i] | (-static_cast<int32_t>(keys[i] < m) & key_max));
       return t;
     }
-    (c > r ? lo : hi) = mid;
+    if (c > r)
+      lo = mid, clo = c;
+    else
+      hi = mid, chi = c;
   }
   return static_cast<int32_t>(lo);
 }
@@ -219,13 +234,11 @@ uint32_t emit_block(const float* x, uint32_t len, block_cut c, float* values, ui
                                                (_mm512_cmpeq_epi32_mask(key, tv) & _mm512_cmple_epi32_mask(idx, cv)));
     _mm512_storeu_si512(values + o, _mm512_maskz_compress_epi32(m, xv));
     if (indices)
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(indices + o), _mm512_cvtepi32_epi16(_mm512_maskz_compress_epi32(m, idx)));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(indices + o), _mm512_maskz_cvtepi32_epi16(0xffff, _mm512_maskz_compress_epi32(m, idx)));
     else
       std::memcpy(bitmap + i / 8, &m, 2);
     o += static_cast<uint32_t>(std::popcount(static_cast<uint32_t>(m)));
     idx = _mm512_add_epi32(idx, step);
-    // The next block, one cache line per step, while this one is in L1 (never faults).
-    _mm_prefetch(reinterpret_cast<const char*>(x + len + i), _MM_HINT_T0);
   }
 #elif defined(__AVX2__)
   const __m256i abs_mask = _mm256_set1_epi32(0x7fffffff), tv = _mm256_set1_epi32(c.t), cv = _mm256_set1_epi32(c.cut + 1);

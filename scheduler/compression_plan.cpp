@@ -65,6 +65,22 @@ void assign_codecs(plan& p, const workload_estimator* est, const compression_con
   }
 }
 
+plan plan_compressed_run(const workload_estimator& est, const cluster_profile& profile, const compression_config& c,
+                         uint64_t first_id, opfence_report* report) {
+  const graph& g = est.model();
+  const cluster_spec& cluster = est.cluster();
+  plan p;
+  if (cluster.placement.policy == placement_policy::opfence) {
+    opfence_options o;
+    if (c.mode != codec_kind::none) o.prepare_plan = [&](plan& candidate) { assign_codecs(candidate, &est, c); };
+    p = make_plan(g, opfence_place(est, o, report), first_id);
+  } else {
+    p = plan_run(g, cluster, profile, first_id);
+  }
+  assign_codecs(p, &est, c);
+  return p;
+}
+
 std::string link_group_name(const cluster_spec& c, const link_group& g) {
   auto name = [&](int k) {
     return k >= 0 && k < static_cast<int>(c.nodes.size()) ? c.nodes[k].name : "node #" + std::to_string(k);

@@ -10,6 +10,7 @@
 
 #include "compression/adaptive.hpp"
 #include "scheduler/estimator.hpp"
+#include "scheduler/opfence.hpp"
 #include "scheduler/plan.hpp"
 
 namespace fusion {
@@ -41,6 +42,13 @@ std::vector<link_group> link_groups(const plan& p, const workload_estimator& est
 /// compressible edge; adatopk at the ratio propose_ratio gives each link group (with `est`
 /// from the profile, before the first step). Non-compressible edges (token ids) stay none.
 void assign_codecs(plan& p, const workload_estimator* est, const compression_config& c);
+
+/// The plan of a run with compression: placed by the cluster file's policy (as plan_run), codecs
+/// assigned by assign_codecs. Under OP-Fence with a codec, every candidate plan is simulated
+/// with the codecs it would get, so a slow link that compression makes cheap can carry a stage
+/// boundary. `est` is built from the run's profile; `report` receives OP-Fence's decision.
+plan plan_compressed_run(const workload_estimator& est, const cluster_profile& profile, const compression_config& c,
+                         uint64_t first_id = 1, opfence_report* report = nullptr);
 
 /// "a1 -> b1 fwd" for a link group.
 std::string link_group_name(const cluster_spec& c, const link_group& g);

@@ -401,6 +401,12 @@ cut_problem make_cut_problem(const workload_estimator& est, const std::vector<in
 
 namespace {
 
+step_estimate simulate_candidate(const workload_estimator& est, const opfence_options& options, const placement& p) {
+  plan wired = make_plan(est.model(), p);
+  if (options.prepare_plan) options.prepare_plan(wired);
+  return est.simulate(wired);
+}
+
 // Hill-climbing on the chosen plan's cut positions with the simulator as the judge. The DP
 // minimises the bottleneck stage or cut; the simulated step also pays for pipeline fill and
 // drain and for the order ops run in, so moving a cut by an op or two can be faster. A move
@@ -437,7 +443,7 @@ void refine_cuts(const workload_estimator& est, const opfence_options& options, 
         p.node_of_op.assign(g.nodes.size(), -1);
         for (int j = 0; j < n; ++j) p.node_of_op[ops.ops[j]] = chain[moved[j]];
         place_inputs(g, p, std::vector<bool>(g.nodes.size(), false));
-        step_estimate step = est.simulate(make_plan(g, p));
+        step_estimate step = simulate_candidate(est, options, p);
         --budget;
         if (step.step_s < result.estimate.step_s * (1 - 1e-9)) {
           pos = std::move(moved);
@@ -499,7 +505,7 @@ placement opfence_place(const workload_estimator& est, const opfence_options& op
     p.node_of_op.assign(g.nodes.size(), -1);
     for (size_t i = 0; i < ops.ops.size(); ++i) p.node_of_op[ops.ops[i]] = chain[position_of_op[i]];
     place_inputs(g, p, std::vector<bool>(g.nodes.size(), false));
-    step_estimate step = est.simulate(make_plan(g, p));
+    step_estimate step = simulate_candidate(est, options, p);
     all.push_back({std::move(p), chain, bottleneck, std::move(step)});
   };
   for (auto& chain : chains) {

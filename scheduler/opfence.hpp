@@ -15,11 +15,13 @@
 // Plain C++, tested without actors.
 #pragma once
 
+#include <functional>
 #include <string>
 #include <vector>
 
 #include "scheduler/estimator.hpp"
 #include "scheduler/placement.hpp"
+#include "scheduler/plan.hpp"
 
 namespace fusion {
 
@@ -37,6 +39,10 @@ struct opfence_options {
   /// ops either way (0: off), within at most refine_simulations simulations.
   int refine_shift = 3;
   int refine_simulations = 300;
+  /// Applied to every candidate plan before it is simulated, e.g. the codecs a compressed run
+  /// would give its edges (scheduler/compression_plan.hpp), so that a slow link that compression
+  /// makes cheap can carry a stage boundary. Empty: plans are simulated as wired (dense).
+  std::function<void(plan&)> prepare_plan;
 };
 
 /// The cut problem on one chain, as plain numbers (what the dynamic program and the brute force

@@ -60,6 +60,7 @@ static std::string bytes_text(const plan_edge& e) {
 
 std::string codec_text(const edge_setting& s) {
   if (s.kind == codec_kind::none) return "none";
+  if (s.keep_ratio >= 1) return to_string(s.kind) + " dense";  // ratio 1 sends the raw tensor
   std::ostringstream out;
   out << to_string(s.kind) << " " << s.keep_ratio * 100 << "% " << to_string(s.values);
   if (s.error_feedback) out << " ef";

@@ -39,7 +39,8 @@ struct plan_edge {
 /// compressed and smaller, else bytes_per_micro_batch.
 uint64_t wire_bytes_per_micro_batch(const plan_edge& e);
 
-/// "none", or "topk 10% f16", "adatopk 20% f16" (+ " ef" with error feedback).
+/// "none", "adatopk dense" (ratio 1: raw bytes), or "topk 10% f16", "adatopk 20% f16" (+ " ef"
+/// with error feedback).
 std::string codec_text(const edge_setting& s);
 
 /// Placement plus wiring.

@@ -37,10 +37,11 @@ namespace {
 
 // Checks a CUDA runtime call (ops/cuda/common.cuh's CUDA_CHECK, but std::runtime_error: this
 // library does not depend on the ops layer).
-#define TOPK_CUDA_CHECK(expr)                                                        \
-  do {                                                                               \
-    const cudaError_t topk_cuda_err_ = (expr);                                       \
-    if (topk_cuda_err_ != cudaSuccess) throw_cuda_error(topk_cuda_err_, #expr, __FILE__, __LINE__); \
+#define TOPK_CUDA_CHECK(expr)                                                \
+  do {                                                                       \
+    const cudaError_t topk_cuda_err_ = (expr);                               \
+    if (topk_cuda_err_ != cudaSuccess)                                       \
+      throw_cuda_error(topk_cuda_err_, #expr, __FILE__, __LINE__);           \
   } while (0)
 
 constexpr int max_threads = 512;
@@ -270,7 +271,10 @@ void encode_topk_cuda(const float* x, uint64_t n, double ratio, value_type value
   const uint64_t body = total - codec_header_bytes;
   device_buffer buf;
   buf.pooled = pools != 0;
-  TOPK_CUDA_CHECK(buf.pooled ? cudaMallocAsync(&buf.p, body, cudaStreamLegacy) : cudaMalloc(&buf.p, body));
+  if (buf.pooled)
+    TOPK_CUDA_CHECK(cudaMallocAsync(&buf.p, body, cudaStreamLegacy));
+  else
+    TOPK_CUDA_CHECK(cudaMalloc(&buf.p, body));
   // Full warps (the ballot scans need them), no more threads than a block has elements.
   const int threads = static_cast<int>(std::clamp<uint32_t>((block + 31) / 32 * 32, 32, max_threads));
   const uint64_t blocks = full_blocks + (tail != 0 ? 1 : 0);

@@ -1,0 +1,95 @@
+#!/usr/bin/env bash
+# Convergence and speed of compressed edges: gpt-char-small (configs/runs/char-sites.ini) on
+# configs/clusters/sites-2-slow.pbtxt (two sites, one 20 Mbit/s link that the even placement must
+# cross), dense vs a fixed top-k vs AdaTopK, in one run of this script:
+#   dense     the validation losses of a one-process run of the same config and seed (a dense
+#             cluster run computes the same losses: the equality invariant, tests/actors/
+#             cluster_test.cpp), and tokens/s of --dense-steps steps over the emulated sites;
+#   topk      --compression.mode=topk --compression.ratio=0.1, --steps steps over the sites;
+#   adatopk   --compression.mode=adatopk, --steps steps over the sites.
+# Validation loss every --eval-every steps (8 batches), tokens/s over the steps after the first 5.
+# Needs root with network namespaces (scripts/run-sites.sh); refuses on loopback.
+#
+#   bench/compression_bench.sh [--steps 600] [--eval-every 200] [--dense-steps 40] [--build build]
+#                              [--out runs/compression/STAMP]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+steps=600 eval_every=200 dense_steps=40 build=${BUILD_DIR:-build} out=""
+while [[ $# -gt 0 ]]; do
+  case $1 in
+    --steps) steps=$2; shift 2 ;;
+    --eval-every) eval_every=$2; shift 2 ;;
+    --dense-steps) dense_steps=$2; shift 2 ;;
+    --build) build=$2; shift 2 ;;
+    --out) out=$2; shift 2 ;;
+    -h|--help) sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) echo "compression_bench: unknown option '$1' (try --help)" >&2; exit 2 ;;
+  esac
+done
+for v in "$steps" "$eval_every" "$dense_steps"; do
+  [[ $v =~ ^[1-9][0-9]*$ ]] || { echo "compression_bench: step counts must be integers >= 1" >&2; exit 2; }
+done
+for b in fusion-train fusion-node fusion-cluster; do
+  [[ -x $build/apps/$b ]] || { echo "compression_bench: $build/apps/$b not found (build it, or --build DIR)" >&2; exit 2; }
+done
+if ! why=$(scripts/sites.sh check 2>&1); then
+  echo "compression_bench: refusing to run: $why (the slow link exists only as a shaped namespace link)" >&2
+  exit 3
+fi
+export FUSION_BIN=$build/apps FUSION_CLUSTER_BIN=$build/apps/fusion-cluster
+out=${out:-runs/compression/$(date +%Y%m%d-%H%M%S)}
+mkdir -p "$out"
+cluster=configs/clusters/sites-2-slow.pbtxt run=configs/runs/char-sites.ini
+common=(--train.eval-every="$eval_every" --train.eval-batches=8 --output.sample-chars=0 --output.checkpoint=
+        --runtime.quiet)
+
+# sites NAME STEPS ARGS...: a run over the emulated sites, metrics in $out/NAME.jsonl.
+sites() {
+  local name=$1 n=$2; shift 2
+  echo "compression_bench: $name ($n steps over $cluster) ..." >&2
+  scripts/run-sites.sh --cluster "$cluster" --run "$run" --tag cmp --subnet 10.78.4 --logs "$out/$name.nodes" \
+    -- --train.steps="$n" --output.metrics="$out/$name.jsonl" "${common[@]}" "$@" >"$out/$name.log" 2>&1 ||
+    { echo "compression_bench: $name failed (see $out/$name.log)" >&2; exit 1; }
+}
+echo "compression_bench: dense reference ($steps steps, one process) ..." >&2
+"$build/apps/fusion-train" --config "$run" --cluster.file= --train.steps="$steps" --compression.mode=none \
+  --output.metrics="$out/dense.jsonl" "${common[@]}" >"$out/dense.log" 2>&1 ||
+  { echo "compression_bench: the dense reference failed (see $out/dense.log)" >&2; exit 1; }
+sites dense-sites "$dense_steps" --compression.mode=none
+sites topk "$steps" --compression.mode=topk --compression.ratio=0.1
+sites adatopk "$steps" --compression.mode=adatopk
+
+python3 - "$out" "$steps" "$eval_every" <<'PY' | tee "$out/table.txt"
+import json, sys
+out, steps, every = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+def rows(name):
+    return [json.loads(l) for l in open(f"{out}/{name}.jsonl") if l.strip()]
+def val(name):
+    return {r["step"]: r["val_loss"] for r in rows(name) if r.get("type") == "eval"}
+def tps(name, warm=5):
+    st = sorted((r for r in rows(name) if r.get("type") == "step"), key=lambda r: r["step"])
+    base = [r for r in st if r["step"] <= warm]; meas = [r for r in st if r["step"] > warm]
+    wall = meas[-1]["elapsed_s"] - (base[-1]["elapsed_s"] if base else 0)
+    return sum(r["tokens_per_s"] * r["step_s"] for r in meas) / wall
+def wire(name):
+    st = [r for r in rows(name) if r.get("type") == "step"]
+    sent = sum(e["bytes"] for r in st for e in r["edges"]); dense = sum(e["dense_bytes"] for r in st for e in r["edges"])
+    return sent / dense if dense else float("nan")
+points = list(range(every, steps + 1, every))
+if steps not in points: points.append(steps)
+dense_val, dense_tps = val("dense"), tps("dense-sites")
+print(f"gpt-char-small on sites-2-slow (20 Mbit/s link crossed), {steps} steps; validation loss (8 batches)")
+print(f"{'run':<10}" + "".join(f"{'val@' + str(p):>10}" for p in points) + f"{'tokens/s':>10}{'x dense':>9}{'wire/dense':>12}{'final vs dense':>16}")
+for name, label in (("dense", "dense"), ("topk", "topk 10%"), ("adatopk", "adatopk")):
+    v = val(name)
+    t = dense_tps if name == "dense" else tps(name)
+    w = wire("dense-sites") if name == "dense" else wire(name)
+    final = v.get(steps, float("nan")); ref = dense_val.get(steps, float("nan"))
+    print(f"{label:<10}" + "".join(f"{v.get(p, float('nan')):>10.4f}" for p in points) +
+          f"{t:>10.0f}{t / dense_tps:>8.2f}x{w:>12.3f}{(final / ref - 1) * 100:>+15.2f}%")
+print("dense validation losses: one-process run (equal to a dense cluster run); dense tokens/s: "
+      "the first run's steps over the sites")
+ratios = [r for r in rows("adatopk") if r.get("type") == "compression"]
+print(f"adatopk ratio changes: {len(ratios)}" + "".join(f"\n  step {r['step']}: {r['link']} {r['keep_before']:g} -> {r['keep_after']:g}" for r in ratios))
+PY
+echo "runs: $out"
