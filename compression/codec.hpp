@@ -10,7 +10,7 @@
 //   adatopk topk on the wire; the scheduler sets the ratio per edge and direction
 //           (compression/adaptive.hpp).
 //
-// Payload layout (little-endian), validated in full by decode_payload before anything is
+// Payload layout (little-endian), validated in full by decode_topk before anything is
 // written:
 //   [0,4)   magic "FZK1"
 //   [4]     value_type (0 f32, 1 f16, 2 bf16)

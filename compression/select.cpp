@@ -65,28 +65,36 @@ struct scan_result {
   uint32_t ca = 0, cb = 0, nb = 0;  // keys >= a, keys > b, keys in [a, b]
 };
 
-// One pass: the largest key, the keys >= a and > b, and the keys in [a, b] (a <= b + 1)
-// gathered to band (len + 16 slots).
+// One pass: the largest key, the keys >= a and > b, and the keys in [a, b] (a <= b) gathered to
+// band (len + 32 slots).
 scan_result scan_band(const float* x, uint32_t len, int32_t a, int32_t b, int32_t* band) {
   scan_result r;
   uint32_t i = 0;
 #if defined(__AVX512F__)
+  // Two vectors per step (the mask and compress work of one alone leaves the core idle); the
+  // band test is one unsigned compare, key - a <= b - a.
   const __m512i abs_mask = _mm512_set1_epi32(0x7fffffff), av = _mm512_set1_epi32(a), bv = _mm512_set1_epi32(b);
-  const __m512i one = _mm512_set1_epi32(1);
-  __m512i mx = _mm512_setzero_si512(), above = _mm512_setzero_si512();
-  for (; i + 16 <= len; i += 16) {
-    const __m512i key = _mm512_and_si512(_mm512_loadu_si512(x + i), abs_mask);
-    mx = _mm512_maskz_max_epi32(0xffff, mx, key);  // maskz: GCC 12 warns on the plain form
-    const __mmask16 gt = _mm512_cmpgt_epi32_mask(key, bv);
-    const __mmask16 in = _mm512_mask_cmpge_epi32_mask(static_cast<__mmask16>(~gt), key, av);
-    above = _mm512_mask_add_epi32(above, gt, above, one);
+  const __m512i width = _mm512_set1_epi32(b - a), one = _mm512_set1_epi32(1);
+  __m512i mx0 = _mm512_setzero_si512(), mx1 = mx0, above0 = mx0, above1 = mx0;
+  for (; i + 32 <= len; i += 32) {
+    const __m512i k0 = _mm512_and_si512(_mm512_loadu_si512(x + i), abs_mask);
+    const __m512i k1 = _mm512_and_si512(_mm512_loadu_si512(x + i + 16), abs_mask);
+    mx0 = _mm512_maskz_max_epi32(0xffff, mx0, k0);  // maskz: GCC 12 warns on the plain form
+    mx1 = _mm512_maskz_max_epi32(0xffff, mx1, k1);
+    above0 = _mm512_mask_add_epi32(above0, _mm512_cmpgt_epi32_mask(k0, bv), above0, one);
+    above1 = _mm512_mask_add_epi32(above1, _mm512_cmpgt_epi32_mask(k1, bv), above1, one);
+    const __mmask16 in0 = _mm512_cmple_epu32_mask(_mm512_sub_epi32(k0, av), width);
+    const __mmask16 in1 = _mm512_cmple_epu32_mask(_mm512_sub_epi32(k1, av), width);
     // Register-form compress then a plain store: the memory form is slow on some cores.
-    _mm512_storeu_si512(band + r.nb, _mm512_maskz_compress_epi32(in, key));
-    r.nb += static_cast<uint32_t>(std::popcount(static_cast<uint32_t>(in)));
+    const __m512i c0 = _mm512_maskz_compress_epi32(in0, k0), c1 = _mm512_maskz_compress_epi32(in1, k1);
+    const uint32_t n0 = static_cast<uint32_t>(std::popcount(static_cast<uint32_t>(in0)));
+    _mm512_storeu_si512(band + r.nb, c0);
+    _mm512_storeu_si512(band + r.nb + n0, c1);
+    r.nb += n0 + static_cast<uint32_t>(std::popcount(static_cast<uint32_t>(in1)));
   }
   alignas(64) int32_t lanes[16], counts[16];
-  _mm512_store_si512(lanes, mx);
-  _mm512_store_si512(counts, above);
+  _mm512_store_si512(lanes, _mm512_maskz_max_epi32(0xffff, mx0, mx1));
+  _mm512_store_si512(counts, _mm512_add_epi32(above0, above1));
   r.max = *std::max_element(lanes, lanes + 16);
   for (int32_t c : counts) r.cb += static_cast<uint32_t>(c);
   r.ca = r.cb + r.nb;
@@ -99,7 +107,8 @@ scan_result scan_band(const float* x, uint32_t len, int32_t a, int32_t b, int32_
     const uint32_t ge = static_cast<uint32_t>(_mm256_movemask_ps(_mm256_castsi256_ps(_mm256_cmpgt_epi32(key, av))));
     const uint32_t gt = static_cast<uint32_t>(_mm256_movemask_ps(_mm256_castsi256_ps(_mm256_cmpgt_epi32(key, bv))));
     const uint32_t in = ge & ~gt;
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(band + r.nb), _mm256_permutevar8x32_epi32(key, lane_perm(tables.pack, in)));
+    const __m256i packed = _mm256_permutevar8x32_epi32(key, lane_perm(tables.pack, in));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(band + r.nb), packed);
     r.ca += static_cast<uint32_t>(std::popcount(ge));
     r.cb += static_cast<uint32_t>(std::popcount(gt));
     r.nb += static_cast<uint32_t>(std::popcount(in));
@@ -165,7 +174,7 @@ int32_t band_select(int32_t* keys, uint32_t n, uint32_t r, int64_t lo, int64_t h
 block_cut select_block(const float* x, uint32_t len, uint32_t k, select_scratch& s) {
   if (k == 0) return {key_max, -1};
   if (k >= len) return {0, static_cast<int32_t>(len) - 1};
-  if (s.band.size() < len + 16u) s.band.resize(len + 16u);
+  if (s.band.size() < len + 32u) s.band.resize(len + 32u);
   int32_t* band = s.band.data();
 
   // Stage 1: the bracket. Counts are monotone in the threshold, so every probe moves lo or hi.
@@ -188,11 +197,15 @@ block_cut select_block(const float* x, uint32_t len, uint32_t k, select_scratch&
     probe(a, f.ca);
     probe(int64_t{b} + 1, f.cb);
   }
+  // The keys gathered in [a, b] are the bracket's when lo == a and as many keys lie above b as
+  // above the bracket.
+  auto gathered = [&] { return lo == a && chi == f.cb; };
   const uint32_t band_max = 64 + len / 16;
   // The next block's bracket: wider after a miss, narrower when it held too many keys.
-  const bool missed = hint >= 0 && (lo != a || hi != int64_t{b} + 1) && hi - lo > 1;
-  if (missed || clo - chi > band_max)
-    s.delta = missed ? std::min(s.delta * 2, 1 << 23) : std::max(s.delta / 2, 1 << 12);
+  if (hint >= 0 && !gathered())
+    s.delta = std::min(s.delta * 2, 1 << 23);
+  else if (clo - chi > band_max)
+    s.delta = std::max(s.delta / 2, 1 << 12);
   while (clo - chi > band_max && hi - lo > 1) {
     const int64_t mid = lo + (hi - lo) / 2;
     probe(mid, count_ge(x, len, static_cast<int32_t>(mid)));
@@ -202,9 +215,8 @@ block_cut select_block(const float* x, uint32_t len, uint32_t k, select_scratch&
   int32_t t = static_cast<int32_t>(lo);
   uint32_t above = chi, equal = clo - chi;  // keys > T, keys == T
   if (hi - lo > 1) {
-    // The first pass gathered [a, b]; it is the bracket's set when lo == a and as many keys
-    // lie above b as above the bracket.
-    const uint32_t nb = lo == a && chi == f.cb ? f.nb : scan_band(x, len, static_cast<int32_t>(lo), static_cast<int32_t>(hi - 1), band).nb;
+    const uint32_t nb =
+        gathered() ? f.nb : scan_band(x, len, static_cast<int32_t>(lo), static_cast<int32_t>(hi - 1), band).nb;
     t = band_select(band, nb, k - chi, lo, hi);
     equal = 0;
     for (uint32_t j = 0; j < nb; ++j) {
@@ -228,17 +240,28 @@ uint32_t emit_block(const float* x, uint32_t len, block_cut c, float* values, ui
   const __m512i abs_mask = _mm512_set1_epi32(0x7fffffff), tv = _mm512_set1_epi32(c.t), cv = _mm512_set1_epi32(c.cut);
   const __m512i step = _mm512_set1_epi32(16);
   __m512i idx = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
-  for (; i + 16 <= len; i += 16) {
-    const __m512i xv = _mm512_loadu_si512(x + i), key = _mm512_and_si512(xv, abs_mask);
-    const __mmask16 m = static_cast<__mmask16>(_mm512_cmpgt_epi32_mask(key, tv) |
-                                               (_mm512_cmpeq_epi32_mask(key, tv) & _mm512_cmple_epi32_mask(idx, cv)));
-    _mm512_storeu_si512(values + o, _mm512_maskz_compress_epi32(m, xv));
-    if (indices)
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(indices + o), _mm512_maskz_cvtepi32_epi16(0xffff, _mm512_maskz_compress_epi32(m, idx)));
-    else
-      std::memcpy(bitmap + i / 8, &m, 2);
-    o += static_cast<uint32_t>(std::popcount(static_cast<uint32_t>(m)));
-    idx = _mm512_add_epi32(idx, step);
+  auto kept = [&](__m512i key, __m512i at) {
+    return static_cast<__mmask16>(_mm512_cmpgt_epi32_mask(key, tv) |
+                                  (_mm512_cmpeq_epi32_mask(key, tv) & _mm512_cmple_epi32_mask(at, cv)));
+  };
+  for (; i + 32 <= len; i += 32) {  // two vectors per step, as in scan_band
+    const __m512i x0 = _mm512_loadu_si512(x + i), x1 = _mm512_loadu_si512(x + i + 16);
+    const __m512i idx1 = _mm512_add_epi32(idx, step);
+    const __mmask16 m0 = kept(_mm512_and_si512(x0, abs_mask), idx), m1 = kept(_mm512_and_si512(x1, abs_mask), idx1);
+    const uint32_t n0 = static_cast<uint32_t>(std::popcount(static_cast<uint32_t>(m0)));
+    _mm512_storeu_si512(values + o, _mm512_maskz_compress_epi32(m0, x0));
+    _mm512_storeu_si512(values + o + n0, _mm512_maskz_compress_epi32(m1, x1));
+    if (indices) {
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(indices + o),
+                          _mm512_maskz_cvtepi32_epi16(0xffff, _mm512_maskz_compress_epi32(m0, idx)));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(indices + o + n0),
+                          _mm512_maskz_cvtepi32_epi16(0xffff, _mm512_maskz_compress_epi32(m1, idx1)));
+    } else {
+      const uint32_t m = m0 | static_cast<uint32_t>(m1) << 16;
+      std::memcpy(bitmap + i / 8, &m, 4);
+    }
+    o += n0 + static_cast<uint32_t>(std::popcount(static_cast<uint32_t>(m1)));
+    idx = _mm512_add_epi32(idx1, step);
   }
 #elif defined(__AVX2__)
   const __m256i abs_mask = _mm256_set1_epi32(0x7fffffff), tv = _mm256_set1_epi32(c.t), cv = _mm256_set1_epi32(c.cut + 1);

@@ -38,15 +38,24 @@ TEST_CASE("codec: malformed payloads are rejected with a reason, the destination
   check_rejected(with(idx, [](payload_t& p) { wr<uint64_t>(p, 8, 128); }), 128, "multiple of the block");
   check_rejected(with(idx, [](payload_t& p) { p.push_back(std::byte{0}); }), 100, "57 bytes, the header implies 56");
   check_rejected(with(idx, [](payload_t& p) { p.pop_back(); }), 100, "the header implies");
-  check_rejected(with(idx, [](payload_t& p) { wr<uint64_t>(p, 8, uint64_t{1} << 62); wr<uint32_t>(p, 16, 1); wr<uint32_t>(p, 20, 1); wr<uint32_t>(p, 24, 0); }),
-                 100, "more than 2^64");
+  auto huge = [](payload_t& p) {  // 2^62 blocks of 1 element, 4 bytes each
+    wr<uint64_t>(p, 8, uint64_t{1} << 62);
+    wr<uint32_t>(p, 16, 1);
+    wr<uint32_t>(p, 20, 1);
+    wr<uint32_t>(p, 24, 0);
+  };
+  check_rejected(with(idx, huge), 100, "more than 2^64");
   check_rejected(with(idx, [](payload_t& p) { wr<uint64_t>(p, 8, ~uint64_t{0}); }), 100, "the header implies");
-  check_rejected(with(idx, [](payload_t& p) { wr<uint16_t>(p, 38, 64); }), 100, "index 64 outside its block of 64 elements (block 0)");
-  check_rejected(with(idx, [](payload_t& p) { wr<uint16_t>(p, 50, 36); }), 100, "index 36 outside its block of 36 elements (block 1)");
+  check_rejected(with(idx, [](payload_t& p) { wr<uint16_t>(p, 38, 64); }), 100,
+                 "index 64 outside its block of 64 elements (block 0)");
+  check_rejected(with(idx, [](payload_t& p) { wr<uint16_t>(p, 50, 36); }), 100,
+                 "index 36 outside its block of 36 elements (block 1)");
   check_rejected(with(idx, [](payload_t& p) { wr<uint16_t>(p, 32, rd<uint16_t>(p, 34)); }), 100, "not ascending");
-  check_rejected(with(idx, [](payload_t& p) { wr<uint16_t>(p, 32, 50); wr<uint16_t>(p, 34, 3); }), 100, "not ascending (3 after 50) (block 0)");
+  check_rejected(with(idx, [](payload_t& p) { wr<uint16_t>(p, 32, 50), wr<uint16_t>(p, 34, 3); }), 100,
+                 "not ascending (3 after 50) (block 0)");
   check_rejected(with(bmp, [](payload_t& p) { p[32] ^= std::byte{1}; }), 100, "bits set, the header says 32 (block 0)");
-  check_rejected(with(bmp, [](payload_t& p) { p[172] |= std::byte{0x80}; }), 100, "bits set past the 36 elements of its block (block 1)");
+  check_rejected(with(bmp, [](payload_t& p) { p[172] |= std::byte{0x80}; }), 100,
+                 "bits set past the 36 elements of its block (block 1)");
   check_rejected(with(bmp, [](payload_t& p) { p[168] ^= std::byte{1}; }), 100, "the header says 18 (block 1)");
 }
 
@@ -54,7 +63,8 @@ TEST_CASE("codec: truncated payloads are rejected at every length") {
   for (const double ratio : {0.05, 0.5}) {
     payload_t p;
     encode_topk(normal_data(70, 9), ratio, value_type::bf16, 16, p);
-    for (size_t len = 0; len < p.size(); ++len) check_rejected(payload_t(p.begin(), p.begin() + static_cast<long>(len)), 70, "topk payload: ");
+    for (size_t len = 0; len < p.size(); ++len)
+      check_rejected(payload_t(p.begin(), p.begin() + static_cast<long>(len)), 70, "topk payload: ");
   }
 }
 
@@ -117,7 +127,8 @@ TEST_CASE("codec: payload sizes, the header's n and the upper bound") {
   CHECK(big.size() == topk_max_payload_bytes(x.size()));
   for (uint32_t block : {1u, 7u, 4096u})
     for (auto vt : {value_type::f32, value_type::bf16})
-      for (double r : {0.001, 0.5, 1.0}) CHECK(topk_payload_bytes(12345, r, vt, block) <= topk_max_payload_bytes(12345));
+      for (double r : {0.001, 0.5, 1.0})
+        CHECK(topk_payload_bytes(12345, r, vt, block) <= topk_max_payload_bytes(12345));
   CHECK(topk_max_payload_bytes(~uint64_t{0}) == ~uint64_t{0});
   CHECK(topk_payload_bytes(~uint64_t{0}, 1.0, value_type::f32, 1) == ~uint64_t{0});
 }
@@ -135,6 +146,8 @@ TEST_CASE("codec: edge_encoder encodes only when that is smaller") {
   CHECK_FALSE(e.encodes(4));  // the 32-byte header outweighs 16 bytes
   e.set({codec_kind::adatopk, 1.0, value_type::f32, 4096, false});
   CHECK_FALSE(e.encodes(1 << 20));  // everything kept costs more than dense
+  e.set({codec_kind::topk, 1.0, value_type::f16, 4096, false});
+  CHECK_FALSE(e.encodes(1 << 20));  // ratio 1 is dense and exact, never rounded to f16
   // Without error feedback the payload is the plain encoding, the same every time.
   e.set({codec_kind::topk, 0.1, value_type::f16, 256, false});
   const auto x = normal_data(1000, 2);

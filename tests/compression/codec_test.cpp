@@ -23,7 +23,8 @@ uint32_t wire_bits(float v, uint8_t vt) {
   return vt == 0 ? bits(v) : vt == 1 ? f32_to_f16_bits(v) : f32_to_bf16_bits(v);
 }
 float from_wire(uint32_t b, uint8_t vt) {
-  return vt == 0 ? std::bit_cast<float>(b) : vt == 1 ? f16_bits_to_f32(static_cast<uint16_t>(b)) : bf16_bits_to_f32(static_cast<uint16_t>(b));
+  const auto h = static_cast<uint16_t>(b);
+  return vt == 0 ? std::bit_cast<float>(b) : vt == 1 ? f16_bits_to_f32(h) : bf16_bits_to_f32(h);
 }
 
 // Encodes x and checks everything against the documented layout, read here by hand: sizes,
@@ -154,12 +155,13 @@ TEST_CASE("codec: hard distributions: ties, zeros, scales changing by block, non
   std::vector<std::vector<float>> cases;
   cases.push_back(std::vector<float>(5000, 1.5f));   // all equal
   cases.push_back(std::vector<float>(5000, 0.0f));   // all zero
-  std::vector<float> levels(20000), signs(20000), scales = normal_data(300000, 3), sparse(20000, 0.0f), specials = normal_data(9000, 4);
+  std::vector<float> levels(20000), signs(20000), sparse(20000, 0.0f);
+  std::vector<float> scales = normal_data(300000, 3), specials = normal_data(9000, 4);
   for (auto& v : levels) v = static_cast<float>(rng() % 4) * 0.25f;      // four values: heavy ties
   for (size_t i = 0; i < signs.size(); ++i) signs[i] = (i % 3 ? 1.0f : -1.0f) * static_cast<float>(rng() % 3);
   for (size_t i = 0; i < scales.size(); ++i) scales[i] *= std::ldexp(1.0f, static_cast<int>((i / 4096) % 7) * 9 - 30);
   for (size_t i = 0; i < sparse.size(); i += 37) sparse[i] = static_cast<float>(i % 5) - 2.0f;
-  for (size_t i = 0; i < specials.size(); i += 101) specials[i] = (i / 101) % 3 == 0 ? nan_f : (i / 101) % 3 == 1 ? inf_f : -inf_f;
+  for (size_t i = 0; i < specials.size(); i += 101) specials[i] = i % 3 == 0 ? nan_f : i % 3 == 1 ? inf_f : -inf_f;
   for (size_t i = 50; i < specials.size(); i += 211) specials[i] = std::ldexp(1.0f, -140);  // fp32 subnormal
   for (auto* c : {&levels, &signs, &scales, &sparse, &specials}) cases.push_back(*c);
   std::vector<float> ramp(70000);
@@ -312,7 +314,8 @@ TEST_CASE("codec: an empty tensor encodes as a bare header") {
 TEST_CASE("codec: encode rejects bad settings") {
   payload_t p;
   std::vector<float> x(10, 1.0f);
-  for (double r : {0.0, -0.5, 1.5, std::nan("")}) CHECK_THROWS_AS(encode_topk(x, r, value_type::f16, 8, p), std::invalid_argument);
+  for (double r : {0.0, -0.5, 1.5, std::nan("")})
+    CHECK_THROWS_AS(encode_topk(x, r, value_type::f16, 8, p), std::invalid_argument);
   for (uint32_t b : {0u, 65537u}) CHECK_THROWS_AS(encode_topk(x, 0.5, value_type::f16, b, p), std::invalid_argument);
   CHECK_THROWS_AS(encode_topk(x, 0.5, static_cast<value_type>(7), 8, p), std::invalid_argument);
 }
