@@ -12,7 +12,7 @@ namespace fusion {
 namespace {
 
 // Densest first: propose_ratio takes the first rung that fits.
-constexpr std::array<double, 11> ratio_ladder = {1.0, 0.5, 0.3, 0.2, 0.15, 0.1, 0.07, 0.05, 0.03, 0.02, 0.01};
+constexpr std::array<double, 11> ratio_ladder = {keep_all_ratio, 0.5, 0.3, 0.2, 0.15, 0.1, 0.07, 0.05, 0.03, 0.02, 0.01};
 
 // The direction's floor as a usable keep ratio: encode_topk takes (0, 1], so a floor >= 1 means
 // "never compress" and a non-positive (or NaN) floor falls back to the lowest rung rather than
@@ -20,7 +20,8 @@ constexpr std::array<double, 11> ratio_ladder = {1.0, 0.5, 0.3, 0.2, 0.15, 0.1, 
 double floor_of(const link_load& load, const adaptive_settings& s) {
   const double f = load.forward ? s.floor_activations : s.floor_gradients;
   if (!(f > 0)) return ratio_ladder.back();
-  return f >= 1 ? 1.0 : f;
+  // A floor of 1 forbids top-k, not quantization: the densest lossy rung stays allowed.
+  return f >= keep_all_ratio ? keep_all_ratio : f;
 }
 
 }  // namespace
@@ -57,7 +58,9 @@ bool ratio_governor::update(double proposed, const adaptive_settings& s) {
   }
   // A current ratio of 0 or less never comes from the rule; treat any proposal as a real change
   // instead of dividing by it.
-  if (current_ > 0 && std::abs(proposed - current_) / current_ <= s.band) {
+  // Between exact (raw fp32) and lossy is a change of kind, never noise: the band does not apply.
+  const bool changes_kind = (current_ >= 1) != (proposed >= 1);
+  if (!changes_kind && current_ > 0 && std::abs(proposed - current_) / current_ <= s.band) {
     reset();
     return false;
   }

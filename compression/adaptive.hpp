@@ -10,10 +10,12 @@
 // dense (ratio 1). Edges sharing a link direction share its rate, so the rule works per link
 // direction over the sum of their payloads.
 //
-// Noise: the proposed ratio is snapped to a ladder (1, 0.5, 0.3, 0.2, 0.15, 0.1, 0.07, 0.05,
-// 0.03, 0.02, 0.01: the densest rung whose payload still fits) and ratio_governor changes a
-// link's ratio only after the same new rung was proposed `confirm` evaluations in a row and
-// the proposal's raw ratio is more than `band` away from the current one, relatively.
+// The ladder, densest first: keep_all_ratio (every element kept, values sent as `values`:
+// f16 halves the bytes and is nearly exact), then 0.5, 0.3, 0.2, 0.15, 0.1, 0.07, 0.05, 0.03,
+// 0.02, 0.01 (top-k). The rule takes the densest rung whose payload fits. Noise: ratio_governor
+// changes a link's ratio only after the same new rung was proposed `confirm` evaluations in a
+// row and the proposal is more than `band` away from the current ratio, relatively (a change
+// between raw fp32 and any lossy rung always counts).
 #pragma once
 
 #include <cstdint>
@@ -23,10 +25,17 @@
 
 namespace fusion {
 
+/// The rung that keeps every element but sends the values rounded to adaptive_settings::values:
+/// the largest double below 1, for which keep_count keeps whole blocks (ratio 1 means raw fp32).
+inline constexpr double keep_all_ratio = 0x1.fffffffffffffp-1;
+
 /// Settings of the adaptive rule ([compression] in the run config).
 struct adaptive_settings {
-  double floor_activations = 0.1;   ///< lowest keep ratio of a forward (activation) link
-  double floor_gradients = 0.2;     ///< lowest keep ratio of a backward (gradient) link
+  /// Lowest keep ratio of a forward (activation) / backward (gradient) link; 1 allows only the
+  /// quantized keep-all rung. Default 1 from bench/compression_bench.sh (bench/RESULTS.md
+  /// section 8): on gpt-char-small's residual stream even top-50% cost 6% in validation loss.
+  double floor_activations = 1.0;
+  double floor_gradients = 1.0;
   double band = 0.25;               ///< relative change below which a ratio stays put
   uint32_t confirm = 2;             ///< evaluations in a row that must agree before a change
   value_type values = value_type::f16;

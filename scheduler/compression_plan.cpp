@@ -11,6 +11,9 @@ codec_settings compression_config::codec(bool forward, double keep) const {
   if (mode == codec_kind::none) return s;
   s.kind = mode;
   s.keep_ratio = std::clamp(keep, 1e-6, 1.0);
+  // topk at ratio 1 keeps every element and only rounds the values (with f32 values that is no
+  // smaller than raw, so raw goes); adatopk's 1 is the rule saying "raw fits".
+  if (mode == codec_kind::topk && s.keep_ratio >= 1) s.keep_ratio = keep_all_ratio;
   s.values = adaptive.values;
   s.block = adaptive.block;
   s.error_feedback = error_feedback && !forward;

@@ -15,7 +15,16 @@ namespace {
 
 // One activation tensor of 1 MiB fp32 per micro-batch (64 full blocks of 4096).
 constexpr uint64_t edge_elements = 262144;
-const std::vector<double> ladder = {1.0, 0.5, 0.3, 0.2, 0.15, 0.1, 0.07, 0.05, 0.03, 0.02, 0.01};
+const std::vector<double> ladder = {1.0, keep_all_ratio, 0.5, 0.3, 0.2, 0.15, 0.1, 0.07, 0.05, 0.03, 0.02, 0.01};
+
+// Settings that allow top-k (the defaults allow only the quantized keep-all rung): activations
+// down to 10%, gradients down to 20%.
+adaptive_settings topk_floors() {
+  adaptive_settings s;
+  s.floor_activations = 0.1;
+  s.floor_gradients = 0.2;
+  return s;
+}
 
 link_load make_link(bool forward, double mbit, double budget_s, double rtt_s = 0) {
   link_load l;
@@ -48,7 +57,7 @@ double denser_rung(double r) {
 }
 
 TEST_CASE("adaptive: link_seconds sums the edges' payloads and adds half the round trip") {
-  const adaptive_settings s;
+  const adaptive_settings s = topk_floors();
   link_load l = make_link(true, 2, 1, 0.02);
   l.elements = {1000, 3000};
   CHECK(link_seconds(l, 1.0, s) == doctest::Approx(16000 * 8 / 2e6 + 0.01));
@@ -58,7 +67,7 @@ TEST_CASE("adaptive: link_seconds sums the edges' payloads and adds half the rou
 }
 
 TEST_CASE("adaptive: a slow link gets the densest rung that fits the budget") {
-  const adaptive_settings s;
+  const adaptive_settings s = topk_floors();
   const link_load l = make_link(true, 8, 0.1, 0.002);
   REQUIRE(link_seconds(l, 1.0, s) > l.budget_s);
   const double r = propose_ratio(l, s);
@@ -73,7 +82,7 @@ TEST_CASE("adaptive: a slow link gets the densest rung that fits the budget") {
 }
 
 TEST_CASE("adaptive: a fast link stays dense") {
-  const adaptive_settings s;
+  const adaptive_settings s = topk_floors();
   const link_load l = make_link(true, 1000, 0.1, 0.002);
   CHECK(link_seconds(l, 1.0, s) <= l.budget_s);
   CHECK(propose_ratio(l, s) == 1.0);
@@ -82,8 +91,16 @@ TEST_CASE("adaptive: a fast link stays dense") {
   CHECK(propose_ratio(g, s) == 1.0);
 }
 
-TEST_CASE("adaptive: the gradient floor is respected and above the activation floor by default") {
-  const adaptive_settings s;
+TEST_CASE("adaptive: the defaults only round values; a higher gradient floor is respected") {
+  {
+    const adaptive_settings d;
+    link_load slow = make_link(true, 0, 0.05);
+    slow.mbit = rate_between(slow, 0.1, 0.15, d);
+    CHECK(propose_ratio(slow, d) == keep_all_ratio);
+    CHECK(link_seconds(slow, keep_all_ratio, d) < link_seconds(slow, 1.0, d) * 0.55);  // f16: about half
+    CHECK(keep_count(4096, keep_all_ratio) == 4096);
+  }
+  const adaptive_settings s = topk_floors();
   CHECK(s.floor_gradients > s.floor_activations);
   // A rate where 0.1 fits but 0.15 does not: activations get 0.1, gradients stop at their floor.
   link_load fwd = make_link(true, 0, 0.05);
@@ -102,7 +119,7 @@ TEST_CASE("adaptive: the gradient floor is respected and above the activation fl
 }
 
 TEST_CASE("adaptive: a link too slow even for the floor gets the floor") {
-  adaptive_settings s;
+  adaptive_settings s = topk_floors();
   const link_load l = make_link(true, 0.5, 0.1);
   REQUIRE(link_seconds(l, s.floor_activations, s) > l.budget_s);
   CHECK(propose_ratio(l, s) == s.floor_activations);
@@ -122,7 +139,7 @@ TEST_CASE("adaptive: a link too slow even for the floor gets the floor") {
 }
 
 TEST_CASE("adaptive: an unknown rate keeps the link dense") {
-  const adaptive_settings s;
+  const adaptive_settings s = topk_floors();
   for (const double mbit : {0.0, -1.0}) {
     link_load l = make_link(true, mbit, 0.001);
     CHECK(propose_ratio(l, s) == 1.0);
@@ -133,7 +150,7 @@ TEST_CASE("adaptive: an unknown rate keeps the link dense") {
 }
 
 TEST_CASE("adaptive: bandwidth noise of 10% does not move the governed ratio") {
-  const adaptive_settings s;
+  const adaptive_settings s = topk_floors();
   link_load l = make_link(true, 0, 0.05);
   const double base = rate_between(l, 0.3, 0.5, s);
   std::mt19937 rng(20240611);
@@ -155,7 +172,7 @@ TEST_CASE("adaptive: bandwidth noise of 10% does not move the governed ratio") {
 }
 
 TEST_CASE("adaptive: the governor ignores proposals inside the band and interrupted streaks") {
-  adaptive_settings s;
+  adaptive_settings s = topk_floors();
   s.band = 0.5;
   ratio_governor gov(0.5);
   for (int i = 0; i < 5; ++i) CHECK_FALSE(gov.update(0.3, s));  // 40% away: inside the band
@@ -174,7 +191,7 @@ TEST_CASE("adaptive: the governor ignores proposals inside the band and interrup
 }
 
 TEST_CASE("adaptive: a real step change in bandwidth is adopted after confirm evaluations") {
-  adaptive_settings s;
+  adaptive_settings s = topk_floors();
   s.confirm = 3;
   link_load l = make_link(true, 8, 0.1);
   const double slow = propose_ratio(l, s);
@@ -195,7 +212,7 @@ TEST_CASE("adaptive: a real step change in bandwidth is adopted after confirm ev
 }
 
 TEST_CASE("adaptive: confirm=1 adopts a proposal at once") {
-  adaptive_settings s;
+  adaptive_settings s = topk_floors();
   s.confirm = 1;
   link_load l = make_link(false, 8, 0.1);
   ratio_governor gov;

@@ -91,12 +91,23 @@ TEST_CASE("scheduler/compression: adatopk compresses the slow link and leaves a 
       CHECK(g.load.mbit == doctest::Approx(2));
       const auto& s = f.p.edges[g.edges.front()].setting;
       CHECK(s.kind == codec_kind::adatopk);
-      CHECK(s.keep_ratio < 1);
-      CHECK(s.keep_ratio >= (g.load.forward ? cfg.adaptive.floor_activations : cfg.adaptive.floor_gradients));
+      // The default floors allow only the keep-all rung: every element, values in f16.
+      CHECK(s.keep_ratio == keep_all_ratio);
+      CHECK(wire_bytes_per_micro_batch(f.p.edges[g.edges.front()]) <
+            f.p.edges[g.edges.front()].bytes_per_micro_batch * 0.55);
     }
     // The prediction follows: the compressed plan's step is faster than the dense one.
     plan dense = split_plan(f.g);
     CHECK(f.est->simulate(f.p).step_s < f.est->simulate(dense).step_s);
+    // With top-k allowed, the slow link gets a sparse rung at or above its floor.
+    cfg.adaptive.floor_activations = 0.1;
+    cfg.adaptive.floor_gradients = 0.2;
+    assign_codecs(f.p, f.est.get(), cfg);
+    for (auto& g : link_groups(f.p, *f.est)) {
+      const auto& s = f.p.edges[g.edges.front()].setting;
+      CHECK(s.keep_ratio < 0.6);
+      CHECK(s.keep_ratio >= (g.load.forward ? 0.1 : 0.2));
+    }
   }
   SUBCASE("fast") {
     fixture f(1e6);
