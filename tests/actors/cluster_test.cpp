@@ -245,6 +245,9 @@ TEST_CASE("cluster: compressed edges train, carry fewer bytes, and adatopk keeps
     c.compression.mode = v.mode;
     c.compression.ratio = 0.1;
     c.compression.every = 2;
+    // Floors that allow top-k (the defaults only round values to f16).
+    c.compression.adaptive.floor_activations = 0.1;
+    c.compression.adaptive.floor_gradients = 0.2;
     if (v.profile_mbit > 0) {
       cluster_spec spec = load_cluster(cluster);
       cluster_profile p = profile_from_cluster(spec);
