@@ -18,6 +18,15 @@ struct graph_error : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+/// Largest element count of any one tensor of a model: an input, a node's output or a parameter
+/// (2^32, i.e. 16 GiB of f32: the largest tensor core/wire.hpp lets cross a process boundary).
+/// The loader refuses a model that needs more, naming the file, line and node.
+inline constexpr int64_t graph_max_tensor_elements = int64_t{1} << 32;
+
+/// Largest number of learnable scalars in one model (2^36, about 68.7 billion: 1 TiB of f32
+/// weights, gradients and Adam moments). The loader refuses a model with more.
+inline constexpr int64_t graph_max_params = int64_t{1} << 36;
+
 /// One consumer of a node's output: which node, and which of its input slots.
 struct graph_edge_end {
   int node = -1;

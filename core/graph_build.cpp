@@ -10,6 +10,7 @@
 #include <map>
 
 #include "core/graph_names.hpp"
+#include "core/wire.hpp"
 
 namespace fusion {
 
@@ -34,6 +35,40 @@ struct cycle_finder : boost::default_dfs_visitor {
 };
 
 std::string describe(const shape_t& s, dtype t) { return to_string(s) + " " + to_string(t); }
+
+// The per-tensor limit is the wire's, counted in f32 elements, so every tensor a model may have can
+// also cross a process boundary.
+static_assert(graph_max_tensor_elements * 4 == static_cast<int64_t>(wire_max_tensor_bytes));
+
+std::string power_of_two_text(int64_t limit) {
+  int bits = 0;
+  while ((int64_t{1} << bits) < limit) ++bits;
+  return "2^" + std::to_string(bits) + " (" + std::to_string(limit) + ")";
+}
+
+// Why a tensor of shape `s` is not allowed, or "" when it is. The product is computed with
+// overflow checks: a huge max_len or vocab times the width is exactly what wraps around int64 and
+// later sizes a tiny buffer that the kernels overrun.
+std::string tensor_size_problem(const shape_t& s) {
+  bool too_large = false, has_zero = false;
+  for (int64_t d : s) {
+    if (d < 0) return "has a negative dimension";
+    too_large |= d > graph_max_tensor_elements;
+    has_zero |= d == 0;
+  }
+  int64_t n = 1;
+  bool overflow = false;
+  for (int64_t d : s) overflow |= __builtin_mul_overflow(n, d, &n);
+  if (!too_large && (has_zero || (!overflow && n <= graph_max_tensor_elements))) return {};
+  std::string dims;
+  for (int64_t d : s) dims += (dims.empty() ? "" : " x ") + std::to_string(d);
+  if (s.size() > 1 && !overflow) dims += " = " + std::to_string(n);
+  return "has " + dims + " elements, more than the limit of " + power_of_two_text(graph_max_tensor_elements) +
+         " elements per tensor";
+}
+
+// Ends every size error: where the limits are explained.
+const char* const see_limits = "; see \"Limits\" in docs/model-format.md";
 
 class builder {
  public:
@@ -63,6 +98,14 @@ class builder {
   std::string who(int i) const {
     auto& n = nodes_[i];
     return n.kind == "input" ? "input '" + n.name + "'" : "node '" + n.name + "' (" + n.kind + ")";
+  }
+
+  // " (attributes: out=768, bias=false)", or "" for a node without attributes: size errors then
+  // show which written value made a tensor too large.
+  std::string attrs_of(int i) const {
+    std::string attrs;
+    for (auto& [k, v] : nodes_[i].attrs.values()) attrs += (attrs.empty() ? "" : ", ") + k + "=" + v;
+    return attrs.empty() ? "" : " (attributes: " + attrs + ")";
   }
 
   void index_names() {
@@ -96,12 +139,10 @@ class builder {
     for (size_t i = 0; i < nodes_.size(); ++i) {
       auto& n = nodes_[i];
       if (n.kind == "input") continue;
-      std::string attrs;
-      for (auto& [k, v] : n.attrs.values()) attrs += (attrs.empty() ? "" : ", ") + k + "=" + v;
       try {
         impls_[i] = ops_.make(n.kind, n.attrs);
       } catch (const std::exception& e) {
-        fail(n.line, who(i), std::string(e.what()) + (attrs.empty() ? "" : " (attributes: " + attrs + ")"));
+        fail(n.line, who(i), e.what() + attrs_of(static_cast<int>(i)));
       }
       if (!impls_[i]) fail(n.line, who(i), "the op factory returned nothing");
       int arity = impls_[i]->arity();
@@ -189,6 +230,8 @@ class builder {
     for (int i : order) {
       auto& n = nodes_[i];
       if (n.kind == "input") {
+        if (auto why = tensor_size_problem(n.shape); !why.empty())
+          fail(n.line, who(i), "shape " + to_string(n.shape) + " " + why + see_limits);
         shapes_[i] = n.shape;
         types_[i] = n.type;
         continue;
@@ -206,8 +249,35 @@ class builder {
       } catch (const std::exception& e) {
         fail(n.line, who(i), std::string("shape mismatch: ") + e.what() + " (inputs: " + listing + ")");
       }
+      if (auto why = tensor_size_problem(shapes_[i]); !why.empty())
+        fail(n.line, who(i), "output shape " + to_string(shapes_[i]) + " " + why + attrs_of(i) + see_limits);
+      check_params(i, in);
       // An op's output shares the floating type of its inputs (f64 only in precision tests).
       types_[i] = std::count(types.begin(), types.end(), dtype::f64) ? dtype::f64 : dtype::f32;
+    }
+  }
+
+  // Every parameter within the per-tensor limit and the model's total within graph_max_params,
+  // so that the runtime never allocates a wrapped-around size or runs out of memory on a typo
+  // (vocab 10^12) far from the file line that caused it.
+  void check_params(int i, const std::vector<shape_t>& in) {
+    const auto& n = nodes_[i];
+    std::vector<param_spec> specs;
+    try {
+      specs = impls_[i]->params(in);
+    } catch (const std::exception& e) {
+      fail(n.line, who(i), std::string("cannot size its parameters: ") + e.what() + attrs_of(i));
+    }
+    for (auto& p : specs) {
+      if (auto why = tensor_size_problem(p.shape); !why.empty())
+        fail(n.line, who(i),
+             "parameter '" + p.name + "' " + to_string(p.shape) + " " + why + attrs_of(i) + see_limits);
+      // Each term is at most 2^32 and the sum stops at 2^36 + 2^32: no overflow.
+      param_total_ += numel_of(p.shape);
+      if (param_total_ > graph_max_params)
+        fail(n.line, who(i), "the model's parameters reach " + std::to_string(param_total_) +
+                                 " with this node, more than the limit of " + power_of_two_text(graph_max_params) +
+                                 " per model" + attrs_of(i) + see_limits);
     }
   }
 
@@ -307,6 +377,7 @@ class builder {
   std::vector<int> declared_;
   std::vector<shape_t> shapes_;
   std::vector<dtype> types_;
+  int64_t param_total_ = 0;
 };
 
 }  // namespace

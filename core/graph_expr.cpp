@@ -136,9 +136,16 @@ class expr_parser {
     }
   }
 
+  // Every nesting (parentheses, sqrt( ), unary minus) recurses through here, so this is where
+  // the depth is bounded: 10,000 '(' would otherwise overflow the stack.
   graph_value unary() {
-    if (accept('-')) return binary('-', graph_value::of_int(0), unary());
-    return primary();
+    if (depth_ >= max_graph_expr_depth)
+      fail("nested more than " + std::to_string(max_graph_expr_depth) +
+           " levels deep (parentheses, sqrt and unary minus count)");
+    ++depth_;
+    graph_value v = accept('-') ? binary('-', graph_value::of_int(0), unary()) : primary();
+    --depth_;
+    return v;
   }
 
   graph_value primary() {
@@ -216,6 +223,7 @@ class expr_parser {
   std::string_view text_;
   const graph_constants& consts_;
   size_t pos_ = 0;
+  int depth_ = 0;  // unary() calls in progress
 };
 
 }  // namespace

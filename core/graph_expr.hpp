@@ -39,10 +39,15 @@ struct graph_value {
 /// Named constants visible to an expression.
 using graph_constants = std::map<std::string, graph_value, std::less<>>;
 
+/// Deepest nesting an expression may have: parentheses, sqrt( ) and unary minus each add a
+/// level (the evaluator is recursive, so an unbounded depth would overflow the stack).
+inline constexpr int max_graph_expr_depth = 64;
+
 /// Evaluates `text`. Integers stay integers under + - * and exact /, % (a division with a
 /// remainder is an error: write 7.0/2 for a real result); any real operand makes the result real.
 /// Also: unary minus, parentheses, true/false, sqrt(x), and a whole-value 'quoted string'.
-/// Throws graph_expr_error naming the problem (undefined constant, syntax, overflow, ...).
+/// Throws graph_expr_error naming the problem (undefined constant, syntax, overflow, nesting
+/// deeper than max_graph_expr_depth, ...).
 graph_value eval_graph_expr(std::string_view text, const graph_constants& constants);
 
 /// Whether `name` can name a constant: [A-Za-z_][A-Za-z0-9_]* and not a keyword (true, false, sqrt).

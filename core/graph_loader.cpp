@@ -18,6 +18,7 @@
 #include <cstring>
 #include <fstream>
 #include <map>
+#include <new>
 #include <sstream>
 #include <tuple>
 
@@ -37,7 +38,9 @@ using text_format::line_of;
 using text_format::nested;
 
 constexpr int64_t max_repeat = 10000;
-
+// Every node becomes an actor; a model this large is a typo (many large repeats), not a design,
+// and would exhaust memory while expanding instead of failing with a line number.
+constexpr size_t max_nodes = size_t{1} << 20;
 
 // A user-chosen node, input or block name: letters, digits, '_' and '-', not starting with a
 // digit or '-'. '.' is reserved for block instances and '$' for "$in".
@@ -95,7 +98,9 @@ class loader {
     try {
       return eval_graph_expr(text, consts_);
     } catch (const graph_expr_error& e) {
-      fail(line, who, what + " \"" + text + "\": " + e.what());
+      // Quote a long expression (10,000 parentheses) by its start: the message stays one line.
+      const std::string shown = text.size() > 60 ? text.substr(0, 60) + "..." : text;
+      fail(line, who, what + " \"" + shown + "\": " + e.what());
     }
   }
 
@@ -152,6 +157,9 @@ class loader {
     n.kind = src.op();
     n.line = line;
     std::string who = "node '" + n.name + "'";
+    if (nodes_.size() >= max_nodes)
+      fail(line, who, "the model has more than " + std::to_string(max_nodes) +
+                          " nodes after expanding blocks; see \"Limits\" in docs/model-format.md");
     if (!is_node_name(src.name()))
       fail(line, who, "bad node name (use letters, digits, '_' and '-', starting with a letter or '_'; "
                       "'.' is reserved for block instances)");
@@ -253,7 +261,12 @@ class loader {
 graph_op_table default_op_table() { return {make_op, op_kinds()}; }
 
 graph parse_graph_with(const std::string& text, const std::string& path, int64_t batch, const graph_op_table& ops) {
-  return loader(path, batch, ops).run(text);
+  try {
+    return loader(path, batch, ops).run(text);
+  } catch (const std::bad_alloc&) {
+    // The size limits make this unlikely; still name the file rather than print "std::bad_alloc".
+    throw graph_error(path + ": not enough memory to load the model; see \"Limits\" in docs/model-format.md");
+  }
 }
 
 graph parse_graph(const std::string& text, const std::string& path, int64_t batch) {

@@ -22,6 +22,11 @@ namespace {
 // blocks stay big enough for BLAS to run near peak.
 constexpr int64_t attention_row_block = 64;
 
+// Largest saved probability tensor (B, heads, T, T): the model loader's per-tensor limit
+// (graph_max_tensor_elements in core/graph.hpp, which ops/ cannot include), so a long context
+// is refused at load time with the node's line instead of by std::bad_alloc in the first forward.
+constexpr int64_t attention_max_probs = int64_t{1} << 32;
+
 // Causal softmax of one score row in place over columns [0, n); columns [n, T) become 0.
 template <class T>
 void softmax_row(T* row, int64_t n, int64_t T_) {
@@ -145,8 +150,15 @@ class attention_op final : public op {
     const int64_t C = s[2] / 3;
     if (C % heads_ != 0)
       throw op_error("attention: C = " + std::to_string(C) + " is not divisible by heads = " + std::to_string(heads_));
+    blas_int(s[1], attention_name);  // first, so that T * T below cannot wrap around
     blas_int(s[1] * s[1], attention_name);  // one head's T x T scores go through BLAS
     blas_int(s[2], attention_name);
+    int64_t rows = 0, probs = 0;
+    if (__builtin_mul_overflow(s[0], heads_, &rows) || __builtin_mul_overflow(rows, s[1] * s[1], &probs) ||
+        probs > attention_max_probs)
+      throw op_error("attention: the saved probabilities (B, heads, T, T) = (" + std::to_string(s[0]) + ", " +
+                     std::to_string(heads_) + ", " + std::to_string(s[1]) + ", " + std::to_string(s[1]) +
+                     ") would have more than 2^32 elements, the limit per tensor (use a smaller batch or context)");
     return {s[0], s[1], C};
   }
 
