@@ -51,6 +51,26 @@ void log_metrics(coordinator_state& st, const std::string& line) {
 
 bool tty(const coordinator_state& st) { return st.in->cfg.progress && isatty(STDERR_FILENO); }
 
+// Where a diverged run's last good state is: the checkpoint written last ("FILE at step N";
+// save_checkpoint_async never writes non-finite values), else what output.checkpoint holds.
+std::string last_good_state(const coordinator_state& st) {
+  const std::string& last = st.last_checkpoint;
+  if (auto at = last.rfind(" at step "); at != std::string::npos)
+    return "the checkpoint of step " + last.substr(at + 9) + " in " + last.substr(0, at) + " is the last good state";
+  const std::string& file = st.in->cfg.checkpoint_file;
+  if (file.empty()) return "no checkpoint is kept (output.checkpoint is not set)";
+  return "no checkpoint was written in this run; " + file + " is left as it was";
+}
+
+// Fails the run because training diverged: `what` and where the last good state is. The
+// message names the last checkpoint itself, so fail() must not add "(last checkpoint: ...)".
+void fail_diverged(coord_ptr self, const std::string& what) {
+  auto& st = self->state;
+  std::string msg = what + " (learning rate too high? lower optim.lr or set optim.grad-clip); " + last_good_state(st);
+  st.last_checkpoint.clear();
+  fail(self, make_error(fusion_errc::op_failed, msg));
+}
+
 // Sends micro-batches [first, last) of a (rows, T) batch (tokens and targets) to the inputs.
 void feed(coord_ptr self, uint64_t s, pass_mode mode, const std::vector<int32_t>& x, const std::vector<int32_t>& y,
           int64_t rows, int64_t per_mb, int64_t T, int64_t first = 0, int64_t last = -1) {
@@ -159,12 +179,9 @@ void optimizer_step(coord_ptr self) {
   rec.grad_norm = std::sqrt(norm2);
   rec.lr = lr_at(st.in->cfg.optim, st.step);
   if (!std::isfinite(rec.loss) || !std::isfinite(rec.grad_norm)) {
-    char buf[64];
-    std::snprintf(buf, sizeof buf, "%g", rec.loss);
-    return fail(self, make_error(fusion_errc::op_failed, std::string("the loss became ") + buf + " at step " +
-                                                             std::to_string(st.step + 1) +
-                                                             " (learning rate too high?); the last checkpoint is "
-                                                             "unaffected"));
+    const std::string what = !std::isfinite(rec.loss) ? "the loss became " + format_number(rec.loss)
+                                                      : "the gradient norm became " + format_number(rec.grad_norm);
+    return fail_diverged(self, what + " at step " + std::to_string(st.step + 1));
   }
   float scale = clip_scale(rec.grad_norm, st.in->cfg.optim.grad_clip);
   st.act = activity::optimizer;
@@ -456,6 +473,11 @@ void save_checkpoint_async(coord_ptr self, std::string path, std::function<void(
     // Sorted by name so the file does not depend on timing.
     std::sort(all.begin(), all.end(), [](auto& a, auto& b) { return a.first < b.first; });
     for (auto& kv : all) ck.tensors.push_back(std::move(kv));
+    // A finite loss does not make finite parameters: one huge update can leave NaN or infinity in
+    // them (or the optimizer state) before any loss shows it. It must never replace a good file.
+    if (auto bad = first_non_finite(ck); !bad.empty())
+      return fail_diverged(self, "the parameters were no longer finite after step " + std::to_string(s.step) + " (" +
+                                     bad + " holds NaN or infinity) and were not saved");
     try {
       make_parent_dirs(path);
       fusion::save_checkpoint(path, ck);
@@ -527,6 +549,11 @@ void finish_training(coord_ptr self, bool interrupted) {
   };
   if (st.in->cfg.eval_batches > 0 && !interrupted) {
     return begin_eval(self, [=](double v) {
+      // The session checked that the split holds a batch, so NaN is a diverged model, not "none
+      // ran": a run without a checkpoint would otherwise end "done" with a broken model.
+      if (!std::isfinite(v))
+        return fail_diverged(self, "the validation loss became " + format_number(v) + " after step " +
+                                       std::to_string(self->state.step));
       record_eval(self, v);
       checkpoint();
     });

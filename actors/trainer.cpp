@@ -90,6 +90,15 @@ session::impl::impl(train_config c) {
                              " distinct characters but model " + cfg.model_file + " has vocabulary " +
                              std::to_string(in->model.vocab));
   in->data = std::make_unique<text_dataset>(in->tokenizer.encode(text), cfg.val_fraction);
+  // Every run with train.eval-batches > 0 evaluates at least once, at the end: a validation
+  // split too short for one batch must stop it now, not after training with nothing saved.
+  if (cfg.eval_batches > 0) {
+    try {
+      (void)in->data->val_batches(cfg.batch, in->model.context);
+    } catch (const std::exception& e) {
+      throw std::runtime_error("corpus " + cfg.data_file + ": " + e.what());
+    }
+  }
 
   cpu::set_blas_threads(std::max(1, cfg.blas_threads));
   int threads = cfg.threads > 0 ? cfg.threads : static_cast<int>(std::max(1L, sysconf(_SC_NPROCESSORS_ONLN)));

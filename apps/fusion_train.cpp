@@ -14,8 +14,11 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <csignal>
 #include <cstdio>
+#include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <new>
@@ -156,15 +159,18 @@ struct train_app_config : table_config {
         {"compression", "mode",
          "codec of cross-node edges: none, topk (fixed ratio) or adatopk (ratio per link from measured rates)",
          &compression_mode},
-        {"compression", "ratio", "topk: fraction of each tensor's elements kept (0 < ratio <= 1)", &cmp.ratio},
+        {"compression", "ratio",
+         "topk: fraction of each tensor's elements kept (0 < ratio <= 1; 1 keeps all, values rounded)", &cmp.ratio},
         {"compression", "values", "element type of kept values: f32, f16 or bf16", &compression_values},
         {"compression", "block", "elements per top-k block (1..65536)", &compression_block},
         {"compression", "error-feedback", "gradient directions carry the dropped part over (residual)",
          &cmp.error_feedback},
         {"compression", "every", "adatopk: re-evaluate the ratios every N steps", &cmp.every},
-        {"compression", "floor-activations", "adatopk: lowest keep ratio of a forward (activation) link",
+        {"compression", "floor-activations",
+         "adatopk: lowest keep ratio of a forward (activation) link (1: values rounded, no top-k)",
          &cmp.adaptive.floor_activations},
-        {"compression", "floor-gradients", "adatopk: lowest keep ratio of a backward (gradient) link",
+        {"compression", "floor-gradients",
+         "adatopk: lowest keep ratio of a backward (gradient) link (1: values rounded, no top-k)",
          &cmp.adaptive.floor_gradients},
         {"compression", "band", "adatopk: relative ratio change below which a link's ratio stays put",
          &cmp.adaptive.band},
@@ -191,6 +197,29 @@ const char* usage =
     "Ctrl-C lets the step in flight finish and writes the checkpoint; a second Ctrl-C exits at once.\n"
     "Exit status: see docs/training.md, section \"Exit status\". See also docs/cluster.md.\n";
 
+// What stops `path` (output.checkpoint) from being written at the end of training, in words
+// ("" when nothing does). The checkpoint is written only after training, so what can be known
+// now is checked now, without creating or truncating the file: it is not a directory, and the
+// nearest existing directory above it (the run creates the missing ones below) is writable.
+std::string checkpoint_path_problem(const std::string& path) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const fs::path p(path);
+  if (fs::is_directory(p, ec)) return path + " is a directory: name a file in it, e.g. " + (p / "model.ckpt").string();
+  if (!p.has_filename()) return path + " names a directory, not a file";
+  fs::path dir = p.parent_path();
+  while (!dir.empty() && !fs::exists(dir, ec)) {
+    if (!dir.has_relative_path()) break;  // "/" itself
+    dir = dir.parent_path();
+  }
+  if (dir.empty()) dir = ".";
+  if (!fs::is_directory(dir, ec)) return path + " cannot be written: " + dir.string() + " is not a directory";
+  // W_OK and X_OK: creating a file (and the temporary one renamed over it) needs both.
+  if (::access(dir.c_str(), W_OK | X_OK) != 0)
+    return path + " cannot be written: directory " + dir.string() + " is not writable (" + std::strerror(errno) + ")";
+  return "";
+}
+
 // Settings that are wrong whatever the model and data: reported as usage errors (exit 2)
 // before anything is loaded. Throws usage_error.
 void check_settings(const train_app_config& cfg) {
@@ -203,6 +232,31 @@ void check_settings(const train_app_config& cfg) {
   if (r.steps < 0) throw usage_error("train.steps must be at least 0, got " + std::to_string(r.steps));
   if (!(r.val_fraction >= 0 && r.val_fraction < 1))
     throw usage_error("data.val-fraction must be at least 0 and below 1, got " + format_number(r.val_fraction));
+  if (r.eval_batches < 0)
+    throw usage_error("train.eval-batches must be at least 0 (0: no validation), got " +
+                      std::to_string(r.eval_batches));
+  if (r.eval_every < 0)
+    throw usage_error("train.eval-every must be at least 0 (0: at the end only), got " + std::to_string(r.eval_every));
+  if (r.checkpoint_every < 0)
+    throw usage_error("output.checkpoint-every must be at least 0 (0: at the end only), got " +
+                      std::to_string(r.checkpoint_every));
+  if (cfg.sample.after_training < 0)
+    throw usage_error("output.sample-chars must be at least 0 (0: none), got " +
+                      std::to_string(cfg.sample.after_training));
+  if (cfg.sample.count < 0)
+    throw usage_error("sample.count must be at least 0, got " + std::to_string(cfg.sample.count));
+  if (!(cfg.sample.temperature >= 0))
+    throw usage_error("sample.temperature must be at least 0 (0: greedy), got " +
+                      format_number(cfg.sample.temperature));
+  const bool training = cfg.sample.count == 0;  // --sample reads the checkpoint and never evaluates
+  // Training would run every step and then fail at the final evaluation, with nothing saved.
+  if (training && r.val_fraction == 0 && r.eval_batches > 0)
+    throw usage_error("train.eval-batches is " + std::to_string(r.eval_batches) +
+                      " but data.val-fraction is 0, so there is no validation text: set train.eval-batches=0 to "
+                      "train without validation, or hold out a data.val-fraction above 0 (e.g. 0.1)");
+  if (training && !r.checkpoint_file.empty())
+    if (auto why = checkpoint_path_problem(r.checkpoint_file); !why.empty())
+      throw usage_error("output.checkpoint: " + why);
   if (!(cfg.step_timeout_s > 0))
     throw usage_error("runtime.step-timeout must be more than 0 seconds, got " + format_seconds(cfg.step_timeout_s));
   if (!(cfg.stop_grace_s >= 0))
@@ -284,6 +338,7 @@ int run(int argc, char** argv) {
     if (cfg.run.resume_from.empty())
       throw usage_error("--sample needs a checkpoint: set [output] checkpoint or pass --resume FILE");
     cfg.run.metrics_file.clear();
+    cfg.run.eval_batches = 0;  // sampling never evaluates: a corpus without validation text is fine
     settle_vocabulary(cfg.run);
     // The session reads the corpus first, then the model and the checkpoint.
     doing = "reading the corpus " + cfg.run.data_file + ", then loading the model " + cfg.run.model_file +

@@ -46,9 +46,14 @@ struct checkpoint {
 
 /// Writes `ckpt` to path + ".tmp", flushes it to disk, then renames it over `path`, so a crash
 /// leaves either the old checkpoint or the new one under `path`, never a partial file. Throws
-/// std::invalid_argument for an empty, overlong or duplicate tensor name or a tensor without
-/// storage, and std::runtime_error naming the file when writing fails.
+/// std::invalid_argument for an empty, overlong or duplicate tensor name, a tensor without
+/// storage or a tensor holding NaN or infinity (a diverged run must never replace a good
+/// checkpoint; nothing is written then), and std::runtime_error naming the file when writing fails.
 void save_checkpoint(const std::string& path, const checkpoint& ckpt);
+
+/// The name of the first tensor of `ckpt` (in its order) that holds a NaN or an infinity, or an
+/// empty string when every value is finite. Integer tensors are always finite.
+std::string first_non_finite(const checkpoint& ckpt);
 
 /// Reads and verifies a checkpoint. Throws std::runtime_error "checkpoint PATH: problem" for a
 /// missing file, bad magic, unsupported version, truncated or oversized file, malformed or

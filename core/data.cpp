@@ -224,10 +224,10 @@ int64_t text_dataset::val_batches(int64_t B, int64_t T) const {
   if (batches == 0)
     throw std::runtime_error("validation split has " + std::to_string(n_val) +
                              " tokens (the data.val-fraction tail of the corpus), fewer than the " +
-                             std::to_string(B * T + 1) + " one validation batch needs (" + std::to_string(B) +
-                             " sequences of " + std::to_string(T) +
-                             " tokens, plus one): raise data.val-fraction, or set "
-                             "train.eval-batches=0 to train without validation");
+                             std::to_string(B * T + 1) + " one validation batch needs (train.batch " +
+                             std::to_string(B) + " sequences of " + std::to_string(T) +
+                             " tokens, the model's context, plus one): raise data.val-fraction or lower "
+                             "train.batch, or set train.eval-batches=0 to train without validation");
   return batches;
 }
 

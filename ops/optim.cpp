@@ -38,6 +38,12 @@ void check_optim_config(const optim_config& c) {
   if (!(c.momentum >= 0 && c.momentum < 1))
     bad_field("optim.momentum", "must be in [0, 1), got " + num(c.momentum));
   if (std::isnan(c.grad_clip)) bad_field("optim.grad-clip", "is not a number (nan)");
+  // A negative limit once meant "off" silently; 0 is the one way to say it.
+  if (c.grad_clip < 0) bad_field("optim.grad-clip", "must be >= 0 (0 turns clipping off), got " + num(c.grad_clip));
+  // The cosine schedule would otherwise rise from lr to min_lr: surely a typo.
+  if (c.min_lr > c.lr)
+    bad_field("optim.min-lr", "must not be above optim.lr (the cosine schedule falls from optim.lr to "
+                              "optim.min-lr), got " + num(c.min_lr) + " above " + num(c.lr) + ": lower optim.min-lr too");
   if (c.warmup_steps < 0) bad_field("optim.warmup-steps", "must be >= 0, got " + std::to_string(c.warmup_steps));
   if (c.total_steps < 0) bad_field("optim.total-steps", "must be >= 0, got " + std::to_string(c.total_steps));
 }

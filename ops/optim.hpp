@@ -21,13 +21,14 @@ struct optim_config {
   double eps = 1e-8;           ///< adamw
   double weight_decay = 0.1;   ///< adamw: decoupled; sgd: coupled (added to the gradient)
   double momentum = 0.9;       ///< sgd (0: plain SGD)
-  double grad_clip = 1.0;      ///< max global gradient norm; <= 0 turns clipping off
+  double grad_clip = 1.0;      ///< max global gradient norm; 0 turns clipping off (< 0 is rejected)
   int64_t warmup_steps = 0;
   int64_t total_steps = 1000;
 };
 
 /// Throws std::invalid_argument naming the first bad field (unknown kind, negative lr, betas
-/// outside [0, 1), eps <= 0, negative weight decay or momentum, negative step counts).
+/// outside [0, 1), eps <= 0, negative weight decay or momentum, a negative or NaN grad_clip,
+/// min_lr above lr, negative step counts).
 void check_optim_config(const optim_config& c);
 
 /// Number of float state arrays per parameter: 2 for adamw (m, v), 1 for sgd (momentum buffer).
