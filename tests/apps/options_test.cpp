@@ -27,7 +27,13 @@ namespace {
 namespace fs = std::filesystem;
 using fusion::test::child_process;
 using fusion::test::run_result;
+using fusion::test::read_file;
 using fusion::test::src;
+using fusion::test::write_file;
+// A per-test directory of this file's group.
+struct scratch_dir : fusion::test::scratch_dir {
+  explicit scratch_dir(const std::string& name) : fusion::test::scratch_dir("options", name) {}
+};
 
 std::string bin(const std::string& name) { return std::string(FUSION_BINARY_DIR) + "/apps/" + name; }
 
@@ -40,31 +46,8 @@ run_result run_in(const fs::path& cwd, const std::string& command) {
 
 run_result run_in_source(const std::string& command) { return run_in(FUSION_SOURCE_DIR, command); }
 
-// A per-test directory under /tmp, removed at the end.
-struct scratch_dir {
-  fs::path path;
-  explicit scratch_dir(const std::string& name) : path(fusion::test::temp_path("options", name)) {
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  ~scratch_dir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-  fs::path operator/(const std::string& rel) const { return path / rel; }
-};
 
-void write_file(const fs::path& p, const std::string& text) {
-  fs::create_directories(p.parent_path());
-  std::ofstream(p, std::ios::binary) << text;
-}
 
-std::string read_file(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
 
 size_t count(const std::string& text, const std::string& part) {
   size_t n = 0;

@@ -23,39 +23,21 @@ namespace {
 
 namespace fs = std::filesystem;
 using fusion::test::run_result;
+using fusion::test::read_file;
 using fusion::test::src;
+using fusion::test::write_file;
+// A per-test directory of this file's group.
+struct scratch_dir : fusion::test::scratch_dir {
+  explicit scratch_dir(const std::string& name) : fusion::test::scratch_dir("settings", name) {}
+};
 
 // The program for a shell command line, stopped (TERM, then KILL) should it ever hang.
 std::string train_cmd() { return "timeout -k 5 300 " + std::string(FUSION_BINARY_DIR) + "/apps/fusion-train"; }
 
 bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
 
-// A per-test directory under /tmp, removed at the end.
-struct scratch_dir {
-  fs::path path;
-  explicit scratch_dir(const std::string& name) : path(fusion::test::temp_path("settings", name)) {
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  ~scratch_dir() {
-    std::error_code ec;
-    fs::permissions(path, fs::perms::owner_all, fs::perm_options::add, ec);
-    fs::remove_all(path, ec);
-  }
-  fs::path operator/(const std::string& rel) const { return path / rel; }
-};
 
-void write_file(const fs::path& p, const std::string& text) {
-  fs::create_directories(p.parent_path());
-  std::ofstream(p, std::ios::binary) << text;
-}
 
-std::string read_file(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
 
 // About 30 000 bytes of lower-case words: a corpus for gpt-char-tiny (context 64, vocabulary 64).
 std::string corpus_text() {

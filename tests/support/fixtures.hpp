@@ -9,6 +9,8 @@
 #include <array>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -73,5 +75,35 @@ inline run_result run_in(const std::string& cwd, const std::string& command) {
 
 /// Runs `command` with sh from the source directory, stderr merged into the output.
 inline run_result run_in_source(const std::string& command) { return run_in(FUSION_SOURCE_DIR, command); }
+
+/// A per-test directory under /tmp (temp_path(group, name)), emptied when made and removed at
+/// the end; owner permissions are restored first, so a test may make it read-only.
+struct scratch_dir {
+  std::filesystem::path path;
+  scratch_dir(const std::string& group, const std::string& name) : path(temp_path(group, name)) {
+    std::filesystem::remove_all(path);
+    std::filesystem::create_directories(path);
+  }
+  ~scratch_dir() {
+    std::error_code ec;
+    std::filesystem::permissions(path, std::filesystem::perms::owner_all, std::filesystem::perm_options::add, ec);
+    std::filesystem::remove_all(path, ec);
+  }
+  std::filesystem::path operator/(const std::string& rel) const { return path / rel; }
+};
+
+/// Writes `text` to `p`, creating its directories.
+inline void write_file(const std::filesystem::path& p, const std::string& text) {
+  std::filesystem::create_directories(p.parent_path());
+  std::ofstream(p, std::ios::binary) << text;
+}
+
+/// The whole of `p` ("" when it cannot be read).
+inline std::string read_file(const std::filesystem::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
 
 }  // namespace fusion::test
