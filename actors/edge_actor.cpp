@@ -3,6 +3,8 @@
 #include <chrono>
 #include <deque>
 #include <span>
+#include <stdexcept>
+#include <string>
 #include <vector>
 
 #include "actors/messages.hpp"
@@ -62,73 +64,57 @@ void pump(edge_ptr self) {
   }
 }
 
-// A GPU producer's tensor on a compressed edge is encoded where it lives: only the payload
-// crosses PCIe (error feedback keeps its residual on the host, so it encodes there instead).
-bool encode_on_gpu(edge_ptr self, const tensor& value, std::vector<std::byte>& payload) {
+// A GPU producer's tensor is encoded on its device: only the payload crosses PCIe.
+void encode_on_device(const tensor& value, const codec_settings& s, std::vector<std::byte>& payload) {
 #if FUSION_HAVE_CUDA
-  auto& st = self->state;
-  const auto& s = st.encoder.settings();
-  if (!value.is_cuda() || value.type() != dtype::f32 || s.error_feedback ||
-      !st.encoder.encodes(static_cast<uint64_t>(value.numel())))
-    return false;
   encode_topk_cuda(value.f32(), static_cast<uint64_t>(value.numel()), s.keep_ratio, s.values, s.block, payload);
-  return true;
 #else
-  (void)self, (void)value, (void)payload;
-  return false;
+  (void)value, (void)s, (void)payload;
+  throw std::logic_error("this build has no CUDA encoder");
 #endif
+}
+
+void report_failure(edge_ptr self, const std::string& what) {
+  auto& st = self->state;
+  if (st.reporter)
+    self->send(st.reporter, fail_atom::value,
+               make_error(fusion_errc::op_failed, "edge " + std::to_string(st.edge) + ": " + what));
 }
 
 void enqueue(edge_ptr self, wire_header base, tensor value) {
   auto& st = self->state;
-  base.edge = st.edge;
-  outgoing o;
-  try {
-    auto start = clock_type::now();
-    auto payload = std::make_shared<std::vector<std::byte>>();
-    if (encode_on_gpu(self, value, *payload)) {
-      o.encode_s = std::chrono::duration<double>(clock_type::now() - start).count();
-      o.keep_ratio = st.encoder.settings().keep_ratio;
-      base.type = value.type();
-      base.shape = value.shape();
-      base.total_bytes = value.nbytes();
-      base.encoding = codec_kind::topk;
-      base.payload_bytes = payload->size();
-      o.bytes = std::shared_ptr<const std::byte>(payload, payload->data());
-      o.chunks = split_into_chunks(base, st.cfg.chunk_bytes);
-      st.queue.push_back(std::move(o));
-      return pump(self);
-    }
-  } catch (const std::exception& e) {
-    if (st.reporter)
-      self->send(st.reporter, fail_atom::value,
-                 make_error(fusion_errc::op_failed,
-                            "edge " + std::to_string(st.edge) + ": cannot compress a CUDA tensor: " + e.what()));
-    return;
-  }
-  // The wire carries host bytes whatever the producer's device; the chunks reference `value`,
-  // so it is downloaded once, here, rather than per chunk.
-  if (value.is_cuda()) {
+  const codec_settings& codec = st.encoder.settings();
+  const auto n = static_cast<uint64_t>(value.numel());
+  const bool compress = value.type() == dtype::f32 && st.encoder.encodes(n);
+  // Error feedback keeps its residual on the host, so such an edge encodes there.
+  const bool on_device = compress && value.is_cuda() && topk_cuda_compiled() && !codec.error_feedback;
+  // Otherwise the wire carries host bytes whatever the producer's device; the chunks reference
+  // `value`, so it is downloaded once, here, rather than per chunk.
+  if (value.is_cuda() && !on_device) {
     try {
       value = std::move(value).to_cpu();
     } catch (const std::exception& e) {
-      if (st.reporter)
-        self->send(st.reporter, fail_atom::value,
-                   make_error(fusion_errc::op_failed, "edge " + std::to_string(st.edge) +
-                                                          ": cannot copy a CUDA tensor to the host: " + e.what()));
-      return;
+      return report_failure(self, std::string("cannot copy a CUDA tensor to the host: ") + e.what());
     }
   }
+  base.edge = st.edge;
   base.type = value.type();
   base.shape = value.shape();
   base.total_bytes = value.empty() ? 0 : value.nbytes();
-  const auto n = static_cast<uint64_t>(value.numel());
-  if (value.type() == dtype::f32 && st.encoder.encodes(n)) {
+  outgoing o;
+  if (compress) {
     auto start = clock_type::now();
     auto payload = std::make_shared<std::vector<std::byte>>();
-    st.encoder.encode(std::span<const float>(value.f32(), n), base.micro_batch, *payload);
+    try {
+      if (on_device)
+        encode_on_device(value, codec, *payload);
+      else
+        st.encoder.encode(std::span<const float>(value.f32(), n), base.micro_batch, *payload);
+    } catch (const std::exception& e) {
+      return report_failure(self, std::string("cannot compress a tensor: ") + e.what());
+    }
     o.encode_s = std::chrono::duration<double>(clock_type::now() - start).count();
-    o.keep_ratio = st.encoder.settings().keep_ratio;
+    o.keep_ratio = codec.keep_ratio;
     base.encoding = codec_kind::topk;
     base.payload_bytes = payload->size();
     o.bytes = std::shared_ptr<const std::byte>(payload, payload->data());

@@ -23,13 +23,7 @@ codec_settings compression_config::codec(bool forward, double keep) const {
 std::vector<link_group> link_groups(const plan& p, const workload_estimator& est) {
   const int nodes = static_cast<int>(est.cluster().nodes.size());
   // The pipeline's pace per phase: the slowest node's compute per micro-batch.
-  std::vector<double> fwd(nodes, 0.0), bwd(nodes, 0.0);
-  for (size_t id = 0; id < p.where.node_of_op.size(); ++id) {
-    int k = p.where.node_of_op[id];
-    if (k < 0 || k >= nodes) continue;
-    fwd[k] += est.forward_s(static_cast<int>(id), k);
-    bwd[k] += est.backward_s(static_cast<int>(id), k);
-  }
+  const auto [fwd, bwd] = est.node_phase_s(p);
   const double fwd_budget = nodes ? *std::max_element(fwd.begin(), fwd.end()) : 0;
   const double bwd_budget = nodes ? *std::max_element(bwd.begin(), bwd.end()) : 0;
   std::map<std::tuple<int, int, bool>, link_group> groups;

@@ -409,19 +409,29 @@ step_estimate workload_estimator::simulate(const plan& p) const {
   return est;
 }
 
+std::pair<std::vector<double>, std::vector<double>> workload_estimator::node_phase_s(const plan& p) const {
+  std::vector<double> forward(nodes_, 0.0), backward(nodes_, 0.0);
+  for (auto& n : graph_->nodes) {
+    if (keys_[n.id].empty()) continue;
+    const int k = p.where.node_of_op.at(n.id);
+    forward[k] += forward_s(n.id, k);
+    backward[k] += backward_s(n.id, k);
+  }
+  return {std::move(forward), std::move(backward)};
+}
+
 double workload_estimator::feed_interval_s(const plan& p) const {
-  const graph& g = *graph_;
-  std::vector<double> forward(nodes_, 0.0);
   int first = -1;
   bool spread = false;
-  for (auto& n : g.nodes) {
+  for (auto& n : graph_->nodes) {
     if (keys_[n.id].empty()) continue;
     const int k = p.where.node_of_op.at(n.id);
     if (first < 0) first = k;
     spread = spread || k != first;
-    forward[k] += forward_s(n.id, k);
   }
-  return spread ? *std::max_element(forward.begin(), forward.end()) : 0.0;
+  if (!spread) return 0.0;
+  const auto forward = node_phase_s(p).first;
+  return *std::max_element(forward.begin(), forward.end());
 }
 
 }  // namespace fusion

@@ -85,6 +85,10 @@ class workload_estimator {
   /// Bytes of the output of graph node `id` per micro-batch (what an edge carries).
   double output_bytes(int id) const;
 
+  /// Per cluster node, seconds per micro-batch of the forward (first) and the backward (second)
+  /// of the ops `p` places there: the pace of each pipeline stage, phase by phase.
+  std::pair<std::vector<double>, std::vector<double>> node_phase_s(const plan& p) const;
+
   /// The interval at which the coordinator feeds a step's micro-batches under plan `p`: the
   /// slowest node's forward seconds per micro-batch (the pipeline's steady-state rate), so that
   /// no node queues micro-batches and every node runs one micro-batch through its ops before
