@@ -452,25 +452,28 @@ caf::behavior coordinator_fn(coord_ptr self, std::shared_ptr<run_inputs> in) {
         return s.train_rp;
       },
       [=](resume_atom, bool) { begin_step(self); },
-      [=](loss_atom, uint64_t s, uint32_t mb, double l) { on_loss(self, s, mb, l); },
+      [=](loss_atom, uint64_t s, uint32_t mb, double l, std::vector<double>& m) { on_loss(self, s, mb, l, m); },
       [=](feed_atom, uint64_t s, uint32_t mb) { on_feed(self, s, mb); },
       [=](grads_atom, uint64_t s, int32_t id, double v, std::vector<double>& fwd, std::vector<double>& bwd) {
         on_grads(self, s, id, v, fwd, bwd);
       },
       [=](output_atom, uint64_t, uint32_t, tensor& logits) { on_output(self, logits); },
       [=](fail_atom, caf::error& e) { fail(self, e); },
-      [=](eval_atom) -> caf::result<double> {
+      [=](eval_atom) -> caf::result<std::vector<double>> {
         auto& s = self->state;
         if (s.phase != run_phase::ready)
           return make_error(fusion_errc::wrong_phase, std::string("cannot evaluate while ") + to_string(s.phase));
         s.pass_rp = self->make_response_promise();
-        begin_eval(self, [=](double v) { self->state.pass_rp.deliver(v); });
+        begin_eval(self, [=](eval_result v) { self->state.pass_rp.deliver(std::vector<double>{v.loss, v.accuracy}); });
         return self->state.pass_rp;
       },
       [=](sample_atom, int32_t count, std::string& prompt, double temperature, uint64_t seed) -> caf::result<std::string> {
         auto& s = self->state;
         if (s.phase != run_phase::ready)
           return make_error(fusion_errc::wrong_phase, std::string("cannot sample while ") + to_string(s.phase));
+        if (!s.in->model.is_text())
+          return make_error(fusion_errc::bad_config, "model " + s.in->model.name +
+                                                         " is not a text model: there is nothing to sample");
         s.pass_rp = self->make_response_promise();
         begin_sample(self, count, std::move(prompt), temperature, seed,
                      [=](std::string text) { self->state.pass_rp.deliver(std::move(text)); });

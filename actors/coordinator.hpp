@@ -13,7 +13,8 @@
 //   start_atom                            -> true once joined, planned, wired (and resumed)
 //   train_atom                            -> true once cfg.steps are done or the run stopped;
 //                                            the record is in run_inputs::result
-//   eval_atom                             -> mean validation loss (NaN: no validation data)
+//   eval_atom                             -> {mean validation loss, accuracy} (NaN: no validation
+//                                            data; accuracy NaN when the loss op reports none)
 //   sample_atom(count, prompt, temp, seed)-> generated text
 //   save_atom(path), load_atom(path)      -> true (checkpoints)
 //   pause_atom, resume_atom               -> JSON {"phase", "step"}; pause answers once the step
@@ -33,6 +34,7 @@
 #include "actors/trainer.hpp"
 #include "core/cluster.hpp"
 #include "core/data.hpp"
+#include "core/data_source.hpp"
 #include "core/graph.hpp"
 
 namespace fusion {
@@ -48,8 +50,9 @@ const char* to_string(run_phase p);
 struct run_inputs {
   train_config cfg;
   graph model;
-  char_tokenizer tokenizer;
-  std::unique_ptr<text_dataset> data;
+  char_tokenizer tokenizer;                    ///< text models only (sampling, checkpoint vocabulary)
+  std::shared_ptr<const text_dataset> text;    ///< text models only
+  std::unique_ptr<data_source> data;           ///< fills the model's feeds (core/data_source.hpp)
   cluster_spec cluster;       ///< no nodes: a one-process run
   train_result result;        ///< of the last train_atom
 };

@@ -136,9 +136,9 @@ std::string status_json(coord_ptr self) {
   auto& st = self->state;
   const auto& cfg = st.in->cfg;
   double elapsed = st.training_job ? seconds_between(st.train_t0, clock_type::now()) : 0;
-  double tps = elapsed > 0 ? static_cast<double>((st.step - st.train_first) * cfg.batch * st.in->model.context) / elapsed
+  double tps = elapsed > 0 ? static_cast<double>((st.step - st.train_first) * cfg.batch * st.in->model.row_items) / elapsed
                            : 0;
-  double eta = tps > 0 ? static_cast<double>(cfg.steps - st.step) * cfg.batch * st.in->model.context / tps : 0;
+  double eta = tps > 0 ? static_cast<double>(cfg.steps - st.step) * cfg.batch * st.in->model.row_items / tps : 0;
   json out = {{"phase", to_string(st.phase)}, {"step", st.step}, {"steps", cfg.steps},
               {"loss", st.last.step > 0 ? json(st.last.loss) : json(nullptr)}, {"tokens_per_s", tps},
               {"eta_s", eta}, {"elapsed_s", elapsed}, {"model", st.in->model.name},

@@ -54,7 +54,7 @@ std::string describe_prediction(coord_ptr self) {
     const auto& st = self->state;
     return "predicted from the profile:\n" +
            format_plan_report(*est, report_plan(*est, st.current,
-                                                static_cast<double>(st.in->cfg.batch * st.in->model.context)));
+                                                static_cast<double>(st.in->cfg.batch * st.in->model.row_items)));
   } catch (const std::exception& e) {
     return std::string("no prediction: ") + e.what() + "\n";
   }

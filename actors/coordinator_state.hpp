@@ -41,7 +41,7 @@ struct step_ctx {
   std::vector<double> losses, sq;
   size_t n_loss = 0, n_grads = 0;
   std::vector<char> reported;
-  std::vector<int32_t> x, y;        // the batch, kept while micro-batches are fed one by one
+  std::vector<tensor> batch;         // one per feed, kept while micro-batches are fed one by one
   step_record rec;
 };
 
@@ -50,6 +50,7 @@ struct pass_ctx {
   int64_t index = 0, count = 0;     // eval: batch index and count; sample: characters
   double total = 0;
   std::vector<double> losses;
+  std::vector<double> metrics;       // eval: (sum, count) per loss-op metric, summed over the pass
   size_t got = 0;
   std::vector<int32_t> context;      // sample
   std::string text;                  // sample
@@ -121,12 +122,12 @@ void shutdown_nodes(coord_ptr self, std::function<void()> done);
 
 // ---- actors/coordinator_train.cpp ----
 void begin_step(coord_ptr self);
-void on_loss(coord_ptr self, uint64_t s, uint32_t mb, double loss);
+void on_loss(coord_ptr self, uint64_t s, uint32_t mb, double loss, const std::vector<double>& metrics);
 void on_feed(coord_ptr self, uint64_t s, uint32_t mb);
 void on_grads(coord_ptr self, uint64_t s, int32_t id, double sq, std::vector<double>& fwd, std::vector<double>& bwd);
 void on_output(coord_ptr self, tensor& logits);
 void on_step_timeout(coord_ptr self);
-void begin_eval(coord_ptr self, std::function<void(double)> done);
+void begin_eval(coord_ptr self, std::function<void(eval_result)> done);
 void begin_sample(coord_ptr self, int count, std::string prompt, double temperature, uint64_t seed,
                   std::function<void(std::string)> done);
 void save_checkpoint_async(coord_ptr self, std::string path, std::function<void()> done);

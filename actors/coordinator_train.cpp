@@ -71,22 +71,36 @@ void fail_diverged(coord_ptr self, const std::string& what) {
   fail(self, make_error(fusion_errc::op_failed, msg));
 }
 
-// Sends micro-batches [first, last) of a (rows, T) batch (tokens and targets) to the inputs.
-void feed(coord_ptr self, uint64_t s, pass_mode mode, const std::vector<int32_t>& x, const std::vector<int32_t>& y,
-          int64_t rows, int64_t per_mb, int64_t T, int64_t first = 0, int64_t last = -1) {
+// A batch of `rows` rows: one tensor per feed, shaped like the model's input with `rows` in
+// place of the micro-batch size.
+std::vector<tensor> make_batch(const coordinator_state& st, int64_t rows) {
+  std::vector<tensor> out;
+  for (auto& f : st.in->model.feeds) {
+    shape_t s = st.in->model.nodes[f.node].shape;
+    s[0] = rows;
+    out.push_back(tensor::uninitialized(s, st.in->model.nodes[f.node].type));
+  }
+  return out;
+}
+
+std::vector<tensor*> pointers(std::vector<tensor>& ts) {
+  std::vector<tensor*> out;
+  for (auto& t : ts) out.push_back(&t);
+  return out;
+}
+
+// Sends micro-batches [first, last) of `batch` (one tensor per feed, or only the first feed
+// when sampling) to the input actors, per_mb rows each.
+void feed(coord_ptr self, uint64_t s, pass_mode mode, const std::vector<tensor>& batch, int64_t per_mb,
+          int64_t first = 0, int64_t last = -1) {
   auto& st = self->state;
   const graph& g = st.in->model;
+  const int64_t rows = batch.at(0).dim(0);
   if (last < 0) last = (rows + per_mb - 1) / per_mb;
-  for (int64_t mb = first; mb < last; ++mb) {
-    const int64_t r = mb * per_mb;
-    auto xs = std::span<const int32_t>(x).subspan(r * T, per_mb * T);
-    self->send(st.actors[g.tokens_node], forward_atom::value, s, static_cast<uint32_t>(mb), uint32_t{0},
-               static_cast<uint8_t>(mode), tensor::from_i32({per_mb, T}, xs));
-    if (mode == pass_mode::infer) continue;
-    auto ys = std::span<const int32_t>(y).subspan(r * T, per_mb * T);
-    self->send(st.actors[g.targets_node], forward_atom::value, s, static_cast<uint32_t>(mb), uint32_t{0},
-               static_cast<uint8_t>(mode), tensor::from_i32({per_mb, T}, ys));
-  }
+  for (int64_t mb = first; mb < last; ++mb)
+    for (size_t k = 0; k < batch.size(); ++k)
+      self->send(st.actors[g.feeds[k].node], forward_atom::value, s, static_cast<uint32_t>(mb), uint32_t{0},
+                 static_cast<uint8_t>(mode), slice_rows(batch[k], mb * per_mb, std::min(per_mb, rows - mb * per_mb)));
 }
 
 // {"step": N, "ops": {...}, "edges": [...]} fields of a step record: per micro-batch for ops, per
@@ -124,16 +138,22 @@ std::string measurement_fields(const step_record& rec, const graph& g) {
 void end_step(coord_ptr self, step_record rec);
 
 // A validation loss: kept in the result, written to the metrics and shown (NaN: none ran).
-void record_eval(coord_ptr self, double v) {
-  if (std::isnan(v)) return;
+void record_eval(coord_ptr self, eval_result v) {
+  if (std::isnan(v.loss)) return;
   auto& s = self->state;
-  s.in->result.val_losses.emplace_back(s.step, v);
-  char buf[160];
-  std::snprintf(buf, sizeof buf, "{\"type\": \"eval\", \"step\": %lld, \"val_loss\": %.6f, \"time\": \"%s\"}",
-                static_cast<long long>(s.step), v, wall_time().c_str());
+  s.in->result.val_losses.emplace_back(s.step, v.loss);
+  const bool acc = !std::isnan(v.accuracy);
+  if (acc) s.in->result.val_accuracies.emplace_back(s.step, v.accuracy);
+  char extra[64] = "";
+  if (acc) std::snprintf(extra, sizeof extra, ", \"val_accuracy\": %.6f", v.accuracy);
+  char buf[224];
+  std::snprintf(buf, sizeof buf, "{\"type\": \"eval\", \"step\": %lld, \"val_loss\": %.6f%s, \"time\": \"%s\"}",
+                static_cast<long long>(s.step), v.loss, extra, wall_time().c_str());
   log_metrics(s, buf);
+  if (acc) std::snprintf(extra, sizeof extra, " | val_accuracy %.2f%%", 100 * v.accuracy);
   if (s.in->cfg.progress)
-    std::fprintf(stderr, "%sstep %lld | val_loss %.4f\n", tty(s) ? "\r\33[K" : "", static_cast<long long>(s.step), v);
+    std::fprintf(stderr, "%sstep %lld | val_loss %.4f%s\n", tty(s) ? "\r\33[K" : "", static_cast<long long>(s.step),
+                 v.loss, extra);
 }
 
 // Edge traffic of the step that just ended, from every node, then end_step.
@@ -196,7 +216,7 @@ void optimizer_step(coord_ptr self) {
               auto& s = self->state;
               ++s.step;
               s.cur->rec.step_s = seconds_between(s.cur->t0, clock_type::now());
-              s.cur->rec.tokens_per_s = static_cast<double>(s.in->cfg.batch * s.in->model.context) / s.cur->rec.step_s;
+              s.cur->rec.tokens_per_s = static_cast<double>(s.in->cfg.batch * s.in->model.row_items) / s.cur->rec.step_s;
               step_record done = std::move(s.cur->rec);
               if (!s.nodes.empty()) return poll_traffic(self, std::move(done));
               end_step(self, std::move(done));
@@ -216,7 +236,7 @@ void end_step(coord_ptr self, step_record rec) {
   ++st.timer;
   observe_step(self, rec);
   adapt_compression(self);
-  const int64_t tokens_per_step = cfg.batch * st.in->model.context;
+  const int64_t tokens_per_step = cfg.batch * st.in->model.row_items;
   double elapsed = seconds_between(st.train_t0, clock_type::now());
   double avg_tps = static_cast<double>((st.step - st.train_first) * tokens_per_step) / std::max(elapsed, 1e-9);
   if (st.metrics.is_open()) {
@@ -234,8 +254,9 @@ void end_step(coord_ptr self, step_record rec) {
     char timing[64] = "";
     if (rec.predicted_step_s > 0)
       std::snprintf(timing, sizeof timing, " | step %.2f s (predicted %.2f s)", rec.step_s, rec.predicted_step_s);
-    std::fprintf(stderr, "%sstep %lld/%lld | loss %.4f | lr %.2e | %.0f tok/s%s | ETA %s%s", tty(st) ? "\r\33[K" : "",
-                 static_cast<long long>(st.step), static_cast<long long>(cfg.steps), rec.loss, rec.lr, avg_tps, timing,
+    std::fprintf(stderr, "%sstep %lld/%lld | loss %.4f | lr %.2e | %.0f %s/s%s | ETA %s%s", tty(st) ? "\r\33[K" : "",
+                 static_cast<long long>(st.step), static_cast<long long>(cfg.steps), rec.loss, rec.lr, avg_tps,
+                 st.in->model.is_text() ? "tok" : "img", timing,
                  format_duration(eta).c_str(), tty(st) ? "" : "\n");
   }
   st.last = rec;
@@ -247,7 +268,7 @@ void end_step(coord_ptr self, step_record rec) {
     begin_step(self);
   };
   if (cfg.eval_every > 0 && st.step % cfg.eval_every == 0 && st.step < cfg.steps) {
-    return begin_eval(self, [=](double v) {
+    return begin_eval(self, [=](eval_result v) {
       record_eval(self, v);
       next();
     });
@@ -282,7 +303,7 @@ void begin_step(coord_ptr self) {
   if (st.phase == run_phase::paused) return;
   if (st.step >= st.in->cfg.steps) return finish_training(self, false);
   const auto& cfg = st.in->cfg;
-  const int64_t T = st.in->model.context, B = cfg.batch, M = cfg.micro_batches;
+  const int64_t B = cfg.batch, M = cfg.micro_batches;
   st.cur.emplace();
   auto& c = *st.cur;
   c.s = static_cast<uint64_t>(st.step);
@@ -293,9 +314,12 @@ void begin_step(coord_ptr self) {
   c.losses.assign(M, NAN);
   c.sq.assign(st.in->model.nodes.size(), 0.0);
   c.reported.assign(st.in->model.nodes.size(), 0);
-  c.x.resize(B * T);
-  c.y.resize(B * T);
-  st.in->data->train_batch(cfg.seed, c.s, B, T, c.x.data(), c.y.data());
+  c.batch = make_batch(st, B);
+  try {
+    st.in->data->train_batch(cfg.seed, c.s, pointers(c.batch));
+  } catch (const std::exception& e) {
+    return fail(self, make_error(fusion_errc::bad_config, e.what()));
+  }
   st.act = activity::step;
   arm_timeout(self, cfg.step_timeout_s);
   // Paced feeding (workload_estimator::feed_interval_s): micro-batch m leaves at m x the
@@ -303,8 +327,8 @@ void begin_step(coord_ptr self) {
   // next and the stages overlap like a pipeline. Losses do not depend on it: every op actor
   // still sees the micro-batches in order.
   const double interval = predicted.feed_interval_s;
-  if (interval <= 0 || M == 1) return feed(self, c.s, pass_mode::train, c.x, c.y, B, st.micro_rows, T);
-  feed(self, c.s, pass_mode::train, c.x, c.y, B, st.micro_rows, T, 0, 1);
+  if (interval <= 0 || M == 1) return feed(self, c.s, pass_mode::train, c.batch, st.micro_rows);
+  feed(self, c.s, pass_mode::train, c.batch, st.micro_rows, 0, 1);
   for (int64_t mb = 1; mb < M; ++mb)
     self->delayed_send(self, std::chrono::microseconds(static_cast<int64_t>(interval * 1e6 * static_cast<double>(mb))),
                        feed_atom::value, c.s, static_cast<uint32_t>(mb));
@@ -313,15 +337,16 @@ void begin_step(coord_ptr self) {
 void on_feed(coord_ptr self, uint64_t s, uint32_t mb) {
   auto& st = self->state;
   if (st.act != activity::step || !st.cur || st.cur->s != s) return;  // the step failed or was abandoned
-  const int64_t T = st.in->model.context, B = st.in->cfg.batch;
-  feed(self, s, pass_mode::train, st.cur->x, st.cur->y, B, st.micro_rows, T, mb, mb + 1);
+  feed(self, s, pass_mode::train, st.cur->batch, st.micro_rows, mb, mb + 1);
 }
 
-void on_loss(coord_ptr self, uint64_t, uint32_t mb, double loss) {
+void on_loss(coord_ptr self, uint64_t, uint32_t mb, double loss, const std::vector<double>& metrics) {
   auto& st = self->state;
   if (st.act == activity::eval) {
     if (mb >= st.pass.losses.size()) return;
     st.pass.losses[mb] = loss;
+    if (st.pass.metrics.size() < metrics.size()) st.pass.metrics.resize(metrics.size(), 0.0);
+    for (size_t i = 0; i < metrics.size(); ++i) st.pass.metrics[i] += metrics[i];
     // A copy: the continuation installs the next one in st.after_pass while it runs.
     if (++st.pass.got == st.pass.losses.size()) std::function<void()>(st.after_pass)();
     return;
@@ -366,25 +391,34 @@ void on_step_timeout(coord_ptr self) {
                                                   " (runtime.step-timeout)"));
 }
 
-void begin_eval(coord_ptr self, std::function<void(double)> done) {
+void begin_eval(coord_ptr self, std::function<void(eval_result)> done) {
   auto& st = self->state;
-  const int64_t T = st.in->model.context, B = st.in->cfg.batch;
+  const int64_t B = st.in->cfg.batch;
   st.pass = pass_ctx{};
-  st.pass.count = std::min(st.in->cfg.eval_batches, st.in->data->val_batches(B, T));
-  if (st.pass.count <= 0) return done(NAN);
+  try {
+    st.pass.count = std::min(st.in->cfg.eval_batches, st.in->data->eval_batches(B));
+  } catch (const std::exception&) {
+    st.pass.count = 0;  // the session checked this before training; a caller asking anyway gets NaN
+  }
+  if (st.pass.count <= 0) return done({});
   auto prev = st.act;
   auto batch = std::make_shared<std::function<void()>>();
   *batch = [=] {
     auto& s = self->state;
-    const int64_t TT = s.in->model.context, BB = s.in->cfg.batch, M = s.in->cfg.micro_batches;
+    const int64_t BB = s.in->cfg.batch, M = s.in->cfg.micro_batches;
     if (s.pass.index == s.pass.count) {
       s.act = prev;
       ++s.timer;
-      double mean = s.pass.total / static_cast<double>(s.pass.count * M);
-      return done(mean);
+      eval_result r;
+      r.loss = s.pass.total / static_cast<double>(s.pass.count * M);
+      const auto names = s.in->model.nodes[s.in->model.loss_node].impl->metric_names();
+      for (size_t k = 0; k < names.size() && 2 * k + 1 < s.pass.metrics.size(); ++k)
+        if (names[k] == "accuracy" && s.pass.metrics[2 * k + 1] > 0)
+          r.accuracy = s.pass.metrics[2 * k] / s.pass.metrics[2 * k + 1];
+      return done(r);
     }
-    std::vector<int32_t> x(BB * TT), y(BB * TT);
-    s.in->data->val_batch(s.pass.index, BB, TT, x.data(), y.data());
+    std::vector<tensor> rows = make_batch(s, BB);
+    s.in->data->eval_batch(s.pass.index, pointers(rows));
     s.pass.losses.assign(M, NAN);
     s.pass.got = 0;
     s.after_pass = [=] {
@@ -394,7 +428,7 @@ void begin_eval(coord_ptr self, std::function<void(double)> done) {
       (*batch)();
     };
     arm_timeout(self, s.in->cfg.step_timeout_s);
-    feed(self, static_cast<uint64_t>(s.step), pass_mode::eval, x, y, BB, s.micro_rows, TT);
+    feed(self, static_cast<uint64_t>(s.step), pass_mode::eval, rows, s.micro_rows);
   };
   st.act = activity::eval;
   (*batch)();
@@ -423,7 +457,7 @@ void begin_sample(coord_ptr self, int count, std::string prompt, double temperat
     s.pass.got = static_cast<size_t>(t);  // the window length, read back in on_output
     s.after_pass = *next;
     arm_timeout(self, s.in->cfg.step_timeout_s);
-    feed(self, static_cast<uint64_t>(s.step), pass_mode::infer, window, {}, 1, 1, t);
+    feed(self, static_cast<uint64_t>(s.step), pass_mode::infer, {tensor::from_i32({1, t}, window)}, 1);
   };
   (*next)();
 }
@@ -465,8 +499,10 @@ void save_checkpoint_async(coord_ptr self, std::string path, std::function<void(
     ck.step = static_cast<uint64_t>(s.step);
     ck.model_name = s.in->model.name;
     ck.meta = "model_file=" + s.in->cfg.model_file + "\nseed=" + std::to_string(s.in->cfg.seed) + "\n";
-    std::vector<int32_t> vocab(s.in->tokenizer.chars().begin(), s.in->tokenizer.chars().end());
-    ck.tensors.emplace_back("@vocab", tensor::from_i32({static_cast<int64_t>(vocab.size())}, vocab));
+    if (s.in->model.is_text()) {
+      std::vector<int32_t> vocab(s.in->tokenizer.chars().begin(), s.in->tokenizer.chars().end());
+      ck.tensors.emplace_back("@vocab", tensor::from_i32({static_cast<int64_t>(vocab.size())}, vocab));
+    }
     named_tensors all;
     for (auto& part : parts)
       for (auto& kv : part) all.push_back(std::move(kv));
@@ -538,7 +574,7 @@ void finish_training(coord_ptr self, bool interrupted) {
     auto& r = s.in->result;
     r.seconds = seconds_between(s.train_t0, clock_type::now());
     r.tokens_per_s = r.seconds > 0 ? static_cast<double>((s.step - s.train_first) * s.in->cfg.batch *
-                                                         s.in->model.context) / r.seconds
+                                                         s.in->model.row_items) / r.seconds
                                    : 0;
     if (s.train_rp.pending()) s.train_rp.deliver(true);
   };
@@ -548,11 +584,11 @@ void finish_training(coord_ptr self, bool interrupted) {
     save_checkpoint_async(self, s.in->cfg.checkpoint_file, complete);
   };
   if (st.in->cfg.eval_batches > 0 && !interrupted) {
-    return begin_eval(self, [=](double v) {
+    return begin_eval(self, [=](eval_result v) {
       // The session checked that the split holds a batch, so NaN is a diverged model, not "none
       // ran": a run without a checkpoint would otherwise end "done" with a broken model.
-      if (!std::isfinite(v))
-        return fail_diverged(self, "the validation loss became " + format_number(v) + " after step " +
+      if (!std::isfinite(v.loss))
+        return fail_diverged(self, "the validation loss became " + format_number(v.loss) + " after step " +
                                        std::to_string(self->state.step));
       record_eval(self, v);
       checkpoint();

@@ -10,7 +10,7 @@
 // Protocol of one training step (S = step, M = micro-batches, m = micro-batch index):
 //   coordinator -> input actors   forward_atom(S, m, slot 0, mode, tokens|targets)
 //   op actor    -> consumer       forward_atom(S, m, slot, mode, activation)       fan-out: one per consumer
-//   loss actor  -> coordinator    loss_atom(S, m, loss)                            then starts backward
+//   loss actor  -> coordinator    loss_atom(S, m, loss, metrics)                   then starts backward
 //   op actor    -> producer       backward_atom(S, m, consumer index, gradient)    summed in consumer order
 //   op actor    -> coordinator    grads_atom(S, node id, sum of squared grads, forward seconds per
 //                                 micro-batch, backward seconds per micro-batch)  after its M-th backward

@@ -65,6 +65,8 @@ struct op_state {
   std::unique_ptr<op> impl;
   std::vector<param_spec> param_specs;
   std::vector<tensor> params, grads, m, v;
+  std::vector<buffer_spec> buffer_specs;
+  std::vector<tensor> buffers;  // non-trainable state (batch norm statistics): checkpointed, no optimizer
   std::vector<caf::actor> consumers, producers;
   caf::actor coordinator;
   std::map<uint32_t, fwd_entry> pending_fwd;
@@ -162,6 +164,7 @@ void run_forward(self_ptr self, uint64_t step, uint32_t mb, pass_mode mode, std:
   auto& st = self->state;
   tensor out;
   std::vector<tensor> aux;
+  std::vector<metric_value> metrics;
   if (!st.impl) {  // a data input: pass through
     out = std::move(inputs[0]);
   } else {
@@ -169,17 +172,25 @@ void run_forward(self_ptr self, uint64_t step, uint32_t mb, pass_mode mode, std:
     std::vector<shape_t> shapes;
     std::vector<dtype> types;
     std::vector<const tensor*> in_ptrs, p_ptrs;
+    std::vector<tensor*> b_ptrs;
     for (auto& t : inputs) shapes.push_back(t.shape()), types.push_back(t.type()), in_ptrs.push_back(&t);
     for (auto& t : st.params) p_ptrs.push_back(&t);
+    for (auto& t : st.buffers) b_ptrs.push_back(&t);
     out = st.dev->empty(st.impl->infer_shape(shapes, types), dtype::f32);
-    st.impl->forward({in_ptrs, p_ptrs, &out, &aux, st.dev->context()});
+    // Metrics (accuracy) are what evaluation reports; training passes skip their cost.
+    const bool want_metrics = mode == pass_mode::eval && st.spec.is_loss;
+    st.impl->forward({in_ptrs, p_ptrs, &out, &aux, st.dev->context(), b_ptrs, mode == pass_mode::train,
+                      want_metrics ? &metrics : nullptr});
     // Other actors use other streams: the output must be complete before it leaves (this also
     // reports a bad token or target id that a CUDA kernel recorded).
     st.dev->synchronize();
     if (mode == pass_mode::train && mb < st.fwd_seconds.size()) st.fwd_seconds[mb] = seconds_since(t0);
   }
   if (st.spec.is_loss) {
-    self->send(st.coordinator, loss_atom::value, step, mb, static_cast<double>(read_scalar(*st.dev, out)));
+    std::vector<double> flat;  // (sum, count) per metric, in op::metric_names() order
+    for (auto& m : metrics) flat.push_back(m.sum), flat.push_back(m.count);
+    self->send(st.coordinator, loss_atom::value, step, mb, static_cast<double>(read_scalar(*st.dev, out)),
+               std::move(flat));
     if (mode == pass_mode::train) {
       st.saved[mb] = {std::move(inputs), std::move(aux)};
       tensor seed_grad(shape_t{}, dtype::f32);
@@ -226,21 +237,27 @@ named_tensors collect_state(op_state& st) {
     out.emplace_back(key + ".m", st.dev->download(st.m[i]));
     out.emplace_back(key + ".v", st.dev->download(st.v[i]));
   }
+  for (size_t i = 0; i < st.buffers.size(); ++i)
+    out.emplace_back(st.spec.name + "/" + st.buffer_specs[i].name, st.dev->download(st.buffers[i]));
   return out;
 }
 
 void restore_state(op_state& st, named_tensors& in) {
+  auto restore = [&](const std::string& key, tensor* dst) {
+    auto it = std::find_if(in.begin(), in.end(), [&](auto& kv) { return kv.first == key; });
+    if (it == in.end()) throw std::runtime_error("checkpoint has no tensor '" + key + "'");
+    if (it->second.shape() != dst->shape() || it->second.type() != dtype::f32)
+      throw std::runtime_error("checkpoint tensor '" + key + "' has shape " + to_string(it->second.shape()) +
+                               ", model expects " + to_string(dst->shape()));
+    *dst = st.dev->upload(std::move(it->second));
+  };
   for (size_t i = 0; i < st.params.size(); ++i) {
     const std::string key = st.spec.name + "/" + st.param_specs[i].name;
-    for (auto [suffix, dst] : {std::pair{"", &st.params[i]}, {".m", &st.m[i]}, {".v", &st.v[i]}}) {
-      auto it = std::find_if(in.begin(), in.end(), [&](auto& kv) { return kv.first == key + suffix; });
-      if (it == in.end()) throw std::runtime_error("checkpoint has no tensor '" + key + suffix + "'");
-      if (it->second.shape() != dst->shape() || it->second.type() != dtype::f32)
-        throw std::runtime_error("checkpoint tensor '" + key + suffix + "' has shape " +
-                                 to_string(it->second.shape()) + ", model expects " + to_string(dst->shape()));
-      *dst = st.dev->upload(std::move(it->second));
-    }
+    for (auto [suffix, dst] : {std::pair{"", &st.params[i]}, {".m", &st.m[i]}, {".v", &st.v[i]}})
+      restore(key + suffix, dst);
   }
+  for (size_t i = 0; i < st.buffers.size(); ++i)
+    restore(st.spec.name + "/" + st.buffer_specs[i].name, &st.buffers[i]);
   st.dev->synchronize();
 }
 
@@ -259,6 +276,8 @@ caf::behavior op_actor_fn(self_ptr self, node_spec spec, actor_run_params run, s
   st.grads = std::move(compute->grads);
   st.m = std::move(compute->m);
   st.v = std::move(compute->v);
+  st.buffer_specs = std::move(compute->buffer_specs);
+  st.buffers = std::move(compute->buffers);
   // Every handler converts exceptions into a fail message: nothing escapes the actor.
   auto guarded = [self](auto&& fn) {
     try {

@@ -67,6 +67,8 @@ op_compute make_op_compute(const std::string& device, const std::string& kind, c
     c.m.push_back(c.dev->zeros(ps.shape, dtype::f32));
     c.v.push_back(c.dev->zeros(optim.kind == "sgd" ? shape_t{0} : ps.shape, dtype::f32));
   }
+  c.buffer_specs = c.impl->buffers(input_shapes);
+  for (auto& bs : c.buffer_specs) c.buffers.push_back(c.dev->upload(init_buffer(bs)));
   c.dev->synchronize();  // report a failed upload here, at spawn time
   return c;
 }

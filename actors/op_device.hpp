@@ -35,10 +35,12 @@ struct op_compute {
   std::unique_ptr<op> impl;              ///< null for a data input
   std::vector<param_spec> param_specs;
   std::vector<tensor> params, grads, m, v;  ///< on dev; v is empty-shaped ({0}) for SGD
+  std::vector<buffer_spec> buffer_specs;
+  std::vector<tensor> buffers;           ///< on dev: non-trainable state (op::buffers)
 };
 
 /// Builds the compute state of an op of kind `kind` ("input": none) with these input shapes on
-/// `device`. Parameters are initialised on the CPU (core/param_init.hpp, keyed "name/param") and
+/// `device`. Buffers start as their spec says (zeros or ones). Parameters are initialised on the CPU (core/param_init.hpp, keyed "name/param") and
 /// then uploaded, so every device starts from the same weights.
 op_compute make_op_compute(const std::string& device, const std::string& kind, const attr_map& attrs,
                            const std::vector<shape_t>& input_shapes, const std::string& name, uint64_t seed,

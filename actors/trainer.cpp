@@ -18,6 +18,7 @@
 #include "actors/op_device.hpp"
 #include "core/cluster.hpp"
 #include "core/data.hpp"
+#include "core/image_source.hpp"
 #include "core/graph.hpp"
 #include "ops/cpu/blas.hpp"
 
@@ -29,6 +30,49 @@ double peak_rss_mb() {
   while (std::getline(in, line))
     if (line.rfind("VmHWM:", 0) == 0) return std::stod(line.substr(6)) / 1024.0;
   return 0;
+}
+
+// The data source the model's feeds ask for, checked against the model's inputs.
+void load_data(run_inputs& in) {
+  const auto& cfg = in.cfg;
+  if (in.model.is_text()) {
+    std::string text = read_text_file(cfg.data_file);
+    if (cfg.vocab_file.empty()) {
+      in.tokenizer.build(text);
+    } else {
+      // The vocabulary follows the corpus (core/data.hpp): loaded, created or rebuilt with a note.
+      auto got = prepare_vocabulary(cfg.vocab_file, text, in.tokenizer);
+      if (!got.note.empty()) std::fprintf(stderr, "fusion-train: note: %s\n", got.note.c_str());
+    }
+    if (in.tokenizer.size() > in.model.vocab)
+      throw std::runtime_error("corpus " + cfg.data_file + " has " + std::to_string(in.tokenizer.size()) +
+                               " distinct characters but model " + cfg.model_file + " has vocabulary " +
+                               std::to_string(in.model.vocab));
+    in.text = std::make_shared<text_dataset>(in.tokenizer.encode(text), cfg.val_fraction);
+    in.data = std::make_unique<text_source>(in.text, in.model.context, cfg.data_file);
+  } else {
+    image_options o;
+    o.dir = cfg.image_dir;
+    o.crop_padding = static_cast<int>(cfg.crop_padding);
+    o.flip = cfg.flip;
+    // Labels are checked against the model's classes (IDX labels are bytes: at most 256 matter).
+    if (in.model.logits_node >= 0)
+      o.classes = static_cast<int>(std::min<int64_t>(256, in.model.nodes[in.model.logits_node].shape.at(1)));
+    try {
+      in.data = std::make_unique<image_source>(o);
+    } catch (const std::invalid_argument& e) {
+      throw std::runtime_error(std::string("[data] settings: ") + e.what());
+    }
+  }
+  for (size_t k = 0; k < in.model.feeds.size(); ++k) {
+    const graph_node& n = in.model.nodes[in.model.feeds[k].node];
+    in.data->check_input(k, n.name, n.shape, n.type);
+  }
+  // Every run with train.eval-batches > 0 evaluates at least once, at the end: an evaluation
+  // split too short for one batch must stop it now, not after training with nothing saved.
+  if (cfg.eval_batches > 0 && in.data->eval_batches(cfg.batch) <= 0)
+    throw std::runtime_error(in.data->describe() + ": no evaluation batch of " + std::to_string(cfg.batch) +
+                             " rows (lower train.batch or set train.eval-batches = 0)");
 }
 
 // The session is the blocking face of the coordinator actor: it loads what can be loaded
@@ -77,28 +121,7 @@ session::impl::impl(train_config c) {
     throw std::runtime_error("runtime.device: " + why);
   }
   in->model = load_graph(cfg.model_file, cfg.batch / cfg.micro_batches);
-  std::string text = read_text_file(cfg.data_file);
-  if (cfg.vocab_file.empty()) {
-    in->tokenizer.build(text);
-  } else {
-    // The vocabulary follows the corpus (core/data.hpp): loaded, created or rebuilt with a note.
-    auto got = prepare_vocabulary(cfg.vocab_file, text, in->tokenizer);
-    if (!got.note.empty()) std::fprintf(stderr, "fusion-train: note: %s\n", got.note.c_str());
-  }
-  if (in->tokenizer.size() > in->model.vocab)
-    throw std::runtime_error("corpus " + cfg.data_file + " has " + std::to_string(in->tokenizer.size()) +
-                             " distinct characters but model " + cfg.model_file + " has vocabulary " +
-                             std::to_string(in->model.vocab));
-  in->data = std::make_unique<text_dataset>(in->tokenizer.encode(text), cfg.val_fraction);
-  // Every run with train.eval-batches > 0 evaluates at least once, at the end: a validation
-  // split too short for one batch must stop it now, not after training with nothing saved.
-  if (cfg.eval_batches > 0) {
-    try {
-      (void)in->data->val_batches(cfg.batch, in->model.context);
-    } catch (const std::exception& e) {
-      throw std::runtime_error("corpus " + cfg.data_file + ": " + e.what());
-    }
-  }
+  load_data(*in);
 
   cpu::set_blas_threads(std::max(1, cfg.blas_threads));
   int threads = cfg.threads > 0 ? cfg.threads : static_cast<int>(std::max(1L, sysconf(_SC_NPROCESSORS_ONLN)));
@@ -160,7 +183,14 @@ train_result session::train() {
   return r;
 }
 
-double session::evaluate() { return impl_->call<double>(eval_atom::value); }
+std::string session::item_name() const { return impl_->in->data->item_name(); }
+bool session::is_text() const { return impl_->in->model.is_text(); }
+std::string session::describe_data() const { return impl_->in->data->describe(); }
+
+eval_result session::evaluate() {
+  auto v = impl_->call<std::vector<double>>(eval_atom::value);
+  return {v.at(0), v.at(1)};
+}
 std::string session::sample(int n, const std::string& prompt, double temperature, uint64_t seed) {
   return impl_->call<std::string>(sample_atom::value, static_cast<int32_t>(n), prompt, temperature, seed);
 }
@@ -183,7 +213,8 @@ std::vector<std::string> session::cluster_nodes() const {
 int64_t session::param_count() const { return impl_->in->model.param_count(); }
 size_t session::actor_count() const { return impl_->in->model.nodes.size(); }
 double session::unigram_entropy() const {
-  return fusion::unigram_entropy(impl_->in->data->train_tokens(), impl_->in->tokenizer.size());
+  if (!impl_->in->text) return NAN;
+  return fusion::unigram_entropy(impl_->in->text->train_tokens(), impl_->in->tokenizer.size());
 }
 
 }  // namespace fusion

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <atomic>
+#include <cmath>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -24,6 +25,10 @@ struct train_config {
   std::string vocab_file;                  ///< character vocabulary: loaded if it exists, else built
                                            ///< from the corpus and written there; empty: built, not saved
   double val_fraction = 0.1;               ///< tail of the corpus held out for validation
+  // An image model (fed images and labels) reads an IDX dataset instead (core/image_source.hpp).
+  std::string image_dir = "/usr/share/datasets/fashion-mnist";  ///< the four IDX files
+  int64_t crop_padding = 0;                ///< random crops: pad by this many pixels (0: off)
+  bool flip = false;                       ///< random horizontal flips
   int64_t batch = 16;                      ///< global batch (sequences per optimizer step)
   int64_t micro_batches = 1;               ///< pipeline micro-batches per step (must divide batch)
   int64_t steps = 100;                     ///< optimizer steps to run in total (resume counts on)
@@ -118,11 +123,19 @@ struct step_record {
   std::vector<edge_measurement> edges; ///< every cross-process edge that carried data
 };
 
+/// What one evaluation pass measured (NaN: not measured).
+struct eval_result {
+  double loss = NAN;       ///< mean loss over the evaluation batches
+  double accuracy = NAN;   ///< correct / predictions, when the loss op reports "accuracy"
+};
+
 /// What a call to session::train returns.
 struct train_result {
   std::vector<step_record> steps;
   std::vector<std::pair<int64_t, double>> val_losses;  ///< (step, validation loss)
-  double tokens_per_s = 0;                              ///< over the whole call
+  std::vector<std::pair<int64_t, double>> val_accuracies;  ///< (step, accuracy), when reported
+  double tokens_per_s = 0;                              ///< over the whole call (images/s for
+                                                        ///< an image model: rows x row_items)
   double seconds = 0;
   double peak_rss_mb = 0;
   bool interrupted = false;                             ///< stopped early by stop_flag
@@ -139,8 +152,9 @@ class session {
 
   /// Trains from the current step up to cfg.steps.
   train_result train();
-  /// Mean validation loss over cfg.eval_batches batches.
-  double evaluate();
+  /// Mean loss (and accuracy, when the loss op reports it) over cfg.eval_batches evaluation
+  /// batches: the validation split of a corpus, the test split of an image dataset.
+  eval_result evaluate();
   /// Generates `n` characters after `prompt` (temperature <= 0: greedy).
   std::string sample(int n, const std::string& prompt, double temperature, uint64_t seed);
   void save_checkpoint(const std::string& path);
@@ -160,9 +174,15 @@ class session {
   int64_t param_count() const;
   /// Number of op actors (one per OP-DAG node, inputs included).
   size_t actor_count() const;
+  /// What throughput counts: "tokens" for a text model, "images" for an image model.
+  std::string item_name() const;
+  /// Whether the model reads text (and so can sample).
+  bool is_text() const;
+  /// One line on the data source, e.g. "text data/kjv.txt: ... tokens".
+  std::string describe_data() const;
   /// Nodes of the cluster file this session runs on (empty without one).
   std::vector<std::string> cluster_nodes() const;
-  /// Entropy of the training split's character distribution, in nats.
+  /// Entropy of the training split's character distribution, in nats (NaN for an image model).
   double unigram_entropy() const;
 
  private:

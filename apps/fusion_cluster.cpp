@@ -197,7 +197,7 @@ int run_plan(const std::vector<std::string>& args) {
   opfence_report fence;
   bool is_fence = c.placement.policy == placement_policy::opfence;
   plan p = plan_compressed_run(est, prof, compression, 1, &fence);
-  plan_report r = report_plan(est, p, static_cast<double>(batch * g.context));
+  plan_report r = report_plan(est, p, static_cast<double>(batch * g.row_items));
   if (json) {
     std::cout << plan_json(est, r, is_fence ? &fence : nullptr).dump(2) << "\n";
     return 0;

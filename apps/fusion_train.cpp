@@ -99,6 +99,13 @@ struct train_app_config : table_config {
                     "when the corpus has characters it lacks",
                     &run.vocab_file),
         {"data", "val-fraction", "fraction of the corpus tail held out for validation", &run.val_fraction},
+        path_option("data", "image-dir",
+                    "image models: directory of the IDX files (train-images-idx3-ubyte[.gz], ...; default Debian's "
+                    "dataset-fashion-mnist)",
+                    &run.image_dir),
+        {"data", "crop-padding", "image models: random crops after padding by this many pixels (0: off)",
+         &run.crop_padding},
+        {"data", "flip", "image models: random horizontal flips", &run.flip},
         {"train", "batch", "global batch: sequences per optimizer step", &run.batch},
         {"train", "micro-batches", "pipeline micro-batches per step (divides batch)", &run.micro_batches},
         {"train", "steps", "total optimizer steps", &run.steps},
@@ -232,6 +239,8 @@ void check_settings(const train_app_config& cfg) {
   if (r.steps < 0) throw usage_error("train.steps must be at least 0, got " + std::to_string(r.steps));
   if (!(r.val_fraction >= 0 && r.val_fraction < 1))
     throw usage_error("data.val-fraction must be at least 0 and below 1, got " + format_number(r.val_fraction));
+  if (r.crop_padding < 0 || r.crop_padding > 64)
+    throw usage_error("data.crop-padding must be between 0 (off) and 64 pixels, got " + std::to_string(r.crop_padding));
   if (r.eval_batches < 0)
     throw usage_error("train.eval-batches must be at least 0 (0: no validation), got " +
                       std::to_string(r.eval_batches));
@@ -366,6 +375,7 @@ int run(int argc, char** argv) {
   std::fprintf(stderr, "fusion-train: model %s, %lld parameters, %zu operator actors, batch %lld in %lld micro-batches\n",
                cfg.run.model_file.c_str(), static_cast<long long>(s.param_count()), s.actor_count(),
                static_cast<long long>(cfg.run.batch), static_cast<long long>(cfg.run.micro_batches));
+  std::fprintf(stderr, "fusion-train: data: %s\n", s.describe_data().c_str());
   if (s.step() > 0) std::fprintf(stderr, "fusion-train: resumed at step %lld\n", static_cast<long long>(s.step()));
   train_result r = s.train();
   if (r.interrupted) {
@@ -374,12 +384,14 @@ int run(int argc, char** argv) {
                                                  : (", checkpoint written to " + cfg.run.checkpoint_file).c_str());
     return exit_interrupted;
   }
-  std::fprintf(stderr, "fusion-train: %zu steps in %.1f s, %.0f tokens/s, peak RSS %.0f MiB", r.steps.size(), r.seconds,
-               r.tokens_per_s, r.peak_rss_mb);
+  std::fprintf(stderr, "fusion-train: %zu steps in %.1f s, %.0f %s/s, peak RSS %.0f MiB", r.steps.size(), r.seconds,
+               r.tokens_per_s, s.item_name().c_str(), r.peak_rss_mb);
   if (!r.val_losses.empty()) std::fprintf(stderr, ", val_loss %.4f", r.val_losses.back().second);
-  std::fprintf(stderr, " (unigram entropy %.4f)\n", s.unigram_entropy());
+  if (!r.val_accuracies.empty()) std::fprintf(stderr, ", test accuracy %.2f%%", 100 * r.val_accuracies.back().second);
+  if (s.is_text()) std::fprintf(stderr, " (unigram entropy %.4f)", s.unigram_entropy());
+  std::fputc('\n', stderr);
   doing = "sampling";
-  if (cfg.sample.after_training > 0)
+  if (cfg.sample.after_training > 0 && s.is_text())
     std::cout << "--- sample ---\n"
               << cfg.sample.prompt
               << s.sample(static_cast<int>(cfg.sample.after_training), cfg.sample.prompt, cfg.sample.temperature,

@@ -2,6 +2,10 @@
 
 namespace fusion {
 
+bool graph_feed_known(const std::string& feed) {
+  return feed == "tokens" || feed == "targets" || feed == "images" || feed == "labels";
+}
+
 int graph::find(const std::string& n) const {
   for (auto& node : nodes)
     if (node.name == n) return node.id;

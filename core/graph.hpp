@@ -27,6 +27,16 @@ inline constexpr int64_t graph_max_tensor_elements = int64_t{1} << 32;
 /// weights, gradients and Adam moments). The loader refuses a model with more.
 inline constexpr int64_t graph_max_params = int64_t{1} << 36;
 
+/// What a data source fills an input with (core/data_source.hpp): a text model is fed
+/// {tokens, targets}, an image classifier {images, labels}.
+struct graph_feed {
+  std::string feed;   ///< "tokens", "targets", "images" or "labels"
+  int node = -1;      ///< the input node
+};
+
+/// Whether `feed` is one of the feeds above.
+bool graph_feed_known(const std::string& feed);
+
 /// One consumer of a node's output: which node, and which of its input slots.
 struct graph_edge_end {
   int node = -1;
@@ -53,13 +63,20 @@ struct graph {
   std::string name;             ///< model name from the file
   std::string file;             ///< path it was loaded from
   int64_t batch = 0;            ///< the B the shapes were inferred for
-  int64_t context = 0;          ///< T: the sequence length of the token input
-  int64_t vocab = 0;            ///< V: vocabulary size the model expects
+  int64_t context = 0;          ///< T: the sequence length of the token input (0: not a text model)
+  int64_t vocab = 0;            ///< V: vocabulary size the model expects (0: not a text model)
+  /// Items one row of a batch holds, for throughput: T tokens for a text model, 1 image.
+  int64_t row_items = 1;
   std::vector<graph_node> nodes;  ///< topological order: producers before consumers
-  int tokens_node = -1;         ///< input node fed with token ids (B, T)
-  int targets_node = -1;        ///< input node fed with next-token targets (B, T)
-  int logits_node = -1;         ///< node whose output is (B, T, V) logits (for sampling)
+  /// The fed inputs in data-source order: {tokens, targets} or {images, labels}.
+  std::vector<graph_feed> feeds;
+  int tokens_node = -1;         ///< input node fed with token ids (B, T); -1 for an image model
+  int targets_node = -1;        ///< input node fed with next-token targets (B, T); -1 likewise
+  int logits_node = -1;         ///< node whose output is (B, T, V) logits (for sampling); -1 if none
   int loss_node = -1;           ///< scalar loss node
+
+  /// Whether the model reads text (tokens and targets feeds).
+  bool is_text() const { return tokens_node >= 0; }
 
   /// Node id by name, or -1.
   int find(const std::string& name) const;
@@ -69,7 +86,8 @@ struct graph {
 
 /// Loads and validates a model file for batch size `batch`. Throws graph_error naming file, line
 /// and node for: parse errors, unknown op, missing or bad attribute, dangling or duplicate edge,
-/// duplicate node name, cycle, shape mismatch, missing tokens/targets/logits/loss declarations.
+/// duplicate node name, cycle, shape mismatch, missing or inconsistent feeds, missing logits
+/// (text models) or loss declarations.
 graph load_graph(const std::string& path, int64_t batch);
 
 /// Same, from text already in memory; `path` is used only in messages.

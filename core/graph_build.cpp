@@ -7,6 +7,7 @@
 #include <boost/graph/topological_sort.hpp>
 
 #include <algorithm>
+#include <array>
 #include <map>
 
 #include "core/graph_names.hpp"
@@ -67,6 +68,9 @@ std::string tensor_size_problem(const shape_t& s) {
          " elements per tensor";
 }
 
+// The feeds of a text model and of an image model, in data-source order (core/data_source.hpp).
+constexpr std::array<const char*, 2> text_feeds{"tokens", "targets"}, image_feeds{"images", "labels"};
+
 // Ends every size error: where the limits are explained.
 const char* const see_limits = "; see \"Limits\" in docs/model-format.md";
 
@@ -82,10 +86,10 @@ class builder {
     make_ops();
     resolve_edges();
     for (auto& d : decls_) declared_.push_back(resolve_declaration(d));
+    assign_feeds();
     std::vector<int> order = topo_order();
     infer_shapes(order);
     check_declarations();
-    check_unfed_inputs();
     check_dead_ends();
     return assemble(order, model_name);
   }
@@ -174,10 +178,12 @@ class builder {
     }
   }
 
+  // tokens, targets and logits are optional here (the feeds decide what a model needs); loss
+  // is not.
   int resolve_declaration(const graph_declaration& d) const {
+    if (d.value.empty() && d.field != "loss") return -1;
     if (d.value.empty())
-      fail(1, "model", "missing declaration '" + d.field + ": \"<node>\"' (every model names its tokens, "
-                       "targets, logits and loss nodes)");
+      fail(1, "model", "missing declaration 'loss: \"<node>\"' (every model names its scalar loss node)");
     int i = resolve(d.value);
     if (i < 0) fail(d.line, d.field, "'" + d.value + "' names no node" + suggest(d.value));
     return i;
@@ -281,43 +287,105 @@ class builder {
     }
   }
 
-  void check_declarations() const {
-    const int tokens = declared_[0], targets = declared_[1], logits = declared_[2], loss = declared_[3];
+  // Every input gets exactly one feed, from its own `feed:` or from the model-level `tokens:` /
+  // `targets:`; the feeds must form one data source's set, or the consumers of an input nobody
+  // fills would wait for data forever.
+  void assign_feeds() {
+    feed_.assign(nodes_.size(), "");
+    for (size_t i = 0; i < nodes_.size(); ++i) feed_[i] = nodes_[i].feed;
     for (int k : {0, 1}) {
-      int i = declared_[k];
+      const int i = declared_[k];
+      if (i < 0) continue;
       const auto& d = decls_[k];
       if (nodes_[i].kind != "input") fail(d.line, d.field, "'" + d.value + "' must name an input, not a " + nodes_[i].kind + " node");
-      if (types_[i] != dtype::i32) fail(d.line, d.field, "input '" + d.value + "' must have dtype I32 (token ids)");
-      if (shapes_[i].size() != 2 || shapes_[i][0] != batch_)
-        fail(d.line, d.field, "input '" + d.value + "' must have shape (B, T) = [" + std::to_string(batch_) +
-                                  ", T], got " + to_string(shapes_[i]));
+      if (!feed_[i].empty() && feed_[i] != d.field)
+        fail(d.line, d.field, "input '" + d.value + "' already has feed: \"" + feed_[i] + "\"");
+      feed_[i] = d.field;
     }
-    if (tokens == targets) fail(decls_[1].line, "targets", "must differ from tokens");
-    if (shapes_[targets] != shapes_[tokens])
-      fail(decls_[1].line, "targets", "shape " + to_string(shapes_[targets]) + " differs from tokens " +
-                                          to_string(shapes_[tokens]));
-    const shape_t& l = shapes_[logits];
-    if (l.size() != 3 || l[0] != shapes_[tokens][0] || l[1] != shapes_[tokens][1])
-      fail(decls_[2].line, "logits", "node '" + nodes_[logits].name + "' has shape " + to_string(l) +
-                                         ", expected (B, T, V) = [" + std::to_string(shapes_[tokens][0]) + ", " +
-                                         std::to_string(shapes_[tokens][1]) + ", V]");
+    for (size_t i = 0; i < nodes_.size(); ++i) {
+      const auto& n = nodes_[i];
+      if (n.kind != "input") continue;
+      if (feed_[i].empty())
+        fail(n.line, "node '" + n.name + "'",
+             "input '" + n.name + "' is not fed by anything: give it feed: \"tokens\", \"targets\", \"images\" or "
+             "\"labels\" (or compute it from a fed input with an op)");
+      auto [it, fresh] = fed_.emplace(feed_[i], static_cast<int>(i));
+      if (!fresh)
+        fail(n.line, "input '" + n.name + "'", "feed '" + feed_[i] + "' is already given to input '" +
+                                                   nodes_[it->second].name + "' (line " +
+                                                   std::to_string(nodes_[it->second].line) + ")");
+    }
+    const bool text = fed_.count("tokens") || fed_.count("targets");
+    const bool image = fed_.count("images") || fed_.count("labels");
+    if (text && image)
+      fail(1, "model", "mixes text feeds (tokens, targets) with image feeds (images, labels); a model reads one "
+                       "data source");
+    if (!text && !image)
+      fail(1, "model", "no input is fed: a text model needs inputs with feed: \"tokens\" and \"targets\" (or "
+                       "tokens: and targets: naming them), an image model feed: \"images\" and \"labels\"");
+    for (const char* f : text ? text_feeds : image_feeds)
+      if (!fed_.count(f))
+        fail(1, "model", std::string("no input is fed '") + f + "': a " + (text ? "text" : "image") +
+                             " model needs inputs with feed: " +
+                             (text ? "\"tokens\" and \"targets\"" : "\"images\" and \"labels\""));
+  }
+
+  int fed(const char* feed) const {
+    auto it = fed_.find(feed);
+    return it == fed_.end() ? -1 : it->second;
+  }
+
+  // Where a feed's requirement fails: the declaration's line when it came from one, else the
+  // input's own line.
+  std::pair<int, std::string> feed_site(const char* feed) const {
+    const int i = fed(feed);
+    for (int k : {0, 1})
+      if (declared_[k] == i && decls_[k].field == feed) return {decls_[k].line, decls_[k].field};
+    return {nodes_[i].line, "input '" + nodes_[i].name + "'"};
+  }
+
+  void check_declarations() const {
+    const int logits = declared_[2], loss = declared_[3];
+    if (fed("tokens") >= 0) {
+      const int tokens = fed("tokens"), targets = fed("targets");
+      for (const char* f : {"tokens", "targets"}) {
+        const int i = fed(f);
+        auto [line, who] = feed_site(f);
+        if (types_[i] != dtype::i32) fail(line, who, "input '" + nodes_[i].name + "' must have dtype I32 (token ids)");
+        if (shapes_[i].size() != 2 || shapes_[i][0] != batch_)
+          fail(line, who, "input '" + nodes_[i].name + "' must have shape (B, T) = [" + std::to_string(batch_) +
+                              ", T], got " + to_string(shapes_[i]));
+      }
+      if (shapes_[targets] != shapes_[tokens])
+        fail(feed_site("targets").first, feed_site("targets").second,
+             "shape " + to_string(shapes_[targets]) + " differs from tokens " + to_string(shapes_[tokens]));
+      if (logits < 0)
+        fail(1, "model", "missing declaration 'logits: \"<node>\"' (a text model names its (B, T, V) logits for "
+                         "sampling)");
+      const shape_t& l = shapes_[logits];
+      if (l.size() != 3 || l[0] != shapes_[tokens][0] || l[1] != shapes_[tokens][1])
+        fail(decls_[2].line, "logits", "node '" + nodes_[logits].name + "' has shape " + to_string(l) +
+                                           ", expected (B, T, V) = [" + std::to_string(shapes_[tokens][0]) + ", " +
+                                           std::to_string(shapes_[tokens][1]) + ", V]");
+    } else {
+      const int images = fed("images"), labels = fed("labels");
+      auto [iline, iwho] = feed_site("images");
+      if (types_[images] == dtype::i32 || shapes_[images].size() != 4 || shapes_[images][0] != batch_)
+        fail(iline, iwho, "input '" + nodes_[images].name + "' must be F32 with shape (B, C, H, W) = [" +
+                              std::to_string(batch_) + ", C, H, W], got " + to_string(shapes_[images]) + " " +
+                              to_string(types_[images]));
+      auto [lline, lwho] = feed_site("labels");
+      if (types_[labels] != dtype::i32 || shapes_[labels] != shape_t{batch_})
+        fail(lline, lwho, "input '" + nodes_[labels].name + "' must be I32 class ids with shape (B) = [" +
+                              std::to_string(batch_) + "], got " + to_string(shapes_[labels]) + " " +
+                              to_string(types_[labels]));
+      if (logits >= 0 && (shapes_[logits].size() != 2 || shapes_[logits][0] != batch_))
+        fail(decls_[2].line, "logits", "node '" + nodes_[logits].name + "' has shape " + to_string(shapes_[logits]) +
+                                           ", expected (B, classes) = [" + std::to_string(batch_) + ", classes]");
+    }
     if (numel_of(shapes_[loss]) != 1 || nodes_[loss].kind == "input")
       fail(decls_[3].line, "loss", "node '" + nodes_[loss].name + "' must be a scalar op output, got shape " +
                                        to_string(shapes_[loss]));
-  }
-
-  // The runtime feeds exactly two inputs, the tokens and the targets (actors/trainer.cpp); any
-  // other input would leave its consumers waiting for data forever.
-  void check_unfed_inputs() const {
-    const int tokens = declared_[0], targets = declared_[1];
-    for (size_t i = 0; i < nodes_.size(); ++i) {
-      const auto& n = nodes_[i];
-      if (n.kind != "input" || static_cast<int>(i) == tokens || static_cast<int>(i) == targets) continue;
-      fail(n.line, "node '" + n.name + "'",
-           "input '" + n.name + "' is not fed by anything (only the tokens and targets inputs are fed: '" +
-               nodes_[tokens].name + "' and '" + nodes_[targets].name +
-               "'; name it in `tokens:` or `targets:`, or compute it from them with an op)");
-    }
   }
 
   // A dead end would never receive a gradient, and its producers would wait for it forever.
@@ -356,12 +424,18 @@ class builder {
         g.nodes[p].consumers.push_back({static_cast<int>(k), static_cast<int>(slot)});
       }
     }
-    g.tokens_node = id[declared_[0]];
-    g.targets_node = id[declared_[1]];
-    g.logits_node = id[declared_[2]];
+    auto node_id = [&](int i) { return i < 0 ? -1 : id[i]; };
+    g.tokens_node = node_id(fed("tokens"));
+    g.targets_node = node_id(fed("targets"));
+    g.logits_node = node_id(declared_[2]);
     g.loss_node = id[declared_[3]];
-    g.context = g.nodes[g.tokens_node].shape[1];
-    g.vocab = g.nodes[g.logits_node].shape[2];
+    for (const char* f : g.tokens_node >= 0 ? text_feeds : image_feeds)
+      g.feeds.push_back({f, id[fed(f)]});
+    if (g.is_text()) {
+      g.context = g.nodes[g.tokens_node].shape[1];
+      g.vocab = g.nodes[g.logits_node].shape[2];
+      g.row_items = g.context;
+    }
     return g;
   }
 
@@ -374,7 +448,9 @@ class builder {
   std::map<std::string, int> index_;
   std::vector<std::unique_ptr<op>> impls_;
   std::vector<std::vector<int>> producers_;
-  std::vector<int> declared_;
+  std::vector<int> declared_;        // tokens, targets, logits, loss (-1: not declared)
+  std::vector<std::string> feed_;    // per node: its feed (inputs only)
+  std::map<std::string, int> fed_;   // feed -> input node
   std::vector<shape_t> shapes_;
   std::vector<dtype> types_;
   int64_t param_total_ = 0;

@@ -20,6 +20,7 @@ struct pending_node {
   attr_map attrs;                 ///< evaluated attributes
   shape_t shape;                  ///< inputs only: declared shape
   dtype type = dtype::f32;        ///< inputs only: declared dtype
+  std::string feed;               ///< inputs only: declared feed ("tokens", "images", ...), may be empty
   int line = 0;
 };
 

@@ -2,11 +2,11 @@
 //
 // Stages, each throwing graph_error "FILE:LINE: <what>: <message>" on the first problem:
 //   1. parse (protobuf text format, line:column from the ErrorCollector)
-//   2. constants, in file order
+//   2. constants, in file order, and templates (checked once, expanded by the blocks that use them)
 //   3. expand inputs, nodes and blocks in file order (block instances named "h0.ln1", ...)
 //   4. resolve names to producers, make ops, check arity, edges, cycles (Boost.Graph)
-//   5. infer shapes in topological order, check the tokens/targets/logits/loss declarations,
-//      that every input is one the runtime feeds (tokens or targets) and that no node is a
+//   5. infer shapes in topological order, check the feeds (tokens and targets, or images and
+//      labels) and the logits/loss declarations, that every input is fed and that no node is a
 //      dead end.
 // Format reference: docs/model-format.md.
 #include "core/graph_loader.hpp"
@@ -19,6 +19,8 @@
 #include <fstream>
 #include <map>
 #include <new>
+#include <optional>
+#include <set>
 #include <sstream>
 #include <tuple>
 
@@ -59,7 +61,9 @@ class loader {
     if (batch_ < 1) throw graph_error(path_ + ": batch size must be >= 1, got " + std::to_string(batch_));
     parse(text);
     constants();
+    templates();
     expand();
+    resolve_empty_blocks();
     return build_graph(std::move(nodes_), aliases_, declarations(), ops_, path_, batch_, model_.name());
   }
 
@@ -94,9 +98,11 @@ class loader {
     }
   }
 
-  graph_value eval(const std::string& text, int line, const std::string& who, const std::string& what) const {
+  // `scope` is the file's constants, or inside a template instance those plus the bound params.
+  graph_value eval(const std::string& text, int line, const std::string& who, const std::string& what,
+                   const graph_constants* scope = nullptr) const {
     try {
-      return eval_graph_expr(text, consts_);
+      return eval_graph_expr(text, scope ? *scope : consts_);
     } catch (const graph_expr_error& e) {
       // Quote a long expression (10,000 parentheses) by its start: the message stays one line.
       const std::string shown = text.size() > 60 ? text.substr(0, 60) + "..." : text;
@@ -135,6 +141,9 @@ class loader {
     n.line = line;
     n.type = in.dtype() == pb::model_input::I32 ? dtype::i32
              : in.dtype() == pb::model_input::F64 ? dtype::f64 : dtype::f32;
+    n.feed = in.feed();
+    if (!n.feed.empty() && !graph_feed_known(n.feed))
+      fail(line, who, "unknown feed '" + n.feed + "' (known: tokens, targets, images, labels)");
     if (in.shape().empty()) fail(line, who, "missing 'shape', e.g. shape: \"B,T\"");
     std::stringstream dims(in.shape());
     for (std::string dim; std::getline(dims, dim, ',');) {
@@ -148,9 +157,11 @@ class loader {
   }
 
   // One node; inside instance `prefix` ("h3.") of a block whose nodes are `local` and whose
-  // "$in" is `block_in`. Outside blocks prefix is "" and "$in" is an error.
+  // "$in" is `block_in`. Outside blocks prefix is "" and "$in" is an error. Attributes are
+  // evaluated in `scope` (null: the file's constants).
   void add_node(const pb::model_node& src, const info_tree* tree, int line, const std::string& prefix,
-                const std::vector<std::string>& local, const std::string& block_in) {
+                const std::vector<std::string>& local, const std::string& block_in,
+                const graph_constants* scope = nullptr) {
     auto* d = pb::model_node::descriptor();
     pending_node n;
     n.name = prefix + src.name();
@@ -179,7 +190,7 @@ class loader {
                              "; known attributes of " + src.op() + ": " + (list.empty() ? "none" : list));
       }
       if (n.attrs.has(at.key())) fail(aline, who, "attribute '" + at.key() + "' given twice");
-      n.attrs.set(at.key(), eval(at.value(), aline, who, "attribute '" + at.key() + "'").to_string());
+      n.attrs.set(at.key(), eval(at.value(), aline, who, "attribute '" + at.key() + "'", scope).to_string());
     }
     for (int k = 0; k < src.in_size(); ++k) {
       const std::string& ref = src.in(k);
@@ -197,39 +208,173 @@ class loader {
     nodes_.push_back(std::move(n));
   }
 
+  // Templates may be defined anywhere in the file (they are not graph items); each is checked
+  // here once, its nodes' ops and attributes at every use.
+  void templates() {
+    auto* d = pb::model::descriptor();
+    auto* td = pb::model_template::descriptor();
+    for (int i = 0; i < model_.template__size(); ++i) {
+      const auto& t = model_.template_(i);
+      const info_tree* tree = nested(&tree_, d, "template", i);
+      const int line = line_of(&tree_, d, "template", i);
+      const std::string who = "template '" + t.name() + "'";
+      if (!is_node_name(t.name()))
+        fail(line, who, "bad template name (use letters, digits, '_' and '-', starting with a letter or '_')");
+      if (auto it = templates_.find(t.name()); it != templates_.end())
+        fail(line, who, "defined twice (first at line " + std::to_string(it->second.line) + ")");
+      for (int k = 0; k < t.param_size(); ++k) {
+        const std::string& p = t.param(k);
+        const int pline = line_of(tree, td, "param", k, line);
+        if (p == "B") fail(pline, who, "param 'B': B is reserved: it is the batch size given at load time");
+        if (!is_constant_name(p))
+          fail(pline, who, "param '" + p + "': bad constant name (use letters, digits and '_', not starting "
+                           "with a digit)");
+        for (int j = 0; j < k; ++j)
+          if (t.param(j) == p) fail(pline, who, "param '" + p + "' listed twice");
+      }
+      if (t.node_size() == 0) fail(line, who, "has no nodes");
+      check_output(t.output(), t.node(), line_of(tree, td, "output", -1, line), who, "template");
+      templates_[t.name()] = {&t, tree, line};
+    }
+  }
+
+  // `what` is "block" or "template".
+  void check_output(const std::string& output, const gp::RepeatedPtrField<pb::model_node>& nodes, int line,
+                    const std::string& who, const std::string& what) const {
+    std::vector<std::string> local;
+    for (auto& n : nodes) local.push_back(n.name());
+    if (std::find(local.begin(), local.end(), output) == local.end())
+      fail(line, who, output.empty() ? "missing 'output' (the " + what + " node that feeds the next repetition)"
+                                     : "output '" + output + "' is not a node of the " + what +
+                                           did_you_mean(output, local));
+  }
+
+  // The nodes a block expands: its own, or its template's with the params bound by its args.
+  struct block_body {
+    const gp::RepeatedPtrField<pb::model_node>* nodes;
+    const info_tree* tree;      // locations of the nodes (in the block or in the template)
+    const gp::Descriptor* d;    // model_block or model_template
+    std::string output;
+    std::optional<graph_constants> scope;  // the file's constants plus the params (templates only)
+  };
+
+  block_body body_of(const pb::model_block& b, const info_tree* tree, int line, const std::string& who) const {
+    auto* d = pb::model_block::descriptor();
+    if (b.use().empty()) {
+      if (b.arg_size() > 0)
+        fail(line_of(tree, d, "arg", 0, line), who,
+             "arg '" + b.arg(0).key() + "' without 'use' (args bind the params of a template)");
+      if (b.node_size() == 0) fail(line, who, "has no nodes (list them, or take a template's with use: \"<name>\")");
+      check_output(b.output(), b.node(), line_of(tree, d, "output", -1, line), who, "block");
+      return {&b.node(), tree, d, b.output(), std::nullopt};
+    }
+    const int uline = line_of(tree, d, "use", -1, line);
+    auto it = templates_.find(b.use());
+    if (it == templates_.end()) {
+      std::vector<std::string> names;
+      for (auto& [name, t] : templates_) names.push_back(name);
+      std::string known;
+      for (auto& n : names) known += (known.empty() ? "" : ", ") + n;
+      fail(uline, who, "unknown template '" + b.use() + "'" + did_you_mean(b.use(), names) +
+                           (known.empty() ? "; the file defines no templates" : "; templates: " + known));
+    }
+    const pb::model_template& t = *it->second.src;
+    const std::string of = "template '" + t.name() + "' (line " + std::to_string(it->second.line) + ")";
+    if (b.node_size() > 0)
+      fail(line_of(tree, d, "node", 0, line), who,
+           "lists nodes and uses " + of + ": a block takes its nodes from one or the other");
+    if (!b.output().empty())
+      fail(line_of(tree, d, "output", -1, line), who, "'output' comes from " + of + "; remove it here");
+    const std::vector<std::string> names(t.param().begin(), t.param().end());
+    std::string params;
+    for (auto& p : names) params += (params.empty() ? "" : ", ") + p;
+    params = params.empty() ? "it has none" : "its params: " + params;
+    graph_constants scope = consts_;
+    std::set<std::string> bound;
+    for (int k = 0; k < b.arg_size(); ++k) {
+      const auto& a = b.arg(k);
+      const int aline = line_of(tree, d, "arg", k, line);
+      if (std::find(names.begin(), names.end(), a.key()) == names.end())
+        fail(aline, who, "unknown arg '" + a.key() + "'" + did_you_mean(a.key(), names) + " for " + of + "; " + params);
+      if (!bound.insert(a.key()).second) fail(aline, who, "arg '" + a.key() + "' given twice");
+      // Evaluated with the file's constants only: an arg never sees another arg.
+      scope[a.key()] = eval(a.value(), aline, who, "arg '" + a.key() + "'");
+    }
+    for (auto& p : names)
+      if (!bound.count(p))
+        fail(uline, who, "missing arg '" + p + "' for " + of + " (every param needs one arg { key value }); " +
+                             params);
+    return {&t.node(), it->second.tree, pb::model_template::descriptor(), t.output(), std::move(scope)};
+  }
+
   void add_block(const pb::model_block& b, const info_tree* tree, int line) {
     auto* d = pb::model_block::descriptor();
     std::string who = "block '" + b.name() + "'";
     if (!is_node_name(b.name()))
       fail(line, who, "bad block name (use letters, digits, '_' and '-', starting with a letter or '_')");
-    if (b.node_size() == 0) fail(line, who, "has no nodes");
-    int rline = line_of(tree, d, "repeat");
+    const block_body body = body_of(b, tree, line, who);
+    int rline = line_of(tree, d, "repeat", -1, line);
     if (b.repeat().empty()) fail(line, who, "missing 'repeat', e.g. repeat: \"L\"");
     graph_value r = eval(b.repeat(), rline, who, "repeat");
     if (r.type != graph_value::kind::integer) fail(rline, who, "repeat must be an integer, got " + r.to_string());
-    if (r.i < 1) fail(rline, who, "repeat must be >= 1, got " + std::to_string(r.i) + " (\"" + b.repeat() + "\")");
+    // A template block may be empty: a stage of N blocks is a down block plus N-1 plain ones,
+    // for every N >= 1. A listed block with no instances would be dead text.
+    const bool uses = !b.use().empty();
+    if (r.i < (uses ? 0 : 1))
+      fail(rline, who, "repeat must be >= " + std::string(uses ? "0" : "1") + ", got " + std::to_string(r.i) +
+                           " (\"" + b.repeat() + "\")" + (uses ? "" : " (only a block with use: may repeat 0 times)"));
     // A typo like "L*L*L" must not try to build millions of nodes.
     if (r.i > max_repeat)
       fail(rline, who, "repeat " + std::to_string(r.i) + " is implausibly large (limit " + std::to_string(max_repeat) + ")");
     std::vector<std::string> local;
-    for (auto& n : b.node()) local.push_back(n.name());
-    if (std::find(local.begin(), local.end(), b.output()) == local.end())
-      fail(line_of(tree, d, "output") ? line_of(tree, d, "output") : line, who,
-           b.output().empty() ? "missing 'output' (the block node that feeds the next repetition)"
-                              : "output '" + b.output() + "' is not a node of the block" +
-                                    did_you_mean(b.output(), local));
+    for (auto& n : *body.nodes) local.push_back(n.name());
     bool uses_in = false;
-    for (auto& n : b.node())
+    for (auto& n : *body.nodes)
       for (auto& ref : n.in()) uses_in |= ref == "$in";
     if (uses_in && b.input().empty()) fail(line, who, "uses '$in' but has no 'input' (the node feeding repetition 0)");
+    if (r.i == 0) {
+      if (b.input().empty())
+        fail(line, who, "repeats 0 times but has no 'input' (an empty block stands for its input)");
+      empty_blocks_.push_back(aliases_.size());
+    }
+    const graph_constants* scope = body.scope ? &*body.scope : nullptr;
     std::string prev = b.input();
     for (int64_t i = 0; i < r.i; ++i) {
       std::string prefix = b.name() + std::to_string(i) + ".";
-      for (int k = 0; k < b.node_size(); ++k)
-        add_node(b.node(k), nested(tree, d, "node", k), line_of(tree, d, "node", k), prefix, local, prev);
-      prev = prefix + b.output();
+      for (int k = 0; k < body.nodes->size(); ++k)
+        add_node(body.nodes->Get(k), nested(body.tree, body.d, "node", k), line_of(body.tree, body.d, "node", k),
+                 prefix, local, prev, scope);
+      prev = prefix + body.output;
     }
     aliases_.push_back({b.name(), prev, line});
+  }
+
+  // An empty block's name stands for its input: a node (anywhere in the file) or another block.
+  // build_graph expects every alias to name a node, so chains of blocks are followed here.
+  void resolve_empty_blocks() {
+    if (empty_blocks_.empty()) return;
+    std::set<std::string> names;
+    for (auto& n : nodes_) names.insert(n.name);
+    auto alias_of = [&](const std::string& name) {
+      return std::find_if(aliases_.begin(), aliases_.end(), [&](const graph_alias& o) { return o.name == name; });
+    };
+    for (size_t e : empty_blocks_) {
+      const graph_alias& a = aliases_[e];
+      if (names.count(a.target) || alias_of(a.target) != aliases_.end()) continue;
+      std::vector<std::string> known(names.begin(), names.end());
+      for (auto& o : aliases_) known.push_back(o.name);
+      fail(a.line, "block '" + a.name + "'",
+           "input '" + a.target + "' names no node" + did_you_mean(a.target, known));
+    }
+    for (size_t e : empty_blocks_) {
+      graph_alias& a = aliases_[e];
+      for (size_t hops = 0; !names.count(a.target); ++hops) {
+        if (hops > aliases_.size())
+          fail(a.line, "block '" + a.name + "'", "empty blocks stand for each other in a cycle (through '" +
+                                                     a.target + "')");
+        a.target = alias_of(a.target)->target;
+      }
+    }
   }
 
   std::vector<graph_declaration> declarations() const {
@@ -252,8 +397,15 @@ class loader {
   pb::model model_;
   info_tree tree_;
   graph_constants consts_;
+  struct template_def {
+    const pb::model_template* src;
+    const info_tree* tree;
+    int line;
+  };
+  std::map<std::string, template_def, std::less<>> templates_;
   std::vector<pending_node> nodes_;
   std::vector<graph_alias> aliases_;
+  std::vector<size_t> empty_blocks_;  // indices into aliases_ of blocks repeated 0 times
 };
 
 }  // namespace

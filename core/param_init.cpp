@@ -39,4 +39,10 @@ void init_param(tensor& t, const param_spec& spec, uint64_t seed, const std::str
   }
 }
 
+tensor init_buffer(const buffer_spec& spec) {
+  tensor t(spec.shape, dtype::f32);
+  t.fill(spec.init == param_init::ones ? 1.0f : 0.0f);
+  return t;
+}
+
 }  // namespace fusion

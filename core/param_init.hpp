@@ -13,6 +13,9 @@ namespace fusion {
 /// Fills `t` (f32, shape spec.shape) according to spec.init, seeded by (seed, key).
 void init_param(tensor& t, const param_spec& spec, uint64_t seed, const std::string& key);
 
+/// A buffer's starting value as its spec says (zeros or ones): f32, on the CPU.
+tensor init_buffer(const buffer_spec& spec);
+
 /// 64-bit FNV-1a of a string, the seed mixer used for parameter keys.
 uint64_t fnv1a64(const std::string& s);
 

@@ -9,7 +9,8 @@
 //   alive between forward and backward. Keeping m apart from logsum (rather than their sum, the
 //   log-sum-exp) leaves logit - m exact, which matters in f32 when logits are large.
 // More generally logits (..., V) with targets (...) is accepted; the kernels see (rows, V).
-// Backward ACCUMULATES (+=) into dlogits.
+// Backward ACCUMULATES (+=) into dlogits. Forward also reports the metric "accuracy" (correct
+// predictions / rows) when the caller asks for metrics.
 #pragma once
 
 #include <cstdint>
@@ -21,6 +22,11 @@ namespace fusion::cpu {
 template <class T>
 T cross_entropy_forward_cpu(T* max, T* logsum, const T* logits, const int32_t* targets, int64_t rows,
                             int64_t V);
+
+/// Number of rows whose prediction, the FIRST index of the row's largest logit, equals the
+/// target (the "accuracy" metric's numerator). Targets must already be in range.
+template <class T>
+int64_t cross_entropy_correct_cpu(const T* logits, const int32_t* targets, int64_t rows, int64_t V);
 
 /// Accumulates dlogits += dloss * (softmax(logits) - onehot(target)) / rows. Throws op_error
 /// for a target outside [0, V) before touching dlogits.

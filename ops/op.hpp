@@ -12,7 +12,8 @@
 // only, with every tensor of the call in device memory, and throw op_error otherwise.
 //
 // Shape legend used across ops/: B batch (micro-batch), T time/context, C channels,
-// V vocabulary, NH heads, HS head size (C / NH), K/N linear input/output features.
+// V vocabulary, NH heads, HS head size (C / NH), K/N linear input/output features; images are
+// NCHW: (B, C, H, W) with H x W pixels.
 #pragma once
 
 #include <cstdint>
@@ -67,6 +68,23 @@ struct param_spec {
   bool decay = false;    ///< AdamW weight decay applies (matrices yes, biases and norms no)
 };
 
+/// One non-trainable state tensor of an op (batch norm's running statistics). The op actor
+/// creates it with the parameters (same dtype as the output), passes it to every forward call,
+/// saves it in checkpoints and carries it wherever the op's state goes; it never gets a
+/// gradient or an optimizer update. Forward in training mode may update it in place.
+struct buffer_spec {
+  std::string name;   ///< e.g. "running_mean"; unique within the op, distinct from parameter names
+  shape_t shape;
+  param_init init = param_init::zeros;  ///< zeros or ones
+};
+
+/// A quantity a loss op reports besides the loss, summed over micro-batches and batches and
+/// shown as sum / count (accuracy: correct predictions / predictions).
+struct metric_value {
+  double sum = 0;
+  double count = 0;
+};
+
 /// Analytic work of one forward+backward call, for the workload estimator.
 struct op_cost {
   double flops_forward = 0;   ///< floating-point operations (multiply-add = 2)
@@ -89,6 +107,13 @@ struct forward_args {
   /// CPU ops ignore it; CUDA ops queue their kernels on its stream, or on the calling thread's
   /// default context when it is null.
   const exec_context* ctx = nullptr;
+  /// The op's buffers (op::buffers), in that order; updated in place in training mode.
+  std::span<tensor* const> buffers = {};
+  /// Training (batch statistics; buffers updated) or evaluation (buffers read only). Ops
+  /// without buffers compute the same either way.
+  bool training = true;
+  /// When set, a loss op appends one value per op::metric_names(), in that order.
+  std::vector<metric_value>* metrics = nullptr;
 };
 
 /// Arguments of a backward call. Every gradient pointer is accumulated into (+=), never
@@ -115,6 +140,12 @@ class op {
   virtual shape_t infer_shape(std::span<const shape_t> inputs, std::span<const dtype> types) const = 0;
   /// Learnable parameters for these input shapes (empty for parameter-free ops).
   virtual std::vector<param_spec> params(std::span<const shape_t> inputs) const { (void)inputs; return {}; }
+  /// Non-trainable state for these input shapes (empty for most ops; batch norm's running
+  /// statistics).
+  virtual std::vector<buffer_spec> buffers(std::span<const shape_t> inputs) const { (void)inputs; return {}; }
+  /// Names of the metrics forward reports through forward_args::metrics (a loss op's
+  /// "accuracy"); empty for most ops.
+  virtual std::vector<std::string> metric_names() const { return {}; }
   /// Whether input `i` receives a gradient (token ids and targets do not).
   virtual bool input_has_grad(size_t i) const { (void)i; return true; }
   virtual void forward(const forward_args& a) const = 0;

@@ -11,6 +11,7 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "core/param_init.hpp"
 #include "ops/backend.hpp"
 #include "ops/optim.hpp"
 
@@ -143,8 +144,13 @@ op_timing time_one(backend& dev, const op_signature& s, const timing_options& op
     m.push_back(dev.zeros(ps.shape, dtype::f32));
     v.push_back(dev.zeros(ps.shape, dtype::f32));
   }
+  // Non-trainable state (batch norm's running statistics): updated by every timed call, which
+  // is what training does too.
+  std::vector<tensor> buffers;
+  for (auto& bs : impl->buffers(s.input_shapes)) buffers.push_back(dev.upload(init_buffer(bs)));
   std::vector<const tensor*> in_ptrs, p_ptrs;
-  std::vector<tensor*> g_ptrs;
+  std::vector<tensor*> g_ptrs, b_ptrs;
+  for (auto& t : buffers) b_ptrs.push_back(&t);
   for (auto& t : inputs) in_ptrs.push_back(&t);
   for (auto& t : params) p_ptrs.push_back(&t);
   for (auto& t : grads) g_ptrs.push_back(&t);
@@ -159,7 +165,7 @@ op_timing time_one(backend& dev, const op_signature& s, const timing_options& op
   out.forward_s = timer.median_of([&] {
     saved.clear();
     output = dev.empty(out_shape, dtype::f32);
-    impl->forward({in_ptrs, p_ptrs, &output, &saved, dev.context()});
+    impl->forward({in_ptrs, p_ptrs, &output, &saved, dev.context(), b_ptrs});
   });
   // The saved activations of the last forward serve every backward call (backward only reads
   // them); gradients accumulate, which costs the same as the first time.

@@ -11,7 +11,8 @@ packages=(
   doctest-dev
   libopenblas-dev
   libedit-dev nlohmann-json3-dev
-  bible-kjv bible-kjv-text
+  zlib1g-dev
+  bible-kjv bible-kjv-text dataset-fashion-mnist
   iproute2 procps
 )
 # The PyTorch reference peer is only needed by the benchmarks.

@@ -53,6 +53,19 @@ void cross_entropy_backward_cpu(T* dlogits, T dloss, const T* logits, const int3
   }
 }
 
+template <class T>
+int64_t cross_entropy_correct_cpu(const T* logits, const int32_t* targets, int64_t rows, int64_t V) {
+  int64_t correct = 0;
+  for (int64_t r = 0; r < rows; ++r) {
+    const T* x = logits + r * V;
+    // max_element returns the first maximum: ties count as a miss unless the target is first.
+    correct += (std::max_element(x, x + V) - x) == targets[r];
+  }
+  return correct;
+}
+
+template int64_t cross_entropy_correct_cpu<float>(const float*, const int32_t*, int64_t, int64_t);
+template int64_t cross_entropy_correct_cpu<double>(const double*, const int32_t*, int64_t, int64_t);
 template float cross_entropy_forward_cpu<float>(float*, float*, const float*, const int32_t*, int64_t,
                                                 int64_t);
 template double cross_entropy_forward_cpu<double>(double*, double*, const double*, const int32_t*, int64_t,
@@ -115,8 +128,14 @@ class cross_entropy_op final : public op {
       a.saved->clear();
       a.saved->push_back(std::move(max));
       a.saved->push_back(std::move(logsum));
+      if (a.metrics)
+        a.metrics->push_back({static_cast<double>(cross_entropy_correct_cpu<T>(a.inputs[0]->data<T>(),
+                                                                               a.inputs[1]->i32(), rows, V)),
+                              static_cast<double>(rows)});
     });
   }
+
+  std::vector<std::string> metric_names() const override { return {"accuracy"}; }
 
   void backward(const backward_args& a) const override {
     check_backward_call(cross_entropy_name, a, 2, 0);

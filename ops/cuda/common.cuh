@@ -199,6 +199,8 @@ class cuda_op : public op {
     return cpu_->infer_shape(in, types);
   }
   std::vector<param_spec> params(std::span<const shape_t> in) const override { return cpu_->params(in); }
+  std::vector<buffer_spec> buffers(std::span<const shape_t> in) const override { return cpu_->buffers(in); }
+  std::vector<std::string> metric_names() const override { return cpu_->metric_names(); }
   bool input_has_grad(size_t i) const override { return cpu_->input_has_grad(i); }
   op_cost cost(std::span<const shape_t> in) const override { return cpu_->cost(in); }
 
@@ -225,5 +227,11 @@ std::unique_ptr<op> make_relu_op(const attr_map&);                // activation.
 std::unique_ptr<op> make_attention_op(const attr_map&);           // attention.cu
 std::unique_ptr<op> make_add_op(const attr_map&);                 // add.cu
 std::unique_ptr<op> make_cross_entropy_op(const attr_map&);       // cross_entropy.cu
+std::unique_ptr<op> make_conv2d_op(const attr_map&);              // conv.cu
+std::unique_ptr<op> make_batchnorm_op(const attr_map&);           // batchnorm.cu
+std::unique_ptr<op> make_max_pool2d_op(const attr_map&);          // pool.cu
+std::unique_ptr<op> make_avg_pool2d_op(const attr_map&);          // pool.cu
+std::unique_ptr<op> make_global_avg_pool_op(const attr_map&);     // pool.cu
+std::unique_ptr<op> make_flatten_op(const attr_map&);             // pool.cu
 
 }  // namespace fusion::cuda

@@ -8,6 +8,10 @@
 // stays in device memory; backward reads the scalar output gradient from device memory too, so
 // nothing synchronises with the host. An out-of-range target is recorded in the context's
 // error flag (reported by backend::synchronize()) and its row contributes nothing.
+// Metric "accuracy" (only when forward_args::metrics is set): one block per row finds the FIRST
+// index of the row's maximum logit (a loop `if (x[j] > x[best]) best = j` from best = 0, so NaN
+// logits never win unless the first one is NaN), an integer counter sums the rows predicted
+// right, and the count is downloaded: the metric path synchronises the stream.
 #include <string>
 
 #include "ops/cuda/common.cuh"
@@ -72,7 +76,59 @@ __global__ void cross_entropy_backward_kernel(float* dlogits, const float* dloss
   }
 }
 
+// Whether (v, i) comes before (w, j) in the argmax order: larger value first, then smaller
+// index; index `none` (no number seen) comes last.
+__device__ inline bool argmax_before(float v, int64_t i, float w, int64_t j, int64_t none) {
+  if (i == none) return false;
+  return j == none || v > w || (v == w && i < j);
+}
+
+// correct[0] += 1 for every row whose first maximal logit is its target.
+__global__ void accuracy_kernel(int* correct, const float* logits, const int32_t* targets, int64_t rows,
+                                int64_t V) {
+  __shared__ float best_v[32];
+  __shared__ int64_t best_i[32];
+  const int64_t none = V;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
+  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+    const float* x = logits + r * V;
+    float v = -INFINITY;
+    int64_t i = none;
+    for (int64_t j = threadIdx.x; j < V; j += blockDim.x)  // increasing j: ties keep the first
+      if (!isnan(x[j]) && argmax_before(x[j], j, v, i, none)) v = x[j], i = j;
+    for (int o = 16; o > 0; o >>= 1) {
+      const float ov = __shfl_xor_sync(0xffffffffu, v, o);
+      const int64_t oi = __shfl_xor_sync(0xffffffffu, i, o);
+      if (argmax_before(ov, oi, v, i, none)) v = ov, i = oi;
+    }
+    __syncthreads();  // the previous row may still be reading the slots
+    if (lane == 0) best_v[warp] = v, best_i[warp] = i;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      for (int w = 1; w < nwarps; ++w)
+        if (argmax_before(best_v[w], best_i[w], v, i, none)) v = best_v[w], i = best_i[w];
+      // A NaN first logit is never replaced by the sequential rule; nor is index 0 when no
+      // logit is a number.
+      const int64_t pred = (isnan(x[0]) || i == none) ? 0 : i;
+      if (pred == targets[r]) atomicAdd(correct, 1);
+    }
+  }
+}
+
 }  // namespace
+
+/// Number of rows whose first maximal logit equals the target (waits for the stream).
+int64_t cross_entropy_correct_cuda(const float* logits, const int32_t* targets, int64_t rows, int64_t V,
+                                   const launch& l) {
+  tensor counter = tensor::uninitialized({1}, dtype::i32, device_kind::cuda);
+  CUDA_CHECK(cudaMemsetAsync(counter.i32(), 0, sizeof(int), l.stream));
+  accuracy_kernel<<<rows_grid(rows), row_threads(V), 0, l.stream>>>(counter.i32(), logits, targets, rows, V);
+  CUDA_CHECK_LAUNCH();
+  int correct = 0;
+  CUDA_CHECK(cudaMemcpyAsync(&correct, counter.i32(), sizeof(int), cudaMemcpyDeviceToHost, l.stream));
+  CUDA_CHECK(cudaStreamSynchronize(l.stream));
+  return correct;
+}
 
 // `row_loss` is scratch of `rows` floats.
 void cross_entropy_forward_cuda(float* loss, float* max, float* logsum, float* row_loss, const float* logits,
@@ -116,6 +172,12 @@ class cross_entropy_op final : public cuda_op {
     a.saved->clear();
     a.saved->push_back(std::move(max));
     a.saved->push_back(std::move(logsum));
+    if (a.metrics == nullptr) return;
+    for (const std::string& m : metric_names()) {
+      if (m != "accuracy") throw op_error("cross_entropy: no CUDA kernel for metric '" + m + "'");
+      const int64_t correct = cross_entropy_correct_cuda(a.inputs[0]->f32(), a.inputs[1]->i32(), rows, V, l);
+      a.metrics->push_back({static_cast<double>(correct), static_cast<double>(rows)});
+    }
   }
 
   void backward(const backward_args& a) const override {

@@ -2,7 +2,8 @@
 //
 // loss = sum(output .* R) for a fixed random R, so dloss/doutput = R. Analytic gradients come from
 // op::backward (accumulating onto a non-zero start, which also checks that backward adds rather
-// than overwrites); numeric ones from central differences of the same op in f64.
+// than overwrites); numeric ones from central differences of the same op in f64. Ops with buffers
+// (batch norm) run in training mode on fresh default buffers for every forward.
 #pragma once
 
 #include <doctest/doctest.h>
@@ -43,30 +44,56 @@ struct gradcheck_result {
   std::string where;     ///< which tensor and element had it
 };
 
+/// The op's buffers (op::buffers) for these inputs, initialised as the op actor does: zeros or
+/// ones, in dtype `type`.
+inline std::vector<tensor> default_buffers(const op& o, const std::vector<tensor>& inputs, dtype type) {
+  std::vector<shape_t> shapes;
+  for (auto& t : inputs) shapes.push_back(t.shape());
+  std::vector<tensor> out;
+  for (auto& b : o.buffers(shapes)) {
+    out.emplace_back(b.shape, type);
+    if (b.init == param_init::ones && type == dtype::f64) std::fill_n(out.back().f64(), out.back().numel(), 1.0);
+    else if (b.init == param_init::ones) out.back().fill(1.0f);
+  }
+  return out;
+}
+
 /// Runs op forward with an output of dtype `type` poisoned with NaN; returns the output and
-/// counts in `unwritten` the elements forward left untouched (still NaN).
+/// counts in `unwritten` the elements forward left untouched (still NaN). `buffers` are passed
+/// as forward_args::buffers (and updated in place in training mode); when null, fresh default
+/// buffers are used (none for most ops). `training` is forward_args::training.
 inline tensor forward_poisoned(const op& o, const std::vector<tensor>& inputs, const std::vector<tensor>& params,
-                               std::vector<tensor>* saved, dtype type, int64_t& unwritten) {
+                               std::vector<tensor>* saved, dtype type, int64_t& unwritten,
+                               std::vector<tensor>* buffers = nullptr, bool training = true) {
   std::vector<shape_t> shapes;
   std::vector<dtype> types;
   std::vector<const tensor*> in_ptrs, p_ptrs;
   for (auto& t : inputs) shapes.push_back(t.shape()), types.push_back(t.type()), in_ptrs.push_back(&t);
   for (auto& t : params) p_ptrs.push_back(&t);
-  tensor out(o.infer_shape(shapes, types), type);
+  tensor out(o.infer_shape(shapes, types), type);  // first, so shape errors come from infer_shape
+  std::vector<tensor> fresh_buffers;
+  if (buffers == nullptr) fresh_buffers = default_buffers(o, inputs, type), buffers = &fresh_buffers;
+  std::vector<tensor*> b_ptrs;
+  for (auto& t : *buffers) b_ptrs.push_back(&t);
   auto at = [&](int64_t i) { return type == dtype::f64 ? out.f64()[i] : static_cast<double>(out.f32()[i]); };
   if (type == dtype::f64) std::fill_n(out.f64(), out.numel(), std::numeric_limits<double>::quiet_NaN());
   else out.fill(std::numeric_limits<float>::quiet_NaN());
-  o.forward({in_ptrs, p_ptrs, &out, saved});
+  forward_args fa{in_ptrs, p_ptrs, &out, saved};
+  fa.buffers = b_ptrs;
+  fa.training = training;
+  o.forward(fa);
   unwritten = 0;
   for (int64_t i = 0; i < out.numel(); ++i) unwritten += std::isnan(at(i)) ? 1 : 0;
   return out;
 }
 
-/// Runs op forward in f64 with the given inputs (f64 or i32) and params (f64).
+/// Runs op forward in f64 with the given inputs (f64 or i32) and params (f64); `buffers` and
+/// `training` as in forward_poisoned.
 inline tensor run_forward(const op& o, const std::vector<tensor>& inputs, const std::vector<tensor>& params,
-                          std::vector<tensor>* saved) {
+                          std::vector<tensor>* saved, std::vector<tensor>* buffers = nullptr,
+                          bool training = true) {
   int64_t unwritten = 0;
-  tensor out = forward_poisoned(o, inputs, params, saved, dtype::f64, unwritten);
+  tensor out = forward_poisoned(o, inputs, params, saved, dtype::f64, unwritten, buffers, training);
   CHECK_MESSAGE(unwritten == 0, std::string(o.kind()) << ": forward left " << unwritten << " output elements unwritten (NaN)");
   return out;
 }

@@ -1,0 +1,344 @@
+#!/usr/bin/python3
+"""ResNets on Fashion-MNIST in PyTorch: the reference that bench/resnet_bench.sh measures FusionLLM against.
+
+The models mirror configs/models/{resnet-fmnist,resnet18-small,resnet50-small,resnet101-small}.pbtxt
+layer for layer (3x3 stride-1 stem without max pool, torchvision-style basic / v1.5 bottleneck
+blocks, bias-free convolutions, batchnorm eps 1e-5 momentum 0.1, global average pool, linear),
+initialised as our ops do (conv: normal, std sqrt(2 / (out k k)); linear: normal std 0.02, zero
+bias; batchnorm: ones and zeros). Training follows configs/runs/resnet-fmnist.ini: the global
+batch split into --micro-batches micro-batches (each with its own batchnorm statistics, the loss
+of each scaled by 1/M, gradients accumulated), global-norm gradient clipping, AdamW with
+decoupled weight decay on conv and linear weights only, linear warm-up then cosine to --min-lr
+over the total steps (ops/optim.cpp lr_at). Data as core/image_source: pixels/255 normalised
+with the training split's mean and std (population), epochs of a shuffled training set, random
+crop from the image padded by --crop-padding pixels of (normalised) black, random horizontal
+flip; evaluation on the test split, never augmented. Written for Debian's PyTorch 1.13
+(python3-torch, no torchvision).
+
+    OMP_WAIT_POLICY=PASSIVE /usr/bin/python3 bench/resnet_torch.py --model resnet-fmnist --steps 1875
+    OMP_WAIT_POLICY=PASSIVE /usr/bin/python3 bench/resnet_torch.py --model resnet50-small --steps 50 --skip 3
+
+Progress goes to stderr; the last line on stdout is one JSON object:
+    {"model", "parameters", "batch", "micro_batches", "steps", "skip", "threads", "images_per_s",
+     "train_seconds", "eval_seconds", "seconds", "final_loss", "test_loss", "test_accuracy",
+     "eval_images", "torch"}
+images_per_s counts the steps after the first --skip ones (each step: batch assembly and
+augmentation, forward, backward, clipping, the AdamW update), evaluation excluded.
+test_accuracy is a fraction (0..1), test_loss the mean cross-entropy over the evaluated images.
+"""
+
+import argparse
+import gzip
+import json
+import math
+import os
+import sys
+import time
+
+import numpy as np
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+# (block kind, stem width, [(base width, blocks, stride) per stage]) of each model file.
+MODELS = {
+    "resnet-fmnist": ("basic", 16, [(16, 1, 1), (32, 1, 2), (64, 1, 2)]),
+    "resnet18-small": ("basic", 64, [(64, 2, 1), (128, 2, 2), (256, 2, 2), (512, 2, 2)]),
+    "resnet50-small": ("bottleneck", 64, [(64, 3, 1), (128, 4, 2), (256, 6, 2), (512, 3, 2)]),
+    "resnet101-small": ("bottleneck", 64, [(64, 3, 1), (128, 4, 2), (256, 23, 2), (512, 3, 2)]),
+}
+BN_EPS, BN_MOMENTUM = 1e-5, 0.1
+
+
+def conv(cin, cout, k, stride=1):
+    return nn.Conv2d(cin, cout, k, stride=stride, padding=k // 2, bias=False)
+
+
+def bn(c):
+    return nn.BatchNorm2d(c, eps=BN_EPS, momentum=BN_MOMENTUM)
+
+
+class basic(nn.Module):
+    """Two 3x3 convs (stride on the first); a 1x1 strided projection + batchnorm on the shortcut
+    when the width or resolution changes (the model files' basic / basic_down templates)."""
+    expansion = 1
+
+    def __init__(self, cin, w, stride):
+        super().__init__()
+        self.c1, self.bn1 = conv(cin, w, 3, stride), bn(w)
+        self.c2, self.bn2 = conv(w, w, 3), bn(w)
+        self.proj = nn.Sequential(conv(cin, w, 1, stride), bn(w)) if stride != 1 or cin != w else None
+
+    def forward(self, x):
+        y = F.relu(self.bn1(self.c1(x)))
+        y = self.bn2(self.c2(y))
+        return F.relu((x if self.proj is None else self.proj(x)) + y)
+
+
+class bottleneck(nn.Module):
+    """1x1, 3x3 (stride here: torchvision v1.5), 1x1 to 4w; projection shortcut when needed
+    (the model files' bottleneck / bottleneck_down templates)."""
+    expansion = 4
+
+    def __init__(self, cin, w, stride):
+        super().__init__()
+        out = 4 * w
+        self.c1, self.bn1 = conv(cin, w, 1), bn(w)
+        self.c2, self.bn2 = conv(w, w, 3, stride), bn(w)
+        self.c3, self.bn3 = conv(w, out, 1), bn(out)
+        self.proj = nn.Sequential(conv(cin, out, 1, stride), bn(out)) if stride != 1 or cin != out else None
+
+    def forward(self, x):
+        y = F.relu(self.bn1(self.c1(x)))
+        y = F.relu(self.bn2(self.c2(y)))
+        y = self.bn3(self.c3(y))
+        return F.relu((x if self.proj is None else self.proj(x)) + y)
+
+
+class resnet(nn.Module):
+    def __init__(self, name, in_channels=1, classes=10):
+        super().__init__()
+        kind, stem, stages = MODELS[name]
+        block = basic if kind == "basic" else bottleneck
+        self.conv1, self.bn1 = conv(in_channels, stem, 3), bn(stem)
+        layers, cin = [], stem
+        for w, n, stride in stages:
+            for i in range(n):
+                layers.append(block(cin, w, stride if i == 0 else 1))
+                cin = w * block.expansion
+        self.layers = nn.Sequential(*layers)
+        self.fc = nn.Linear(cin, classes)
+        # Our initialisation (ops/cpu/conv.cpp, linear.cpp, batchnorm.cpp).
+        for m in self.modules():
+            if isinstance(m, nn.Conv2d):
+                nn.init.normal_(m.weight, std=math.sqrt(2.0 / (m.out_channels * m.kernel_size[0] * m.kernel_size[1])))
+            elif isinstance(m, nn.BatchNorm2d):
+                nn.init.ones_(m.weight)
+                nn.init.zeros_(m.bias)
+            elif isinstance(m, nn.Linear):
+                nn.init.normal_(m.weight, std=0.02)
+                nn.init.zeros_(m.bias)
+
+    def forward(self, x):
+        x = self.layers(F.relu(self.bn1(self.conv1(x))))
+        return self.fc(x.mean(dim=(2, 3)))
+
+
+def lr_at(step, lr, min_lr, warmup, total):
+    """ops/optim.cpp lr_at: linear warm-up, then cosine from lr to min_lr at `total`."""
+    if step < warmup:
+        return lr * (step + 1) / warmup
+    if step >= total:
+        return min_lr
+    progress = (step - warmup) / (total - warmup)
+    return min_lr + 0.5 * (lr - min_lr) * (1.0 + math.cos(math.pi * progress))
+
+
+def read_idx(path):
+    """An IDX file (gzip'd or raw) as a numpy uint8 array of its dimensions."""
+    try:
+        with (gzip.open if path.endswith(".gz") else open)(path, "rb") as f:
+            raw = f.read()
+    except OSError as e:
+        sys.exit(f"resnet_torch: cannot read {path}: {e.strerror or e}")
+    if len(raw) < 4 or raw[0] != 0 or raw[1] != 0 or raw[2] != 8:
+        sys.exit(f"resnet_torch: {path} is not an unsigned-byte IDX file")
+    nd = raw[3]
+    dims = [int.from_bytes(raw[4 + 4 * i:8 + 4 * i], "big") for i in range(nd)]
+    data = np.frombuffer(raw, dtype=np.uint8, offset=4 + 4 * nd)
+    if data.size != int(np.prod(dims)):
+        sys.exit(f"resnet_torch: {path} holds {data.size} values, its header says {dims}")
+    return data.reshape(dims)
+
+
+def find_idx(d, name):
+    for p in (os.path.join(d, name + ".gz"), os.path.join(d, name)):
+        if os.path.exists(p):
+            return p
+    sys.exit(f"resnet_torch: {os.path.join(d, name)}[.gz] not found (scripts/setup.sh installs dataset-fashion-mnist)")
+
+
+def load_split(d, prefix):
+    images = read_idx(find_idx(d, f"{prefix}-images-idx3-ubyte"))
+    labels = read_idx(find_idx(d, f"{prefix}-labels-idx1-ubyte"))
+    if images.ndim != 3 or labels.ndim != 1 or len(images) != len(labels):
+        sys.exit(f"resnet_torch: {prefix}: {images.shape} images with {labels.shape} labels")
+    return images, labels
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--model", default="resnet-fmnist", choices=sorted(MODELS))
+    ap.add_argument("--batch", type=int, default=64, help="global batch (images per optimizer step)")
+    ap.add_argument("--micro-batches", type=int, default=2, help="micro-batches per step (divides --batch)")
+    ap.add_argument("--steps", type=int, default=0, help="optimizer steps (default: --epochs' worth)")
+    ap.add_argument("--epochs", type=float, default=1.0, help="training epochs when --steps is not given")
+    ap.add_argument("--skip", type=int, default=5, help="first steps left out of images_per_s")
+    ap.add_argument("--threads", type=int, default=len(os.sched_getaffinity(0)),
+                    help="torch.set_num_threads (default: usable cores)")
+    ap.add_argument("--lr", type=float, default=3e-3)
+    ap.add_argument("--min-lr", type=float, default=1e-4)
+    ap.add_argument("--warmup-steps", type=int, default=100, help="linear learning-rate warm-up steps")
+    ap.add_argument("--total-steps", type=int, default=0, help="cosine schedule length (0: --steps)")
+    ap.add_argument("--weight-decay", type=float, default=0.05, help="decoupled, conv and linear weights only")
+    ap.add_argument("--beta1", type=float, default=0.9)
+    ap.add_argument("--beta2", type=float, default=0.95)
+    ap.add_argument("--eps", type=float, default=1e-8)
+    ap.add_argument("--grad-clip", type=float, default=1.0, help="max global gradient norm (0: off)")
+    ap.add_argument("--crop-padding", type=int, default=2, help="random-crop padding in pixels (0: no crop)")
+    ap.add_argument("--flip", type=int, default=1, choices=(0, 1), help="random horizontal flip")
+    ap.add_argument("--data-dir", default="/usr/share/datasets/fashion-mnist")
+    ap.add_argument("--eval-every", type=int, default=0, help="evaluate every N steps too (0: at the end only)")
+    ap.add_argument("--eval-images", type=int, default=0,
+                    help="evaluate on the first N test images (0: all of them)")
+    ap.add_argument("--seed", type=int, default=1337)
+    ap.add_argument("--log-every", type=int, default=50, help="progress line every N steps (0: none)")
+    ap.add_argument("--json", default="", help="also write the result JSON to this file")
+    a = ap.parse_args()
+    if a.batch < 1 or a.micro_batches < 1 or a.batch % a.micro_batches:
+        sys.exit(f"resnet_torch: --micro-batches {a.micro_batches} must divide --batch {a.batch}")
+    if a.batch // a.micro_batches < 2:
+        sys.exit("resnet_torch: batchnorm needs at least 2 images per micro-batch")
+    if a.threads < 1 or a.skip < 0 or a.steps < 0 or a.eval_images < 0 or a.eval_every < 0:
+        sys.exit("resnet_torch: need --threads >= 1 and --skip, --steps, --eval-images, --eval-every >= 0")
+
+    torch.set_num_threads(a.threads)
+    torch.manual_seed(a.seed)
+    gen = torch.Generator().manual_seed(a.seed)
+
+    # ---- data ------------------------------------------------------------------------------------
+    train_px, train_y = load_split(a.data_dir, "train")
+    test_px, test_y = load_split(a.data_dir, "t10k")
+    N, H, W = train_px.shape
+    if test_px.shape[1:] != (H, W):
+        sys.exit(f"resnet_torch: test images are {test_px.shape[1:]}, training images {(H, W)}")
+    # Mean and population std of the training pixels in [0, 1], from a histogram (image_source.cpp).
+    counts = np.bincount(train_px.reshape(-1), minlength=256).astype(np.float64)
+    v = np.arange(256) / 255.0
+    mean = float((counts * v).sum() / counts.sum())
+    std = float(math.sqrt((counts * (v - mean) ** 2).sum() / counts.sum()))
+    lut = ((v - mean) / std).astype(np.float32)  # normalised value of each raw pixel value
+    black = float(lut[0])
+    train_x = torch.from_numpy(lut[train_px]).unsqueeze(1)  # (N, 1, H, W) f32
+    train_t = torch.from_numpy(train_y.astype(np.int64))
+    n_eval = len(test_px) if a.eval_images == 0 else min(a.eval_images, len(test_px))
+    test_x = torch.from_numpy(lut[test_px[:n_eval]]).unsqueeze(1)
+    test_t = torch.from_numpy(test_y[:n_eval].astype(np.int64))
+
+    B, M, P = a.batch, a.micro_batches, a.crop_padding
+    steps = a.steps if a.steps > 0 else max(1, math.ceil(a.epochs * N / B))
+    total = a.total_steps if a.total_steps > 0 else steps
+    if a.skip >= steps:
+        sys.exit(f"resnet_torch: --skip {a.skip} leaves no timed step of {steps}")
+    rows = torch.arange(H).view(1, H, 1)
+    cols = torch.arange(W).view(1, 1, W)
+
+    perm, perm_epoch = None, -1
+
+    def train_batch(step):
+        """Rows step*B .. step*B+B-1 of the epoch-wise shuffled training set, augmented."""
+        nonlocal perm, perm_epoch
+        idx = torch.empty(B, dtype=torch.int64)
+        for r in range(B):  # at most one epoch boundary per batch; cheap next to a step
+            p = step * B + r
+            e = p // N
+            if e != perm_epoch:
+                perm, perm_epoch = torch.randperm(N, generator=gen), e
+            idx[r] = perm[p % N]
+        x = train_x[idx]
+        if P > 0:
+            padded = F.pad(x, (P, P, P, P), value=black)  # (B, 1, H+2P, W+2P)
+            dy = torch.randint(0, 2 * P + 1, (B, 1, 1), generator=gen)
+            dx = torch.randint(0, 2 * P + 1, (B, 1, 1), generator=gen)
+            b = torch.arange(B).view(B, 1, 1)
+            x = padded[b, 0, rows + dy, cols + dx].unsqueeze(1)
+        if a.flip:
+            flip = torch.rand(B, generator=gen) < 0.5
+            x = torch.where(flip.view(B, 1, 1, 1), x.flip(-1), x)
+        return x.contiguous(), train_t[idx]
+
+    # ---- model and optimizer -----------------------------------------------------------------------
+    model = resnet(a.model)
+    n_params = sum(p.numel() for p in model.parameters())
+    decay = [p for p in model.parameters() if p.dim() >= 2]     # conv and linear weights
+    no_decay = [p for p in model.parameters() if p.dim() < 2]   # batchnorm weights and biases, linear bias
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": a.weight_decay},
+                             {"params": no_decay, "weight_decay": 0.0}],
+                            lr=a.lr, betas=(a.beta1, a.beta2), eps=a.eps)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: lr_at(s, a.lr, a.min_lr, a.warmup_steps, total) / a.lr)
+    print(f"resnet_torch: torch {torch.__version__}, {torch.get_num_threads()} threads, model {a.model}, "
+          f"{n_params} parameters, batch {B} in {M} micro-batches, {steps} steps ({steps * B / N:.2f} epochs), "
+          f"first {a.skip} untimed; data: {N} training and {len(test_px)} test images of {H}x{W}, "
+          f"pixel mean {mean:.4f}, std {std:.4f}, crop padding {P}, flip {bool(a.flip)}; "
+          f"evaluating on {n_eval} test images", file=sys.stderr, flush=True)
+
+    def evaluate():
+        model.eval()
+        loss_sum, correct = 0.0, 0
+        with torch.no_grad():
+            for i in range(0, n_eval, B):
+                logits = model(test_x[i:i + B])
+                loss_sum += F.cross_entropy(logits, test_t[i:i + B], reduction="sum").item()
+                correct += int((logits.argmax(1) == test_t[i:i + B]).sum())
+        model.train()
+        return loss_sum / n_eval, correct / n_eval
+
+    # ---- training --------------------------------------------------------------------------------
+    model.train()
+    timed_s = train_s = eval_s = 0.0
+    loss_value = float("nan")
+    test_loss = test_acc = float("nan")
+    t_all = time.perf_counter()
+    for step in range(steps):
+        t0 = time.perf_counter()
+        x, y = train_batch(step)
+        lr = opt.param_groups[0]["lr"]
+        opt.zero_grad(set_to_none=True)
+        loss_sum = 0.0
+        for xm, ym in zip(x.chunk(M), y.chunk(M)):
+            loss = F.cross_entropy(model(xm), ym) / M
+            loss.backward()
+            loss_sum += loss.item()
+        if a.grad_clip > 0:
+            norm = torch.nn.utils.clip_grad_norm_(model.parameters(), a.grad_clip)
+        else:
+            norm = torch.sqrt(sum((p.grad.double() ** 2).sum() for p in model.parameters() if p.grad is not None))
+        if not math.isfinite(loss_sum) or not math.isfinite(float(norm)):
+            sys.exit(f"resnet_torch: diverged at step {step + 1} (loss {loss_sum}, gradient norm {float(norm)})")
+        opt.step()
+        sched.step()
+        loss_value = loss_sum
+        dt = time.perf_counter() - t0
+        train_s += dt
+        if step >= a.skip:
+            timed_s += dt
+        if a.log_every > 0 and ((step + 1) % a.log_every == 0 or step + 1 == steps):
+            rate = (step + 1 - a.skip) * B / timed_s if step >= a.skip else (step + 1) * B / train_s
+            print(f"step {step + 1}/{steps} | loss {loss_value:.4f} | lr {lr:.2e} | grad_norm {float(norm):.3f} | "
+                  f"{rate:.0f} img/s", file=sys.stderr, flush=True)
+        if step + 1 == steps or (a.eval_every > 0 and (step + 1) % a.eval_every == 0):
+            t1 = time.perf_counter()
+            test_loss, test_acc = evaluate()
+            eval_s += time.perf_counter() - t1
+            print(f"step {step + 1} | test_loss {test_loss:.4f} | test_accuracy {100 * test_acc:.2f}%",
+                  file=sys.stderr, flush=True)
+    seconds = time.perf_counter() - t_all
+
+    result = {
+        "model": a.model, "parameters": n_params, "batch": B, "micro_batches": M, "steps": steps, "skip": a.skip,
+        "threads": torch.get_num_threads(), "images_per_s": round((steps - a.skip) * B / timed_s, 2),
+        "train_seconds": round(train_s, 3), "eval_seconds": round(eval_s, 3), "seconds": round(seconds, 3),
+        "final_loss": round(loss_value, 6), "test_loss": round(test_loss, 6), "test_accuracy": round(test_acc, 6),
+        "eval_images": n_eval, "torch": torch.__version__,
+    }
+    line = json.dumps(result)
+    print(f"resnet_torch: {steps} steps in {train_s:.1f} s, {result['images_per_s']:.0f} images/s, "
+          f"test loss {test_loss:.4f}, test accuracy {100 * test_acc:.2f}%", file=sys.stderr, flush=True)
+    if a.json:
+        with open(a.json, "w") as f:
+            f.write(line + "\n")
+    print(line, flush=True)
+
+
+if __name__ == "__main__":
+    main()
