@@ -128,6 +128,15 @@ void on_grads(coord_ptr self, uint64_t s, int32_t id, double sq, std::vector<dou
 void on_output(coord_ptr self, tensor& logits);
 void on_step_timeout(coord_ptr self);
 void begin_eval(coord_ptr self, std::function<void(eval_result)> done);
+/// A batch of `rows` rows: one tensor per feed of the model, shaped like its input with `rows` in
+/// place of the micro-batch size (contents undefined).
+std::vector<tensor> make_batch(const coordinator_state& st, int64_t rows);
+/// Pointers to each tensor of `ts`, for data_source calls.
+std::vector<tensor*> tensor_pointers(std::vector<tensor>& ts);
+/// Sends micro-batches [first, last) of `batch` (one tensor per feed, or only the first feed
+/// when sampling) to the input actors, per_mb rows each (last < 0: through the end).
+void feed(coord_ptr self, uint64_t s, pass_mode mode, const std::vector<tensor>& batch, int64_t per_mb,
+          int64_t first = 0, int64_t last = -1);
 void begin_sample(coord_ptr self, int count, std::string prompt, double temperature, uint64_t seed,
                   std::function<void(std::string)> done);
 void save_checkpoint_async(coord_ptr self, std::string path, std::function<void()> done);

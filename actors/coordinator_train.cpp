@@ -1,7 +1,7 @@
 // The coordinator's training work, as reactions to messages: a step feeds the micro-batches,
 // collects losses and gradient norms, steps the optimizer on every op actor, polls the nodes'
-// traffic and logs; evaluation, sampling and checkpoints are passes of the same kind. Between
-// steps it honours pause, re-wiring and stop requests.
+// traffic and logs; checkpoints are passes of the same kind (evaluation and sampling:
+// actors/coordinator_eval.cpp). Between steps it honours pause, re-wiring and stop requests.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -69,38 +69,6 @@ void fail_diverged(coord_ptr self, const std::string& what) {
   std::string msg = what + " (learning rate too high? lower optim.lr or set optim.grad-clip); " + last_good_state(st);
   st.last_checkpoint.clear();
   fail(self, make_error(fusion_errc::op_failed, msg));
-}
-
-// A batch of `rows` rows: one tensor per feed, shaped like the model's input with `rows` in
-// place of the micro-batch size.
-std::vector<tensor> make_batch(const coordinator_state& st, int64_t rows) {
-  std::vector<tensor> out;
-  for (auto& f : st.in->model.feeds) {
-    shape_t s = st.in->model.nodes[f.node].shape;
-    s[0] = rows;
-    out.push_back(tensor::uninitialized(s, st.in->model.nodes[f.node].type));
-  }
-  return out;
-}
-
-std::vector<tensor*> pointers(std::vector<tensor>& ts) {
-  std::vector<tensor*> out;
-  for (auto& t : ts) out.push_back(&t);
-  return out;
-}
-
-// Sends micro-batches [first, last) of `batch` (one tensor per feed, or only the first feed
-// when sampling) to the input actors, per_mb rows each.
-void feed(coord_ptr self, uint64_t s, pass_mode mode, const std::vector<tensor>& batch, int64_t per_mb,
-          int64_t first = 0, int64_t last = -1) {
-  auto& st = self->state;
-  const graph& g = st.in->model;
-  const int64_t rows = batch.at(0).dim(0);
-  if (last < 0) last = (rows + per_mb - 1) / per_mb;
-  for (int64_t mb = first; mb < last; ++mb)
-    for (size_t k = 0; k < batch.size(); ++k)
-      self->send(st.actors[g.feeds[k].node], forward_atom::value, s, static_cast<uint32_t>(mb), uint32_t{0},
-                 static_cast<uint8_t>(mode), slice_rows(batch[k], mb * per_mb, std::min(per_mb, rows - mb * per_mb)));
 }
 
 // {"step": N, "ops": {...}, "edges": [...]} fields of a step record: per micro-batch for ops, per
@@ -278,6 +246,34 @@ void end_step(coord_ptr self, step_record rec) {
 
 }  // namespace
 
+std::vector<tensor> make_batch(const coordinator_state& st, int64_t rows) {
+  std::vector<tensor> out;
+  for (auto& f : st.in->model.feeds) {
+    shape_t s = st.in->model.nodes[f.node].shape;
+    s[0] = rows;
+    out.push_back(tensor::uninitialized(s, st.in->model.nodes[f.node].type));
+  }
+  return out;
+}
+
+std::vector<tensor*> tensor_pointers(std::vector<tensor>& ts) {
+  std::vector<tensor*> out;
+  for (auto& t : ts) out.push_back(&t);
+  return out;
+}
+
+void feed(coord_ptr self, uint64_t s, pass_mode mode, const std::vector<tensor>& batch, int64_t per_mb,
+          int64_t first, int64_t last) {
+  auto& st = self->state;
+  const graph& g = st.in->model;
+  const int64_t rows = batch.at(0).dim(0);
+  if (last < 0) last = (rows + per_mb - 1) / per_mb;
+  for (int64_t mb = first; mb < last; ++mb)
+    for (size_t k = 0; k < batch.size(); ++k)
+      self->send(st.actors[g.feeds[k].node], forward_atom::value, s, static_cast<uint32_t>(mb), uint32_t{0},
+                 static_cast<uint8_t>(mode), slice_rows(batch[k], mb * per_mb, std::min(per_mb, rows - mb * per_mb)));
+}
+
 void begin_step(coord_ptr self) {
   auto& st = self->state;
   if (st.phase == run_phase::failed || !st.training_job) return;
@@ -316,7 +312,7 @@ void begin_step(coord_ptr self) {
   c.reported.assign(st.in->model.nodes.size(), 0);
   c.batch = make_batch(st, B);
   try {
-    st.in->data->train_batch(cfg.seed, c.s, pointers(c.batch));
+    st.in->data->train_batch(cfg.seed, c.s, tensor_pointers(c.batch));
   } catch (const std::exception& e) {
     return fail(self, make_error(fusion_errc::bad_config, e.what()));
   }
@@ -389,99 +385,6 @@ void on_step_timeout(coord_ptr self) {
   fail(self, make_error(fusion_errc::timeout, "timed out after " + format_seconds(st.in->cfg.step_timeout_s) +
                                                   " waiting for " + what +
                                                   " (runtime.step-timeout)"));
-}
-
-void begin_eval(coord_ptr self, std::function<void(eval_result)> done) {
-  auto& st = self->state;
-  const int64_t B = st.in->cfg.batch;
-  st.pass = pass_ctx{};
-  try {
-    st.pass.count = std::min(st.in->cfg.eval_batches, st.in->data->eval_batches(B));
-  } catch (const std::exception&) {
-    st.pass.count = 0;  // the session checked this before training; a caller asking anyway gets NaN
-  }
-  if (st.pass.count <= 0) return done({});
-  auto prev = st.act;
-  auto batch = std::make_shared<std::function<void()>>();
-  *batch = [=] {
-    auto& s = self->state;
-    const int64_t BB = s.in->cfg.batch, M = s.in->cfg.micro_batches;
-    if (s.pass.index == s.pass.count) {
-      s.act = prev;
-      ++s.timer;
-      eval_result r;
-      r.loss = s.pass.total / static_cast<double>(s.pass.count * M);
-      const auto names = s.in->model.nodes[s.in->model.loss_node].impl->metric_names();
-      for (size_t k = 0; k < names.size() && 2 * k + 1 < s.pass.metrics.size(); ++k)
-        if (names[k] == "accuracy" && s.pass.metrics[2 * k + 1] > 0)
-          r.accuracy = s.pass.metrics[2 * k] / s.pass.metrics[2 * k + 1];
-      return done(r);
-    }
-    std::vector<tensor> rows = make_batch(s, BB);
-    s.in->data->eval_batch(s.pass.index, pointers(rows));
-    s.pass.losses.assign(M, NAN);
-    s.pass.got = 0;
-    s.after_pass = [=] {
-      auto& s2 = self->state;
-      for (double l : s2.pass.losses) s2.pass.total += l;
-      ++s2.pass.index;
-      (*batch)();
-    };
-    arm_timeout(self, s.in->cfg.step_timeout_s);
-    feed(self, static_cast<uint64_t>(s.step), pass_mode::eval, rows, s.micro_rows);
-  };
-  st.act = activity::eval;
-  (*batch)();
-}
-
-void begin_sample(coord_ptr self, int count, std::string prompt, double temperature, uint64_t seed,
-                  std::function<void(std::string)> done) {
-  auto& st = self->state;
-  st.pass = pass_ctx{};
-  st.pass.count = count;
-  st.pass.temperature = temperature;
-  st.pass.context = st.in->tokenizer.encode(prompt.empty() ? std::string("\n") : prompt);
-  st.sample_rng.seed(seed);
-  st.act = activity::sample;
-  auto next = std::make_shared<std::function<void()>>();
-  *next = [=] {
-    auto& s = self->state;
-    if (s.pass.index == s.pass.count) {
-      s.act = activity::idle;
-      ++s.timer;
-      return done(std::move(s.pass.text));
-    }
-    const int64_t T = s.in->model.context;
-    int64_t t = std::min<int64_t>(T, static_cast<int64_t>(s.pass.context.size()));
-    std::vector<int32_t> window(s.pass.context.end() - t, s.pass.context.end());
-    s.pass.got = static_cast<size_t>(t);  // the window length, read back in on_output
-    s.after_pass = *next;
-    arm_timeout(self, s.in->cfg.step_timeout_s);
-    feed(self, static_cast<uint64_t>(s.step), pass_mode::infer, {tensor::from_i32({1, t}, window)}, 1);
-  };
-  (*next)();
-}
-
-void on_output(coord_ptr self, tensor& logits) {
-  auto& st = self->state;
-  if (st.act != activity::sample) return;
-  auto& p = st.pass;
-  const int64_t V = st.in->model.vocab, t = static_cast<int64_t>(p.got);
-  const float* row = logits.f32() + (t - 1) * V;
-  int vocab = st.in->tokenizer.size();  // model rows beyond the corpus vocabulary are never sampled
-  int next = 0;
-  if (p.temperature <= 0) {
-    next = static_cast<int>(std::max_element(row, row + vocab) - row);
-  } else {
-    float mx = *std::max_element(row, row + vocab);
-    std::vector<double> w(vocab);
-    for (int k = 0; k < vocab; ++k) w[k] = std::exp((row[k] - mx) / p.temperature);
-    next = std::discrete_distribution<int>(w.begin(), w.end())(st.sample_rng);
-  }
-  p.context.push_back(next);
-  p.text += st.in->tokenizer.decode(std::span<const int32_t>(&p.context.back(), 1));
-  ++p.index;
-  std::function<void()>(st.after_pass)();  // a copy: it installs the next continuation
 }
 
 void save_checkpoint_async(coord_ptr self, std::string path, std::function<void()> done) {

@@ -1,0 +1,105 @@
+// The coordinator's evaluation and sampling passes: batches from the data source (or a sampling
+// window) fed through the op actors in evaluation or inference mode, losses and loss-op metrics
+// summed, logits read back one character at a time.
+#include <algorithm>
+#include <cmath>
+#include <random>
+
+#include "actors/coordinator_state.hpp"
+
+namespace fusion {
+
+void begin_eval(coord_ptr self, std::function<void(eval_result)> done) {
+  auto& st = self->state;
+  const int64_t B = st.in->cfg.batch;
+  st.pass = pass_ctx{};
+  try {
+    st.pass.count = std::min(st.in->cfg.eval_batches, st.in->data->eval_batches(B));
+  } catch (const std::exception&) {
+    st.pass.count = 0;  // the session checked this before training; a caller asking anyway gets NaN
+  }
+  if (st.pass.count <= 0) return done({});
+  auto prev = st.act;
+  auto batch = std::make_shared<std::function<void()>>();
+  *batch = [=] {
+    auto& s = self->state;
+    const int64_t BB = s.in->cfg.batch, M = s.in->cfg.micro_batches;
+    if (s.pass.index == s.pass.count) {
+      s.act = prev;
+      ++s.timer;
+      eval_result r;
+      r.loss = s.pass.total / static_cast<double>(s.pass.count * M);
+      const auto names = s.in->model.nodes[s.in->model.loss_node].impl->metric_names();
+      for (size_t k = 0; k < names.size() && 2 * k + 1 < s.pass.metrics.size(); ++k)
+        if (names[k] == "accuracy" && s.pass.metrics[2 * k + 1] > 0)
+          r.accuracy = s.pass.metrics[2 * k] / s.pass.metrics[2 * k + 1];
+      return done(r);
+    }
+    std::vector<tensor> rows = make_batch(s, BB);
+    s.in->data->eval_batch(s.pass.index, tensor_pointers(rows));
+    s.pass.losses.assign(M, NAN);
+    s.pass.got = 0;
+    s.after_pass = [=] {
+      auto& s2 = self->state;
+      for (double l : s2.pass.losses) s2.pass.total += l;
+      ++s2.pass.index;
+      (*batch)();
+    };
+    arm_timeout(self, s.in->cfg.step_timeout_s);
+    feed(self, static_cast<uint64_t>(s.step), pass_mode::eval, rows, s.micro_rows);
+  };
+  st.act = activity::eval;
+  (*batch)();
+}
+
+void begin_sample(coord_ptr self, int count, std::string prompt, double temperature, uint64_t seed,
+                  std::function<void(std::string)> done) {
+  auto& st = self->state;
+  st.pass = pass_ctx{};
+  st.pass.count = count;
+  st.pass.temperature = temperature;
+  st.pass.context = st.in->tokenizer.encode(prompt.empty() ? std::string("\n") : prompt);
+  st.sample_rng.seed(seed);
+  st.act = activity::sample;
+  auto next = std::make_shared<std::function<void()>>();
+  *next = [=] {
+    auto& s = self->state;
+    if (s.pass.index == s.pass.count) {
+      s.act = activity::idle;
+      ++s.timer;
+      return done(std::move(s.pass.text));
+    }
+    const int64_t T = s.in->model.context;
+    int64_t t = std::min<int64_t>(T, static_cast<int64_t>(s.pass.context.size()));
+    std::vector<int32_t> window(s.pass.context.end() - t, s.pass.context.end());
+    s.pass.got = static_cast<size_t>(t);  // the window length, read back in on_output
+    s.after_pass = *next;
+    arm_timeout(self, s.in->cfg.step_timeout_s);
+    feed(self, static_cast<uint64_t>(s.step), pass_mode::infer, {tensor::from_i32({1, t}, window)}, 1);
+  };
+  (*next)();
+}
+
+void on_output(coord_ptr self, tensor& logits) {
+  auto& st = self->state;
+  if (st.act != activity::sample) return;
+  auto& p = st.pass;
+  const int64_t V = st.in->model.vocab, t = static_cast<int64_t>(p.got);
+  const float* row = logits.f32() + (t - 1) * V;
+  int vocab = st.in->tokenizer.size();  // model rows beyond the corpus vocabulary are never sampled
+  int next = 0;
+  if (p.temperature <= 0) {
+    next = static_cast<int>(std::max_element(row, row + vocab) - row);
+  } else {
+    float mx = *std::max_element(row, row + vocab);
+    std::vector<double> w(vocab);
+    for (int k = 0; k < vocab; ++k) w[k] = std::exp((row[k] - mx) / p.temperature);
+    next = std::discrete_distribution<int>(w.begin(), w.end())(st.sample_rng);
+  }
+  p.context.push_back(next);
+  p.text += st.in->tokenizer.decode(std::span<const int32_t>(&p.context.back(), 1));
+  ++p.index;
+  std::function<void()>(st.after_pass)();  // a copy: it installs the next continuation
+}
+
+}  // namespace fusion
