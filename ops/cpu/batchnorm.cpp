@@ -119,12 +119,7 @@ constexpr const char* batchnorm_name = "batchnorm2d";
 constexpr double batchnorm_forward_flops_per_elem = 8;
 constexpr double batchnorm_backward_flops_per_elem = 12;
 
-// A mis-typed tensor would otherwise surface as tensor's std::logic_error.
-void check_type(const tensor* t, dtype want, const char* what) {
-  if (t->type() != want)
-    throw op_error(std::string(batchnorm_name) + ": " + what + " has dtype " + to_string(t->type()) +
-                   ", expected " + to_string(want));
-}
+void check_type(const tensor* t, dtype want, const char* what) { check_tensor_dtype(batchnorm_name, what, t, want); }
 
 /// forward/backward index dim(1), so a tensor that bypassed infer_shape is caught here.
 void check_input_rank(const tensor& in) {

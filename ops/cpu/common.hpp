@@ -143,6 +143,14 @@ inline void check_backward_call(const char* who, const backward_args& a, size_t 
                    std::to_string(n_inputs) + " inputs and " + std::to_string(n_params) + " params");
 }
 
+/// Throws op_error "who: what has dtype X, expected Y" unless `t` has dtype `want` (a
+/// mis-typed tensor would otherwise surface as tensor's std::logic_error).
+inline void check_tensor_dtype(const char* who, const char* what, const tensor* t, dtype want) {
+  if (t->type() != want)
+    throw op_error(std::string(who) + ": " + what + " has dtype " + to_string(t->type()) + ", expected " +
+                   to_string(want));
+}
+
 /// A tensor handed to forward/backward must have the shape infer_shape/params promised;
 /// `what` names it ("param weight", "output grad").
 inline void check_tensor_shape(const char* who, const char* what, const tensor* t, const shape_t& want) {

@@ -243,12 +243,7 @@ int64_t int_attr(const attr_map& attrs, const char* key, int64_t fallback, int64
   return v;
 }
 
-// A mis-typed tensor would otherwise surface as tensor's std::logic_error.
-void check_type(const tensor* t, dtype want, const char* what) {
-  if (t->type() != want)
-    throw op_error(std::string(conv2d_name) + ": " + what + " has dtype " + to_string(t->type()) + ", expected " +
-                   to_string(want));
-}
+void check_type(const tensor* t, dtype want, const char* what) { check_tensor_dtype(conv2d_name, what, t, want); }
 
 /// attrs: out, kernel (required), stride 1, padding 0, dilation 1, groups 1, bias true,
 /// init_std sqrt(2 / (out k k)) (kaiming normal, fan_out, as torchvision's ResNet).

@@ -74,12 +74,7 @@ constexpr const char* layernorm_name = "layernorm";
 constexpr double layernorm_forward_flops_per_elem = 8;
 constexpr double layernorm_backward_flops_per_elem = 17;
 
-// A mis-typed tensor would otherwise surface as tensor's std::logic_error.
-void check_type(const tensor* t, dtype want, const char* what) {
-  if (t->type() != want)
-    throw op_error(std::string(layernorm_name) + ": " + what + " has dtype " + to_string(t->type()) +
-                   ", expected " + to_string(want));
-}
+void check_type(const tensor* t, dtype want, const char* what) { check_tensor_dtype(layernorm_name, what, t, want); }
 
 class layernorm_op final : public op {
  public:

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "core/graph.hpp"
+#include "tests/support/graph_errors.hpp"
 
 using namespace fusion;
 
@@ -22,15 +23,7 @@ std::string classifier(const std::string& inputs, const std::string& tail = "los
 const std::string image_inputs = "input { name: \"x\" shape: \"B,1,4,4\" feed: \"images\" }\n"
                                  "input { name: \"y\" shape: \"B\" dtype: I32 feed: \"labels\" }\n";
 
-std::string error_of(const std::string& text) {
-  try {
-    parse_graph(text, "m.pbtxt", 3);
-  } catch (const graph_error& e) {
-    return e.what();
-  }
-  FAIL("expected a graph_error");
-  return {};
-}
+std::string error_of(const std::string& text) { return test::graph_error_of([&] { parse_graph(text, "m.pbtxt", 3); }); }
 
 }  // namespace
 

@@ -9,6 +9,7 @@
 
 #include "core/graph.hpp"
 #include "core/graph_expr.hpp"
+#include "tests/support/graph_errors.hpp"
 
 namespace fusion {
 namespace {
@@ -34,15 +35,7 @@ std::string chain(const std::string& V, const std::string& T, const std::string&
 }
 
 // The message of loading `text` with the real ops for batch 2; it must fail with a graph_error.
-std::string error_of(const std::string& text) {
-  try {
-    parse_graph(text, "m.pbtxt", 2);
-  } catch (const graph_error& e) {
-    return e.what();
-  }
-  FAIL("expected a graph_error");
-  return {};
-}
+std::string error_of(const std::string& text) { return test::graph_error_of([&] { parse_graph(text, "m.pbtxt", 2); }); }
 
 #define CHECK_REFUSED(text, where, ...)                                                  \
   do {                                                                                   \

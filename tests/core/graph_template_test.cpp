@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "core/graph_loader.hpp"
+#include "tests/support/graph_errors.hpp"
 
 namespace fusion {
 namespace {
@@ -49,23 +50,9 @@ std::string use_mlp(const std::string& name, const std::string& repeat, const st
 
 graph load(const std::string& text) { return parse_graph(text, "m.pbtxt", 2); }
 
-std::string error_of(const std::string& text) {
-  try {
-    load(text);
-  } catch (const graph_error& e) {
-    return e.what();
-  }
-  FAIL("expected a graph_error");
-  return {};
-}
+std::string error_of(const std::string& text) { return test::graph_error_of([&] { load(text); }); }
 
-#define CHECK_ERROR(text, where, ...)                                                   \
-  do {                                                                                  \
-    std::string msg_ = error_of(text);                                                  \
-    INFO(msg_);                                                                         \
-    CHECK(msg_.rfind(where, 0) == 0);                                                   \
-    for (const char* part : {__VA_ARGS__}) CHECK(msg_.find(part) != std::string::npos); \
-  } while (false)
+#define CHECK_ERROR CHECK_GRAPH_ERROR
 
 std::vector<int> ids(const graph& g, std::initializer_list<const char*> names) {
   std::vector<int> out;

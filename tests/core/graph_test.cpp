@@ -11,6 +11,7 @@
 
 #include "core/graph_expr.hpp"
 #include "core/graph_loader.hpp"
+#include "tests/support/graph_errors.hpp"
 
 namespace fusion {
 namespace {
@@ -105,24 +106,9 @@ std::string model(const std::string& body, const std::string& last = "x", const 
 
 graph load(const std::string& text) { return parse_graph_with(text, "m.pbtxt", 2, stubs); }
 
-// The error message of loading `text`, which must fail.
-std::string error_of(const std::string& text) {
-  try {
-    load(text);
-  } catch (const graph_error& e) {
-    return e.what();
-  }
-  FAIL("expected a graph_error");
-  return {};
-}
+std::string error_of(const std::string& text) { return test::graph_error_of([&] { load(text); }); }
 
-#define CHECK_ERROR(text, where, ...)                                      \
-  do {                                                                     \
-    std::string msg_ = error_of(text);                                     \
-    INFO(msg_);                                                            \
-    CHECK(msg_.rfind(where, 0) == 0);                                      \
-    for (const char* part : {__VA_ARGS__}) CHECK(msg_.find(part) != std::string::npos); \
-  } while (false)
+#define CHECK_ERROR CHECK_GRAPH_ERROR
 
 const std::string lin_x = "node { name: \"x\" op: \"linear\" in: \"emb\" attr { key: \"out\" value: \"C\" } }\n";
 

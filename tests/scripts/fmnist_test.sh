@@ -2,7 +2,7 @@
 # ctest fmnist_learns: fusion-train, as a user runs it, teaches configs/runs/resnet-fmnist.ini's
 # ResNet to classify Fashion-MNIST: 1500 steps of batch 64 (1.6 epochs; about 1.5 minutes on 2
 # quiet cores) must reach more than 85% accuracy on the 9984 images of the official test split
-# that the run evaluates. The full 4000-step run reaches about 91% (bench/RESULTS.md).
+# that the run evaluates. The full 8000-step run reaches about 91% (bench/RESULTS.md).
 #
 #   tests/scripts/fmnist_test.sh SOURCE_DIR BUILD_DIR
 set -uo pipefail
