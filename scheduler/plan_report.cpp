@@ -87,9 +87,9 @@ std::string format_plan_report(const workload_estimator& est, const plan_report&
     out << line;
   }
   std::snprintf(line, sizeof line,
-                "predicted step %s (pipeline %s + optimizer %s) for %d micro-batches: %.0f tokens/s\n",
+                "predicted step %s (pipeline %s + optimizer %s) for %d micro-batches: %.0f %s/s\n",
                 seconds_text(r.step_s).c_str(), seconds_text(r.pipeline_s).c_str(), seconds_text(r.optimizer_s).c_str(),
-                est.micro_batches(), r.tokens_per_s);
+                est.micro_batches(), r.tokens_per_s, g.is_text() ? "tokens" : "images");
   out << line;
   return out.str();
 }

@@ -39,13 +39,14 @@ struct plan_report {
   std::vector<cut_report> cuts;
   double step_s = 0;
   double pipeline_s = 0, optimizer_s = 0;
-  double tokens_per_s = 0;           ///< tokens_per_step / step_s
+  double tokens_per_s = 0;           ///< tokens_per_step / step_s (images for an image model)
 };
 
-/// Builds the report of `p` under `est`; `tokens_per_step` is batch x context.
+/// Builds the report of `p` under `est`; `tokens_per_step` is batch x graph::row_items.
 plan_report report_plan(const workload_estimator& est, const plan& p, double tokens_per_step);
 
-/// A printable table of the report: stages, cuts, then "predicted step X s, Y tokens/s".
+/// A printable table of the report: stages, cuts, then "predicted step X s, Y tokens/s" (images/s
+/// for an image model).
 std::string format_plan_report(const workload_estimator& est, const plan_report& r);
 
 }  // namespace fusion
