@@ -51,22 +51,9 @@ done
 train_bin=$build/apps/fusion-train
 [[ -x $train_bin ]] || { echo "resnet_bench: $train_bin is missing: build first (scripts/build.sh, or pass --build DIR); this script builds nothing" >&2; exit 1; }
 [[ -f $config ]] || { echo "resnet_bench: config $config not found" >&2; exit 1; }
-/usr/bin/python3 -c 'import torch' 2>/dev/null ||
-  { echo "resnet_bench: /usr/bin/python3 cannot import torch: run FUSION_SETUP_BENCH=1 scripts/setup.sh (installs python3-torch)" >&2; exit 1; }
+source bench/bench_lib.sh  # require_torch, ini_get
+require_torch resnet_bench
 
-# ini_get SECTION KEY DEFAULT: a value from the run config, quotes and comments stripped.
-ini_get() {
-  local v
-  v=$(awk -v want="$1" -v key="$2" '
-        /^[ \t]*\[/ { sec = $0; gsub(/[][ \t]/, "", sec); next }
-        sec == want && index($0, "=") {
-          k = substr($0, 1, index($0, "=") - 1); gsub(/[ \t]/, "", k)
-          if (k != key) next
-          v = substr($0, index($0, "=") + 1); sub(/[ \t]*;.*$/, "", v)
-          sub(/^[ \t]+/, "", v); sub(/[ \t]+$/, "", v); gsub(/"/, "", v); print v; exit
-        }' "$config")
-  echo "${v:-$3}"
-}
 # Defaults as in ops/optim.hpp and docs/training.md where the config leaves a key out.
 batch=$(ini_get train batch 16) micro_batches=$(ini_get train micro-batches 1)
 [[ $(ini_get optim kind adamw) == adamw ]] || { echo "resnet_bench: $config: only optim.kind=adamw is mirrored in PyTorch" >&2; exit 1; }

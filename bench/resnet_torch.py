@@ -40,6 +40,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from torch_common import lr_at
+
 # (block kind, stem width, [(base width, blocks, stride) per stage]) of each model file.
 MODELS = {
     "resnet-fmnist": ("basic", 16, [(16, 1, 1), (32, 1, 2), (64, 1, 2)]),
@@ -122,16 +124,6 @@ class resnet(nn.Module):
     def forward(self, x):
         x = self.layers(F.relu(self.bn1(self.conv1(x))))
         return self.fc(x.mean(dim=(2, 3)))
-
-
-def lr_at(step, lr, min_lr, warmup, total):
-    """ops/optim.cpp lr_at: linear warm-up, then cosine from lr to min_lr at `total`."""
-    if step < warmup:
-        return lr * (step + 1) / warmup
-    if step >= total:
-        return min_lr
-    progress = (step - warmup) / (total - warmup)
-    return min_lr + 0.5 * (lr - min_lr) * (1.0 + math.cos(math.pi * progress))
 
 
 def read_idx(path):

@@ -28,6 +28,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from torch_common import lr_at
+
 
 class causal_self_attention(nn.Module):
     def __init__(self, C, NH, T):
@@ -95,16 +97,6 @@ class char_gpt(nn.Module):
             x = b(x)
         logits = self.lm_head(self.ln_f(x))
         return F.cross_entropy(logits.view(B * T, -1), targets.reshape(B * T))
-
-
-def lr_at(step, lr, min_lr, warmup, total):
-    """core/optim.cpp lr_at: linear warm-up, then cosine from lr to min_lr at `total`."""
-    if step < warmup:
-        return lr * (step + 1) / warmup
-    if step >= total:
-        return min_lr
-    progress = (step - warmup) / (total - warmup)
-    return min_lr + 0.5 * (lr - min_lr) * (1.0 + math.cos(math.pi * progress))
 
 
 def load_tokens(path, val_fraction):

@@ -49,22 +49,9 @@ for b in "$train_bin" "$sgemm_bin" "$flops_bin"; do
   [[ -x $b ]] || { echo "train_bench: $b is missing: build first: scripts/build.sh (or pass --build DIR)" >&2; exit 1; }
 done
 [[ -f $config ]] || { echo "train_bench: config $config not found" >&2; exit 1; }
-/usr/bin/python3 -c 'import torch' 2>/dev/null ||
-  { echo "train_bench: /usr/bin/python3 cannot import torch: run FUSION_SETUP_BENCH=1 scripts/setup.sh (installs python3-torch)" >&2; exit 1; }
+source bench/bench_lib.sh  # require_torch, ini_get
+require_torch train_bench
 
-# ini_get SECTION KEY DEFAULT: a value from the run config, quotes stripped.
-ini_get() {
-  local v
-  v=$(awk -v want="$1" -v key="$2" '
-        /^[ \t]*\[/ { sec = $0; gsub(/[][ \t]/, "", sec); next }
-        sec == want && index($0, "=") {
-          k = substr($0, 1, index($0, "=") - 1); gsub(/[ \t]/, "", k)
-          if (k != key) next
-          v = substr($0, index($0, "=") + 1); sub(/[ \t]*;.*$/, "", v)
-          sub(/^[ \t]+/, "", v); sub(/[ \t]+$/, "", v); gsub(/"/, "", v); print v; exit
-        }' "$config")
-  echo "${v:-$3}"
-}
 model=$(ini_get model file "") data=${data_override:-$(ini_get data file data/kjv.txt)} batch=$(ini_get train batch 16)
 lr=$(ini_get optim lr 1e-3) min_lr=$(ini_get optim min-lr 1e-4) lr_warmup=$(ini_get optim warmup-steps 0)
 [[ -f $model ]] || { echo "train_bench: model file '$model' (from $config) not found" >&2; exit 1; }

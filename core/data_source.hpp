@@ -34,9 +34,9 @@ class data_source {
   /// The feeds this source fills, in the order of the tensors of a batch
   /// ({"tokens", "targets"} or {"images", "labels"}).
   virtual std::vector<std::string> feeds() const = 0;
-  /// What throughput counts ("tokens" or "images") and how many of them one row holds (T or 1).
+  /// What throughput counts: "tokens" or "images" (how many one row holds is the model's
+  /// graph::row_items).
   virtual const char* item_name() const = 0;
-  virtual int64_t items_per_row() const = 0;
 
   /// Throws std::runtime_error naming the model input when the model's input of feed `i`
   /// (shape for a batch of B rows, dtype) is not what this source fills, e.g. "model input
@@ -64,7 +64,6 @@ class text_source final : public data_source {
   std::string describe() const override;
   std::vector<std::string> feeds() const override { return {"tokens", "targets"}; }
   const char* item_name() const override { return "tokens"; }
-  int64_t items_per_row() const override { return T_; }
   void check_input(size_t i, const std::string& input_name, const shape_t& shape, dtype type) const override;
   void train_batch(uint64_t seed, uint64_t step, std::span<tensor* const> out) const override;
   /// Throws std::runtime_error naming the corpus when the validation split cannot fill one batch.

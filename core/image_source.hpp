@@ -55,7 +55,6 @@ class image_source final : public data_source {
   std::string describe() const override;
   std::vector<std::string> feeds() const override { return {"images", "labels"}; }
   const char* item_name() const override { return "images"; }
-  int64_t items_per_row() const override { return 1; }
   void check_input(size_t i, const std::string& input_name, const shape_t& shape, dtype type) const override;
   void train_batch(uint64_t seed, uint64_t step, std::span<tensor* const> out) const override;
   /// test_count() / B (std::invalid_argument for B < 1).

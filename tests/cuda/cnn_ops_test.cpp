@@ -121,25 +121,12 @@ void compare_cnn(backend& g, const std::string& kind, const attr_map& attrs, con
   }
   if (!o.backward) return;
 
-  const tensor dout = out_shape.empty() ? tensor::from({}, std::vector<float>{0.75f}) : random_f32(out_shape, rng);
-  std::vector<tensor> din_c(inputs.size()), din_g(inputs.size()), dp_c, dp_g;
-  std::vector<tensor*> din_c_p(inputs.size(), nullptr), din_g_p(inputs.size(), nullptr);
-  for (size_t i = 0; i < inputs.size(); ++i) {
-    if (!cpu_op->input_has_grad(i) || inputs[i].type() != dtype::f32) continue;
-    din_c[i] = random_f32(inputs[i].shape(), rng, 0.5f);
-    din_g[i] = g.upload(din_c[i]);
-    din_c_p[i] = &din_c[i], din_g_p[i] = &din_g[i];
-  }
-  for (auto& p : params) dp_c.push_back(random_f32(p.shape(), rng, 0.5f));
-  for (auto& t : dp_c) dp_g.push_back(g.upload(t));
-  const auto dp_c_p = mut_ptrs(dp_c), dp_g_p = mut_ptrs(dp_g);
-  const tensor d_dout = g.upload(dout);
-  cpu_op->backward({in_c, p_c, &dout, &saved_c, din_c_p, dp_c_p});
-  gpu_op->backward({in_g, p_g, &d_dout, &saved_g, din_g_p, dp_g_p, g.context()});
-  g.synchronize();
+  backward_pair bw;
+  run_backward_pair(g, *cpu_op, *gpu_op, inputs, params, out_shape, in_c, p_c, saved_c, in_g, p_g, saved_g, rng, bw);
   for (size_t i = 0; i < inputs.size(); ++i)
-    if (din_c_p[i]) check_close(g, din_g[i], din_c[i], bwd_tol, "input " + std::to_string(i) + " grad");
-  for (size_t i = 0; i < dp_c.size(); ++i) check_close(g, dp_g[i], dp_c[i], bwd_tol, "param " + std::to_string(i) + " grad");
+    if (bw.din_c_p[i]) check_close(g, bw.din_g[i], bw.din_c[i], bwd_tol, "input " + std::to_string(i) + " grad");
+  for (size_t i = 0; i < bw.dp_c.size(); ++i)
+    check_close(g, bw.dp_g[i], bw.dp_c[i], bwd_tol, "param " + std::to_string(i) + " grad");
 }
 
 // Integer values in [-levels, -1]: many ties and nothing above the padding's would-be zero.

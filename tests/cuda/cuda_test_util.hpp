@@ -75,6 +75,44 @@ inline std::vector<const tensor*> ptrs(const std::vector<tensor>& v) {
   return out;
 }
 
+/// The gradients of one backward call run on a CPU op and on its CUDA twin (run_backward_pair):
+/// per input, a CPU and a device gradient (null pointers for inputs without one), then per
+/// parameter.
+struct backward_pair {
+  std::vector<tensor> din_c, din_g, dp_c, dp_g;
+  std::vector<tensor*> din_c_p, din_g_p, dp_c_p, dp_g_p;
+};
+
+/// Draws from `rng`, in this order, the output gradient and the non-zero start values of every
+/// input gradient the op takes (f32 inputs only) and of every parameter gradient (backward
+/// accumulates, +=, which is part of the contract), runs backward on both backends and waits
+/// for the GPU. `in_*`, `p_*` and `saved_*` are the forward's arguments on each backend.
+inline void run_backward_pair(backend& g, const op& cpu_op, const op& gpu_op, const std::vector<tensor>& inputs,
+                              const std::vector<tensor>& params, const shape_t& out_shape,
+                              const std::vector<const tensor*>& in_c, const std::vector<const tensor*>& p_c,
+                              const std::vector<tensor>& saved_c, const std::vector<const tensor*>& in_g,
+                              const std::vector<const tensor*>& p_g, const std::vector<tensor>& saved_g,
+                              std::mt19937& rng, backward_pair& r) {
+  const tensor dout = out_shape.empty() ? tensor::from({}, std::vector<float>{0.75f}) : random_f32(out_shape, rng);
+  r.din_c.assign(inputs.size(), tensor{});
+  r.din_g.assign(inputs.size(), tensor{});
+  r.din_c_p.assign(inputs.size(), nullptr);
+  r.din_g_p.assign(inputs.size(), nullptr);
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    if (!cpu_op.input_has_grad(i) || inputs[i].type() != dtype::f32) continue;
+    r.din_c[i] = random_f32(inputs[i].shape(), rng, 0.5f);
+    r.din_g[i] = g.upload(r.din_c[i]);
+    r.din_c_p[i] = &r.din_c[i], r.din_g_p[i] = &r.din_g[i];
+  }
+  for (auto& p : params) r.dp_c.push_back(random_f32(p.shape(), rng, 0.5f));
+  for (auto& t : r.dp_c) r.dp_g.push_back(g.upload(t));
+  for (size_t i = 0; i < r.dp_c.size(); ++i) r.dp_c_p.push_back(&r.dp_c[i]), r.dp_g_p.push_back(&r.dp_g[i]);
+  const tensor d_dout = g.upload(dout);
+  cpu_op.backward({in_c, p_c, &dout, &saved_c, r.din_c_p, r.dp_c_p});
+  gpu_op.backward({in_g, p_g, &d_dout, &saved_g, r.din_g_p, r.dp_g_p, g.context()});
+  g.synchronize();
+}
+
 /// Runs op `kind` forward and backward on the CPU and on `g` with the same random parameters,
 /// output gradient and non-zero gradient start values, and checks: the CUDA output has no
 /// unwritten (NaN-poisoned) element and is within `fwd_tol` of the CPU's (max_rel_diff), and
@@ -109,22 +147,8 @@ inline void compare_op(backend& g, const std::string& kind, const attr_map& attr
   CHECK_MESSAGE(fe <= fwd_tol, kind << ": forward differs from the CPU by " << fe << " > " << fwd_tol);
 
   // Backward onto non-zero gradients: accumulation (+=) is part of the contract.
-  const tensor dout = out_shape.empty() ? tensor::from({}, std::vector<float>{0.75f}) : random_f32(out_shape, rng);
-  std::vector<tensor> din_c(inputs.size()), din_g(inputs.size()), dp_c, dp_g;
-  std::vector<tensor*> din_c_p(inputs.size(), nullptr), din_g_p(inputs.size(), nullptr), dp_c_p, dp_g_p;
-  for (size_t i = 0; i < inputs.size(); ++i) {
-    if (!cpu_op->input_has_grad(i) || inputs[i].type() != dtype::f32) continue;
-    din_c[i] = random_f32(inputs[i].shape(), rng, 0.5f);
-    din_g[i] = g.upload(din_c[i]);
-    din_c_p[i] = &din_c[i], din_g_p[i] = &din_g[i];
-  }
-  for (auto& p : params) dp_c.push_back(random_f32(p.shape(), rng, 0.5f));
-  for (auto& t : dp_c) dp_g.push_back(g.upload(t));
-  for (size_t i = 0; i < dp_c.size(); ++i) dp_c_p.push_back(&dp_c[i]), dp_g_p.push_back(&dp_g[i]);
-  const tensor d_dout = g.upload(dout);
-  cpu_op->backward({in_c, p_c, &dout, &saved_c, din_c_p, dp_c_p});
-  gpu_op->backward({in_g, p_g, &d_dout, &saved_g, din_g_p, dp_g_p, g.context()});
-  g.synchronize();
+  backward_pair bw;
+  run_backward_pair(g, *cpu_op, *gpu_op, inputs, params, out_shape, in_c, p_c, saved_c, in_g, p_g, saved_g, rng, bw);
   auto check_grad = [&](const tensor& dev, const tensor& ref, const std::string& what) {
     const tensor h = g.download(dev);
     CHECK_MESSAGE(count_nan(h) == 0, kind << ": " << what << " has NaN");
@@ -132,8 +156,9 @@ inline void compare_op(backend& g, const std::string& kind, const attr_map& attr
     CHECK_MESSAGE(be <= bwd_tol, kind << ": " << what << " differs from the CPU by " << be << " > " << bwd_tol);
   };
   for (size_t i = 0; i < inputs.size(); ++i)
-    if (din_c_p[i]) check_grad(din_g[i], din_c[i], "input " + std::to_string(i) + " grad");
-  for (size_t i = 0; i < dp_c.size(); ++i) check_grad(dp_g[i], dp_c[i], "param " + std::to_string(i) + " grad");
+    if (bw.din_c_p[i]) check_grad(bw.din_g[i], bw.din_c[i], "input " + std::to_string(i) + " grad");
+  for (size_t i = 0; i < bw.dp_c.size(); ++i)
+    check_grad(bw.dp_g[i], bw.dp_c[i], "param " + std::to_string(i) + " grad");
 }
 
 }  // namespace fusion::test
