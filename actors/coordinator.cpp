@@ -16,6 +16,7 @@
 #include "actors/node_actor.hpp"
 #include "actors/op_actor.hpp"
 #include "actors/op_device.hpp"
+#include "actors/secure_link.hpp"
 #include "core/log.hpp"
 #include "core/wire.hpp"
 
@@ -208,6 +209,21 @@ void plan_and_wire(coord_ptr self) {
 
 // ---- joining ---------------------------------------------------------------------------------
 
+// With credentials, a hello must carry the node's proof answering a nonce this coordinator
+// issued (challenge_atom), by a node certificate naming the node of the hello.
+std::string check_node_proof(coordinator_state& st, const node_hello& h) {
+  const auto& creds = st.in->cfg.credentials;
+  if (!creds) return {};
+  if (!st.challenges.redeem(h.proof.challenge))
+    return h.proof.certificate.empty()
+               ? "a node saying it is '" + h.name + "' presented no certificate (is it running with security.mode=off?)"
+               : "a node saying it is '" + h.name + "' answered no challenge of this coordinator (stale or replayed)";
+  std::string error;
+  if (!security::check_proof(*creds, h.proof, security::role::node, h.name, error))
+    return "a node saying it is '" + h.name + "' is not admitted: " + error;
+  return {};
+}
+
 caf::result<welcome_atom, int32_t, uint32_t> on_hello(coord_ptr self, node_hello& h, caf::actor& node) {
   auto& st = self->state;
   const auto& cluster = st.in->cluster;
@@ -216,6 +232,8 @@ caf::result<welcome_atom, int32_t, uint32_t> on_hello(coord_ptr self, node_hello
   if (h.version != wire_protocol_version)
     why = "node '" + h.name + "' speaks protocol version " + std::to_string(h.version) + ", this coordinator speaks " +
           std::to_string(wire_protocol_version) + ": run the same build";
+  else if (auto refusal = check_node_proof(st, h); !refusal.empty())
+    why = refusal;
   else if (idx < 0)
     why = "node '" + h.name + "' is not in cluster file " + cluster.file;
   else if (st.nodes[idx])
@@ -246,6 +264,15 @@ caf::result<welcome_atom, int32_t, uint32_t> on_hello(coord_ptr self, node_hello
   return {welcome_atom::value, static_cast<int32_t>(idx), wire_protocol_version};
 }
 
+// Nodes hold the coordinator's handle; admin requests must come through the admin actor (which
+// checks the admin's certificate) or the local session, both in this process.
+caf::error local_only(coord_ptr self, const char* what) {
+  auto sender = self->current_sender();
+  if (sender && sender->node() == self->node()) return {};
+  return make_error(fusion_errc::refused, std::string("a remote peer sent an admin ") + what +
+                                              " to the coordinator itself: use the admin shell (admin.port)");
+}
+
 void on_down(coord_ptr self, const caf::down_msg& dm) {
   auto& st = self->state;
   for (size_t i = 0; i < st.nodes.size(); ++i) {
@@ -271,7 +298,8 @@ void begin_join(coord_ptr self) {
   std::string host = cluster.coordinator_host;
   uint16_t port = static_cast<uint16_t>(cluster.coordinator_port);
   if (!st.in->cfg.listen.empty()) std::tie(host, port) = parse_host_port(st.in->cfg.listen, "cluster.listen");
-  auto bound = self->system().middleman().publish(caf::actor_cast<caf::actor>(self), port, host.c_str(), true);
+  const bool tls = st.in->cfg.credentials != nullptr;
+  auto bound = publish_actor(caf::actor_cast<caf::actor>(self), port, host, tls);
   if (!bound)
     return fail(self, make_error(fusion_errc::bad_config, "cannot listen for nodes on " + host + ":" +
                                                               std::to_string(port) + ": " + describe(bound.error())));
@@ -280,8 +308,9 @@ void begin_join(coord_ptr self) {
   st.node_state.assign(cluster.nodes.size(), "waiting");
   st.act = activity::joining;
   if (st.in->cfg.progress)
-    std::fprintf(stderr, "fusion-train: waiting for %zu node(s) of %s on %s:%u\n", cluster.nodes.size(),
-                 cluster.file.c_str(), host.c_str(), static_cast<unsigned>(*bound));
+    std::fprintf(stderr, "fusion-train: waiting for %zu node(s) of %s on %s:%u (%s)\n", cluster.nodes.size(),
+                 cluster.file.c_str(), host.c_str(), static_cast<unsigned>(*bound),
+                 tls ? "mutual TLS, admission by certificate" : "PLAINTEXT, unauthenticated");
   if (st.in->cfg.on_listening) st.in->cfg.on_listening(*bound);
   arm_timeout(self, st.in->cfg.join_timeout_s);
 }
@@ -389,6 +418,15 @@ caf::behavior coordinator_fn(coord_ptr self, std::shared_ptr<run_inputs> in) {
       },
       [=](start_atom, bool) { plan_and_wire(self); },  // every node has joined
       [=](hello_atom, node_hello& h, caf::actor& node) { return on_hello(self, h, node); },
+      [=](challenge_atom, std::string& nonce) -> caf::result<std::string, security::proof> {
+        const auto& creds = self->state.in->cfg.credentials;
+        if (!creds)
+          return make_error(fusion_errc::refused, "this coordinator runs with security.mode=off (plaintext): set "
+                                                  "security.mode=off on this node too, or give the coordinator its "
+                                                  "certificates");
+        auto [mine, proof] = answer_challenge(*creds, self->state.challenges, nonce);
+        return {std::move(mine), std::move(proof)};
+      },
       [=](stop_atom, bool) {  // the stop-flag poll
         auto& s = self->state;
         if (s.phase == run_phase::finished) return;
@@ -509,12 +547,14 @@ caf::behavior coordinator_fn(coord_ptr self, std::shared_ptr<run_inputs> in) {
         return rp;
       },
       [=](query_atom, std::string& topic) -> caf::result<std::string> {
+        if (auto refused = local_only(self, "query")) return refused;
         caf::error err;
         auto out = answer_query(self, topic, err);
         if (err) return err;
         return out;
       },
       [=](command_atom, std::string& verb, std::vector<std::string>& args) -> caf::result<std::string> {
+        if (auto refused = local_only(self, "command")) return refused;
         if ((verb == "pause" || verb == "resume") && !args.empty())
           return make_error(fusion_errc::bad_command, "'" + verb + "' takes no arguments");
         if (verb == "pause") {

@@ -10,6 +10,7 @@
 
 #include "actors/admin_protocol.hpp"
 #include "actors/coordinator_state.hpp"
+#include "actors/secure_link.hpp"
 
 namespace fusion {
 
@@ -23,9 +24,29 @@ bool cluster_mode(const coordinator_state& st) { return !st.in->cluster.nodes.em
 
 // Forwards to the coordinator: the admin actor is the typed face published on admin.port, so a
 // remote shell can only send what admin_actor declares.
-admin_actor::behavior_type admin_fn(admin_actor::pointer self, caf::actor coordinator) {
+// With credentials, only shells that logged in with an admin certificate may ask anything: the
+// admin actor remembers the process (CAF node) that logged in, whichever of its actors asks.
+struct admin_state {
+  std::shared_ptr<const security::credentials> creds;
+  security::challenge_book challenges;
+  std::vector<caf::node_id> admitted;
+  bool admitted_sender(caf::local_actor* self) const {
+    if (!creds) return true;
+    auto sender = self->current_sender();
+    return sender && std::find(admitted.begin(), admitted.end(), sender->node()) != admitted.end();
+  }
+};
+
+caf::error not_logged_in() {
+  return make_error(fusion_errc::refused,
+                    "this admin shell has not logged in with the admin certificate (admin.pem; security.certs)");
+}
+
+admin_actor::behavior_type admin_fn(admin_actor::pointer self, caf::actor coordinator,
+                                    std::shared_ptr<admin_state> st) {
   return {
       [=](query_atom, std::string& topic) -> caf::result<std::string> {
+        if (!st->admitted_sender(self)) return not_logged_in();
         auto rp = self->make_response_promise<std::string>();
         self->request(coordinator, std::chrono::seconds(10), query_atom::value, std::move(topic))
             .then([=](std::string& s) mutable { rp.deliver(std::move(s)); },
@@ -33,12 +54,37 @@ admin_actor::behavior_type admin_fn(admin_actor::pointer self, caf::actor coordi
         return rp;
       },
       [=](command_atom, std::string& verb, std::vector<std::string>& args) -> caf::result<std::string> {
+        if (!st->admitted_sender(self)) return not_logged_in();
         auto rp = self->make_response_promise<std::string>();
         // pause answers when the step in flight has finished, which may take a step's time.
         self->request(coordinator, std::chrono::minutes(10), command_atom::value, std::move(verb), std::move(args))
             .then([=](std::string& s) mutable { rp.deliver(std::move(s)); },
                   [=](caf::error& e) mutable { rp.deliver(std::move(e)); });
         return rp;
+      },
+      [=](challenge_atom, std::string& nonce) -> caf::result<std::string, security::proof> {
+        if (!st->creds)
+          return make_error(fusion_errc::refused, "this coordinator runs with security.mode=off (plaintext)");
+        auto [mine, proof] = answer_challenge(*st->creds, st->challenges, nonce);
+        return {std::move(mine), std::move(proof)};
+      },
+      [=](login_atom, security::proof& p) -> caf::result<std::string> {
+        if (!st->creds) return std::string("plaintext");
+        std::string error;
+        std::optional<security::identity> who;
+        if (!st->challenges.redeem(p.challenge))
+          error = "it answered no challenge of this coordinator (stale or replayed)";
+        else
+          who = security::check_proof(*st->creds, p, security::role::admin, {}, error);
+        if (!who) {
+          std::fprintf(stderr, "fusion-train: refused an admin shell: %s\n", error.c_str());
+          return make_error(fusion_errc::refused, "the coordinator refused this admin shell: " + error);
+        }
+        // A handful of shells at most; forget the oldest rather than grow.
+        if (st->admitted.size() >= 64) st->admitted.erase(st->admitted.begin());
+        if (auto sender = self->current_sender()) st->admitted.push_back(sender->node());
+        std::fprintf(stderr, "fusion-train: admin shell '%s' logged in\n", who->name.c_str());
+        return who->name;
       },
   };
 }
@@ -48,9 +94,11 @@ admin_actor::behavior_type admin_fn(admin_actor::pointer self, caf::actor coordi
 void publish_admin(coord_ptr self) {
   auto& st = self->state;
   if (st.in->cfg.admin_port == 0 && !st.in->cfg.on_admin_listening) return;
-  auto admin = self->system().spawn(admin_fn, caf::actor_cast<caf::actor>(self));
+  auto admin_st = std::make_shared<admin_state>();
+  admin_st->creds = st.in->cfg.credentials;
+  auto admin = self->system().spawn(admin_fn, caf::actor_cast<caf::actor>(self), admin_st);
   st.admin = caf::actor_cast<caf::actor>(admin);
-  auto bound = self->system().middleman().publish(admin, st.in->cfg.admin_port, st.in->cfg.admin_host.c_str(), true);
+  auto bound = publish_actor(admin, st.in->cfg.admin_port, st.in->cfg.admin_host, admin_st->creds != nullptr);
   if (!bound)
     return fail(self, make_error(fusion_errc::bad_config, "cannot open the admin shell on " + st.in->cfg.admin_host +
                                                               ":" + std::to_string(st.in->cfg.admin_port) +

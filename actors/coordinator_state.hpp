@@ -71,6 +71,7 @@ struct coordinator_state {
   std::vector<node_hello> hellos;
   std::vector<std::string> node_state;          // "waiting", "joined", "lost", "exited"
   size_t joined = 0;
+  security::challenge_book challenges;          // nonces handed to joining nodes and admin shells
   // ---- the plan and what executes it ----
   cluster_profile profile;
   plan current;

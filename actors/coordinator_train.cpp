@@ -109,9 +109,8 @@ void end_step(coord_ptr self, step_record rec);
 void record_eval(coord_ptr self, eval_result v) {
   if (std::isnan(v.loss)) return;
   auto& s = self->state;
-  s.in->result.val_losses.emplace_back(s.step, v.loss);
+  add_eval_record(s.in->result, s.step, v);
   const bool acc = !std::isnan(v.accuracy);
-  if (acc) s.in->result.val_accuracies.emplace_back(s.step, v.accuracy);
   char extra[64] = "";
   if (acc) std::snprintf(extra, sizeof extra, ", \"val_accuracy\": %.6f", v.accuracy);
   char buf[224];
@@ -131,9 +130,10 @@ void poll_traffic(coord_ptr self, step_record rec) {
   for (auto& n : st.nodes)
     if (n) live.push_back(n);
   st.act = activity::polling;
-  auto timeout = ms_of(st.in->cfg.step_timeout_s);
+  arm_timeout(self, st.in->cfg.step_timeout_s);  // not per request: see optimizer_step
   auto recp = std::make_shared<step_record>(std::move(rec));
-  gather<node_stats>(self, live.size(), [=](size_t i) { return self->request(live[i], timeout, stats_atom::value); },
+  gather<node_stats>(self, live.size(),
+                     [=](size_t i) { return self->request(live[i], caf::infinite, stats_atom::value); },
                      [=](std::vector<node_stats> all) {
                        auto& s = self->state;
                        auto& out = recp->edges;
@@ -173,11 +173,15 @@ void optimizer_step(coord_ptr self) {
   }
   float scale = clip_scale(rec.grad_norm, st.in->cfg.optim.grad_clip);
   st.act = activity::optimizer;
+  // One timeout for the update (on_step_timeout) instead of one per request: CAF 0.17 keeps a
+  // request's timeout in the actor clock until it expires, answered or not, so a timeout on each
+  // of gpt-char-small's 61 requests a step kept about 8 KiB a step alive for runtime.step-timeout
+  // (600 s): some 12 MiB of growth at 0.4 s a step (heaptrack, bench/soak_bench.sh).
+  arm_timeout(self, st.in->cfg.step_timeout_s);
   auto left = std::make_shared<size_t>(st.compute_nodes.size());
   auto failed = std::make_shared<bool>(false);
-  auto timeout = ms_of(st.in->cfg.step_timeout_s);
   for (int id : st.compute_nodes)
-    self->request(st.actors[id], timeout, step_atom::value, c.s, rec.lr, scale)
+    self->request(st.actors[id], caf::infinite, step_atom::value, c.s, rec.lr, scale)
         .then(
             [=](stepped_atom, int32_t) {
               if (*failed || --*left > 0) return;
@@ -228,7 +232,7 @@ void end_step(coord_ptr self, step_record rec) {
                  format_duration(eta).c_str(), tty(st) ? "" : "\n");
   }
   st.last = rec;
-  st.in->result.steps.push_back(std::move(rec));
+  add_step_record(st.in->result, std::move(rec));
   auto next = [=] {
     auto& s = self->state;
     if (!s.in->cfg.checkpoint_file.empty() && s.in->cfg.checkpoint_every > 0 && s.step % s.in->cfg.checkpoint_every == 0)
@@ -375,6 +379,10 @@ void on_step_timeout(coord_ptr self) {
     for (int id : st.compute_nodes)
       if (!st.cur->reported[id] && listed++ < 8) what += " " + st.in->model.nodes[id].name;
     what += listed > 8 ? " ...)" : ")";
+  } else if (st.act == activity::optimizer) {
+    what = "the optimizer update of step " + std::to_string(st.step + 1) + " on every op actor";
+  } else if (st.act == activity::polling) {
+    what = "the nodes' traffic counters after step " + std::to_string(st.step);
   } else if (st.act == activity::eval) {
     what = "evaluation";
   } else if (st.act == activity::sample) {

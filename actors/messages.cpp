@@ -11,6 +11,7 @@ void add_fusion_message_types(caf::actor_system_config& cfg) {
   cfg.add_message_type<named_tensors>("fusion.named_tensors");
   cfg.add_message_type<std::vector<caf::actor>>("fusion.actor_list");
   cfg.add_message_type<std::vector<double>>("fusion.f64_list");
+  cfg.add_message_type<security::proof>("fusion.proof");
   cfg.add_message_type<node_hello>("fusion.node_hello");
   cfg.add_message_type<wire_chunk>("fusion.wire_chunk");
   cfg.add_message_type<edge_stat>("fusion.edge_stat");

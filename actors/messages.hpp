@@ -44,6 +44,7 @@
 #include "actors/errors.hpp"
 #include "core/wire.hpp"
 #include "scheduler/op_timing.hpp"
+#include "security/admission.hpp"
 #include "tensor/tensor.hpp"
 
 namespace fusion {
@@ -160,6 +161,24 @@ inspect(Inspector& f, tensor& x) {
 }
 
 /// What a node tells the coordinator when it joins.
+/// Admission (actors/secure_link.hpp): challenge_atom(nonce) -> (nonce, security::proof) asks
+/// the coordinator or the admin actor to prove its role; login_atom(security::proof) -> name
+/// logs an admin shell in.
+using challenge_atom = caf::atom_constant<caf::atom("challenge")>;
+using login_atom = caf::atom_constant<caf::atom("login")>;
+
+}  // namespace fusion
+
+// In the type's namespace, where CAF's argument-dependent lookup finds it.
+namespace fusion::security {
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, proof& x) {
+  return f(caf::meta::type_name("proof"), x.certificate, x.nonce, x.challenge, x.signature);
+}
+}  // namespace fusion::security
+
+namespace fusion {
+
 struct node_hello {
   uint32_t version = 0;       ///< wire_protocol_version of the node's build
   std::string name;           ///< must match a node of the cluster file
@@ -170,12 +189,15 @@ struct node_hello {
   double gflops = 0;          ///< measured sgemm rate of the device
   uint64_t memory_bytes = 0;  ///< physical memory of the host
   int32_t pid = 0;
+  /// With security.mode=tls: the node's certificate and signature answering the coordinator's
+  /// challenge (security/admission.hpp); empty in plaintext.
+  security::proof proof;
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, node_hello& x) {
   return f(caf::meta::type_name("node_hello"), x.version, x.name, x.site, x.device, x.host, x.data_port, x.gflops,
-           x.memory_bytes, x.pid);
+           x.memory_bytes, x.pid, x.proof);
 }
 
 /// One chunk of a tensor on a cross-process edge: the encoded wire header and the raw payload.

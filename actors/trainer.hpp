@@ -15,6 +15,7 @@
 #include "core/wire.hpp"
 #include "ops/optim.hpp"
 #include "scheduler/compression_plan.hpp"
+#include "security/identity.hpp"
 
 namespace fusion {
 
@@ -71,6 +72,9 @@ struct train_config {
   compression_config compression;
   // ---- admin shell (docs/admin.md) ----
   uint16_t admin_port = 0;                 ///< publish the admin actor on this port (0: off)
+  /// The coordinator's identity (security/identity.hpp): the node and admin ports speak mutual
+  /// TLS and admit by certificate. Null: plaintext, unauthenticated (security.mode=off).
+  std::shared_ptr<const security::credentials> credentials;
   std::string admin_host = "127.0.0.1";    ///< address the admin actor listens on
   /// Called once the admin actor listens, with its port (tests connect fusion-admin from here).
   std::function<void(uint16_t port)> on_admin_listening;
@@ -131,7 +135,11 @@ struct eval_result {
 
 /// What a call to session::train returns.
 struct train_result {
+  /// The last step_records_kept steps of the call, oldest first; only the last
+  /// measured_steps_kept of them keep their measurements (`ops`, `edges`). The metrics file
+  /// (output.metrics) has every step in full.
   std::vector<step_record> steps;
+  int64_t steps_run = 0;                                ///< steps done by the call
   std::vector<std::pair<int64_t, double>> val_losses;  ///< (step, validation loss)
   std::vector<std::pair<int64_t, double>> val_accuracies;  ///< (step, accuracy), when reported
   double tokens_per_s = 0;                              ///< over the whole call (images/s for
@@ -140,6 +148,24 @@ struct train_result {
   double peak_rss_mb = 0;
   bool interrupted = false;                             ///< stopped early by stop_flag
 };
+
+/// How many of the most recent steps and evaluations a train_result keeps. The coordinator
+/// writes every one to the metrics file as it ends; what stays in memory must not grow with the
+/// length of the run (about 100 bytes a step: 10 MiB at most).
+inline constexpr size_t step_records_kept = 100000;
+/// How many of the kept steps keep their per-op and per-edge measurements (about 9 KiB a step
+/// for gpt-char-small's 61 compute ops: keeping them all grew a 1,000-step run by 9 MiB).
+inline constexpr size_t measured_steps_kept = 8;
+
+/// Appends a finished step to r.steps (counting it in r.steps_run) and drops what falls out of
+/// the bounds: the oldest records beyond `keep`, the measurements of those before the last
+/// `keep_measured`. Constant time per step (amortized).
+void add_step_record(train_result& r, step_record rec, size_t keep = step_records_kept,
+                     size_t keep_measured = measured_steps_kept);
+
+/// Appends an evaluation of step `step` (NaN accuracy: none reported) to r.val_losses and
+/// r.val_accuracies, keeping the last `keep` of each.
+void add_eval_record(train_result& r, int64_t step, const eval_result& v, size_t keep = step_records_kept);
 
 /// A running system of op actors for one model. Throws std::runtime_error with a clear message
 /// for bad configuration, model or data, and when any op actor reports a failure.

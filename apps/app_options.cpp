@@ -167,10 +167,10 @@ const std::string unset_path = "\x1f(unset)\x1f";
 }  // namespace
 
 void table_config::add_rows(std::vector<option_row> rows) {
-  rows_ = std::move(rows);
-  for (auto& r : rows_) {
+  for (auto& r : rows) {
     caf::config_option_adder group{custom_options_, r.category};
     std::visit([&](auto* p) { group.add(*p, r.name, r.help); }, r.target);
+    rows_.push_back(r);
   }
 }
 
@@ -269,6 +269,31 @@ void install_stop_signal_handler(void (*handler)(int)) {
   sa.sa_flags = SA_RESTART;
   sigaction(SIGINT, &sa, nullptr);
   sigaction(SIGTERM, &sa, nullptr);
+}
+
+std::vector<option_row> security_rows(security::security_settings& s) {
+  return {
+      {"security", "mode", "tls (default: mutual TLS, admission by certificate) or off (plaintext, unauthenticated)",
+       &s.mode},
+      path_option("security", "certs", "directory made by `fusion-cluster certs`; this program takes its files from it",
+                  &s.certs),
+      path_option("security", "ca", "the cluster CA certificate (overrides the one in security.certs)", &s.files.ca),
+      path_option("security", "certificate", "this program's certificate (overrides security.certs)",
+                  &s.files.certificate),
+      path_option("security", "key", "this program's private key (overrides security.certs)", &s.files.key),
+  };
+}
+
+std::shared_ptr<const security::credentials> load_security(const std::string& program,
+                                                          const security::security_settings& s, security::role r,
+                                                          const std::string& name) {
+  try {
+    auto creds = security::load_credentials(s, r, name);
+    if (!creds) std::fprintf(stderr, "%s\n", security::plaintext_warning(program).c_str());
+    return creds;
+  } catch (const std::runtime_error& e) {
+    throw usage_error(e.what());
+  }
 }
 
 }  // namespace fusion

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "core/ini_check.hpp"
+#include "security/certs.hpp"
 
 namespace fusion {
 
@@ -52,7 +53,8 @@ struct usage_error : std::runtime_error {
 /// An actor_system_config whose custom options come from `rows`.
 class table_config : public caf::actor_system_config {
  public:
-  /// Registers the rows with CAF; call once after filling them.
+  /// Registers the rows with CAF and appends them to rows() (a program adds its own, then the
+  /// shared ones such as security_rows).
   void add_rows(std::vector<option_row> rows);
   const std::vector<option_row>& rows() const { return rows_; }
   std::vector<ini_option> schema() const;
@@ -60,6 +62,15 @@ class table_config : public caf::actor_system_config {
  private:
   std::vector<option_row> rows_;
 };
+
+/// The [security] rows every program shares (docs/security.md): mode, certs, ca, certificate, key.
+std::vector<option_row> security_rows(security::security_settings& s);
+
+/// The credentials of holder (r, name) under `s` (null for security.mode=off, after printing the
+/// plaintext warning once); any problem becomes a usage_error naming the key or the file.
+std::shared_ptr<const security::credentials> load_security(const std::string& program,
+                                                          const security::security_settings& s, security::role r,
+                                                          const std::string& name = {});
 
 /// What load_options decided.
 enum class load_result { run, exit_ok, exit_usage };

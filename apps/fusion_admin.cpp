@@ -29,11 +29,13 @@
 #include "actors/admin_protocol.hpp"
 #include "actors/errors.hpp"
 #include "actors/messages.hpp"
+#include "actors/secure_link.hpp"
 #include "actors/node_actor.hpp"
 #include "apps/admin_shell.hpp"
 #include "core/cluster.hpp"
 #include "core/graph_names.hpp"
 #include "core/wire.hpp"
+#include "security/certs.hpp"
 
 namespace {
 
@@ -41,6 +43,7 @@ using namespace fusion;
 
 const char* usage =
     "usage: fusion-admin HOST:PORT [-c \"COMMAND; COMMAND ...\"] [--json] [--timeout SECONDS]\n"
+    "                    [--security.certs DIR | --security.mode off] [--security.ca|certificate|key FILE]\n"
     "       fusion-admin --help | --version\n\n"
     "Connects to a running fusion-train's admin shell (fusion-train --admin.port=PORT) and asks it\n"
     "about the run: status, nodes, placement, ops, links ('help' lists every command). With -c the\n"
@@ -50,6 +53,10 @@ const char* usage =
     "  -c, --command TEXT   run these commands (separated by ';') and exit\n"
     "  --json               print each reply as one raw JSON object per line\n"
     "  --timeout SECONDS    how long to wait for a connection and for each reply (default 10)\n"
+    "  --security.certs DIR the run's certificates (fusion-cluster certs): the shell logs in with\n"
+    "                       DIR/admin.pem and DIR/admin.key over mutual TLS (docs/security.md)\n"
+    "  --security.ca, --security.certificate, --security.key FILE   explicit files instead\n"
+    "  --security.mode off  plaintext, for a fusion-train run with security.mode=off\n"
     "  -h, --help           this text\n"
     "  --version            the program and protocol versions\n\n"
     "exit codes: 0 fine; 1 a command failed, the coordinator cannot be reached or went away; 2 bad usage\n";
@@ -63,6 +70,7 @@ struct options {
   uint16_t port = 0;
   bool have_commands = false, json = false;
   double timeout_s = 10;
+  security::security_settings security;
 };
 
 /// -1: go on; otherwise the exit code.
@@ -71,7 +79,14 @@ int parse_args(int argc, char** argv, options& o) {
     std::cerr << "fusion-admin: " << why << " (see --help)\n";
     return 2;
   };
-  const std::vector<std::string> known = {"-c", "--command", "--json", "--timeout", "--help", "--version"};
+  const std::vector<std::string> known = {"-c",          "--command",        "--json",
+                                          "--timeout",   "--security.certs", "--security.mode",
+                                          "--security.ca", "--security.certificate", "--security.key",
+                                          "--help",      "--version"};
+  const std::vector<std::pair<const char*, std::string*>> security_keys = {
+      {"--security.certs", &o.security.certs},     {"--security.mode", &o.security.mode},
+      {"--security.ca", &o.security.files.ca},     {"--security.certificate", &o.security.files.certificate},
+      {"--security.key", &o.security.files.key}};
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i], value;
     auto eq = a.find('=');
@@ -102,6 +117,11 @@ int parse_args(int argc, char** argv, options& o) {
       o.timeout_s = std::strtod(value.c_str(), &end);
       if (value.empty() || *end || !(o.timeout_s > 0) || o.timeout_s > 86400)
         return bad("--timeout " + value + ": expected seconds > 0, e.g. --timeout 2.5");
+    } else if (auto k = std::find_if(security_keys.begin(), security_keys.end(),
+                                     [&](const auto& e) { return key == e.first; });
+               k != security_keys.end()) {
+      if (!take()) return bad(key + " needs a value");
+      *k->second = value;
     } else if (a.size() > 1 && a[0] == '-') {
       return bad("unknown option '" + key + "'" + did_you_mean(key, known));
     } else if (!o.address.empty()) {
@@ -319,10 +339,10 @@ class shell {
 
 /// Connects within the timeout: a blocking connect to an address that drops packets could
 /// otherwise wait for minutes.
-caf::expected<admin_actor> connect(caf::actor_system& sys, const options& o) {
+caf::expected<admin_actor> connect(caf::actor_system& sys, const options& o, bool tls) {
   auto done = std::make_shared<std::promise<caf::expected<admin_actor>>>();
   auto result = done->get_future();
-  std::thread worker{[&sys, o, done] { done->set_value(sys.middleman().remote_actor<admin_actor>(o.host, o.port)); }};
+  std::thread worker{[&sys, o, done, tls] { done->set_value(connect_actor<admin_actor>(sys, o.host, o.port, tls)); }};
   if (result.wait_for(std::chrono::duration<double>(o.timeout_s)) != std::future_status::ready) {
     std::cerr << "fusion-admin: cannot connect to the coordinator at " << o.address << ": no answer within "
               << o.timeout_s << " s\n";
@@ -333,12 +353,31 @@ caf::expected<admin_actor> connect(caf::actor_system& sys, const options& o) {
   return result.get();
 }
 
-std::string connect_error(const options& o, const caf::error& e) {
+/// The coordinator proves its role, then this shell logs in with the admin certificate; an
+/// empty string on success, else why not.
+std::string log_in(caf::actor_system& sys, const admin_actor& admin, const security::credentials& creds,
+                   const options& o) {
+  caf::scoped_actor self{sys};
+  std::string error;
+  auto timeout = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::duration<double>(o.timeout_s));
+  std::string challenge;
+  self->request(admin, timeout, challenge_atom::value, security::random_nonce())
+      .receive([&](std::string& theirs, security::proof& p) {
+                 if (security::check_proof(creds, p, security::role::coordinator, {}, error)) challenge = theirs;
+               },
+               [&](caf::error& e) { error = describe(e); });
+  if (challenge.empty()) return "the coordinator at " + o.address + " did not prove its identity: " + error;
+  self->request(admin, timeout, login_atom::value, security::make_proof(creds, challenge))
+      .receive([&](std::string&) {}, [&](caf::error& e) { error = describe(e); });
+  return error;
+}
+
+std::string connect_error(const options& o, const caf::error& e, bool tls) {
   std::string out = "fusion-admin: cannot connect to the coordinator at " + o.address + ": ";
   if (e == caf::sec::unexpected_actor_messaging_interface)
     return out + "the program listening there does not speak this build's admin protocol (is it the admin.port "
                  "of a fusion-train of the same build?)";
-  out += describe(e);
+  out += describe_connect_error(e, tls, "the coordinator at " + o.address);
   if (e == caf::sec::cannot_connect_to_node) out += " (is fusion-train running with --admin.port=" + std::to_string(o.port) + "?)";
   return out;
 }
@@ -372,18 +411,32 @@ void run_interactive(shell& sh) {
 int run(int argc, char** argv) {
   options o;
   if (int code = parse_args(argc, argv, o); code >= 0) return code;
+  std::shared_ptr<const security::credentials> creds;
+  try {
+    creds = security::load_credentials(o.security, security::role::admin);
+  } catch (const std::runtime_error& e) {
+    std::cerr << "fusion-admin: " << e.what() << "\n";
+    return 2;
+  }
+  if (!creds) std::cerr << security::plaintext_warning("fusion-admin") << "\n";
   caf::actor_system_config cfg;
   set_liveness(cfg, heartbeat_ms, peer_timeout_ms);
-  cfg.load<caf::io::middleman>();
+  load_network(cfg, creds.get());
   add_fusion_message_types(cfg);
   cfg.set("scheduler.max-threads", int64_t{2});
   set_scheduler_policy(cfg, "sharing");
   caf::actor_system sys{cfg};
 
-  auto admin = connect(sys, o);
+  auto admin = connect(sys, o, creds != nullptr);
   if (!admin) {
-    std::cerr << connect_error(o, admin.error()) << "\n";
+    std::cerr << connect_error(o, admin.error(), creds != nullptr) << "\n";
     return 1;
+  }
+  if (creds) {
+    if (auto why = log_in(sys, *admin, *creds, o); !why.empty()) {
+      std::cerr << "fusion-admin: " << why << "\n";
+      return 1;
+    }
   }
   // Shared with the watcher, which may still be running when this function returns.
   auto watch = std::make_shared<coordinator_watch>();

@@ -1,5 +1,6 @@
-// fusion-cluster: validates a cluster file, prints the placement of a model on it, and prints the
-// cluster in a line format for shell scripts (scripts/sites.sh reads it; it never parses pbtxt).
+// fusion-cluster: validates a cluster file, prints the placement of a model on it, prints the
+// cluster in a line format for shell scripts (scripts/sites.sh reads it; it never parses pbtxt),
+// and makes the run's certificates (security/certs.hpp).
 // Plain main() without CAF. Exit codes: 0 ok, 2 bad usage or bad file (message on stderr).
 #include <algorithm>
 #include <cmath>
@@ -19,6 +20,7 @@
 #include "scheduler/plan.hpp"
 #include "scheduler/compression_plan.hpp"
 #include "scheduler/plan_report.hpp"
+#include "security/certs.hpp"
 
 namespace {
 
@@ -29,6 +31,7 @@ constexpr const char* usage_text =
        fusion-cluster plan CLUSTER --model FILE [--batch B] [--micro-batches M] [--policy P]
                            [--profile FILE] [--compression MODE] [--json]
        fusion-cluster netns CLUSTER
+       fusion-cluster certs CLUSTER --out DIR [--days N] [--force]
        fusion-cluster --help | --version
 
 check   validates the cluster file (format: docs/cluster.md) and prints its sites, nodes and
@@ -55,6 +58,11 @@ netns   prints the cluster for shell scripts, one item per line, fields separate
           coordinator HOST PORT
         scripts/sites.sh reads it to build the network-namespace emulation of the sites,
         scripts/run-sites.sh to start the nodes (and cap their CPU with cgroups).
+certs   makes the run's certificates in DIR (docs/security.md): a cluster CA (ca.pem, ca.key),
+        coordinator.pem/.key, admin.pem/.key and nodes/NAME.pem/.key for every node of the
+        cluster file, valid for N days (default 365). Keys are written with mode 0600. Point
+        every process at DIR with security.certs=DIR. An existing CA in DIR is kept unless
+        --force replaces it (the certificates it signed then stop working).
 
 Errors go to stderr as FILE:LINE: message; the exit code is then 2.
 )";
@@ -231,8 +239,55 @@ int run_plan(const std::vector<std::string>& args) {
   return 0;
 }
 
+// fusion-cluster certs: the CA and one identity per holder of the cluster file.
+int run_certs(const std::vector<std::string>& args) {
+  std::string cluster_file, out;
+  security::cert_options options;
+  for (size_t i = 1; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    auto value = [&](const std::string& flag) -> std::string {
+      auto eq = a.find('=');
+      if (eq != std::string::npos) return a.substr(eq + 1);
+      if (i + 1 >= args.size()) throw usage_error(flag + " needs a value");
+      return args[++i];
+    };
+    if (a == "--help" || a == "-h") {
+      std::cout << usage_text;
+      return 0;
+    } else if (a == "--out" || a.rfind("--out=", 0) == 0) {
+      out = value("--out");
+    } else if (a == "--days" || a.rfind("--days=", 0) == 0) {
+      options.days = static_cast<int>(std::min<int64_t>(parse_count("--days", value("--days")), 36500));
+    } else if (a == "--force") {
+      options.overwrite = true;
+    } else if (a.rfind("-", 0) == 0) {
+      throw usage_error("unknown option '" + a + "' for certs");
+    } else if (cluster_file.empty()) {
+      cluster_file = a;
+    } else {
+      throw usage_error("unexpected argument '" + a + "'");
+    }
+  }
+  if (cluster_file.empty()) throw usage_error("certs needs a CLUSTER file");
+  if (out.empty()) throw usage_error("certs needs --out DIR");
+  cluster_spec c = load_cluster(cluster_file);
+  std::vector<std::string> names;
+  for (const auto& n : c.nodes) names.push_back(n.name);
+  std::vector<security::written_file> written;
+  try {
+    written = security::make_cluster_certs(out, names, options);
+  } catch (const std::runtime_error& e) {
+    throw std::runtime_error(std::string("fusion-cluster certs: ") + e.what());
+  }
+  std::cout << "certificates of cluster '" << c.name << "' (" << names.size() << " nodes, valid " << options.days
+            << " days) in " << out << ":\n";
+  for (const auto& w : written) std::cout << "  " << w.path << "  " << w.what << "\n";
+  std::cout << "point every process at them with security.certs=" << out << "\n";
+  return 0;
+}
+
 int run(const std::vector<std::string>& args) {
-  if (args.empty()) throw usage_error("missing command (check, plan or netns)");
+  if (args.empty()) throw usage_error("missing command (check, plan, netns or certs)");
   if (args[0] == "--help" || args[0] == "-h" || args[0] == "help") {
     std::cout << usage_text;
     return 0;
@@ -243,7 +298,9 @@ int run(const std::vector<std::string>& args) {
   }
   const std::string& cmd = args[0];
   if (cmd == "plan") return run_plan(args);
-  if (cmd != "check" && cmd != "netns") throw usage_error("unknown command '" + cmd + "' (check, plan or netns)");
+  if (cmd == "certs") return run_certs(args);
+  if (cmd != "check" && cmd != "netns")
+    throw usage_error("unknown command '" + cmd + "' (check, plan, netns or certs)");
   std::string cluster_file, model_file;
   int64_t batch = 8;
   bool batch_given = false;

@@ -28,6 +28,7 @@
 #include "actors/messages.hpp"
 #include "actors/node_actor.hpp"
 #include "actors/op_device.hpp"
+#include "actors/secure_link.hpp"
 #include "apps/app_options.hpp"
 #include "core/cluster.hpp"
 #include "core/log.hpp"
@@ -47,6 +48,7 @@ struct node_app_config : table_config {
   int64_t heartbeat_ms = 250, peer_timeout_ms = 2000;
   uint64_t threads = 0, blas_threads = 1;
   std::string scheduler = "sharing";
+  security::security_settings security;
 
   node_app_config() {
     add_rows({
@@ -65,6 +67,7 @@ struct node_app_config : table_config {
         {"runtime", "blas-threads", "OpenBLAS threads per op call", &blas_threads},
         {"runtime", "scheduler", "actor scheduler: sharing (idle workers sleep) or stealing", &scheduler},
     });
+    add_rows(security_rows(security));
   }
 };
 
@@ -214,8 +217,16 @@ int run(int argc, char** argv) {
   }
   cfg.id.device = normalize_device(cfg.id.device);
   auto [coord_host, coord_port] = parse_host_port(cfg.coordinator, "node.coordinator");
+  std::shared_ptr<const security::credentials> creds;
+  try {
+    creds = load_security(me, cfg.security, security::role::node, cfg.id.name);
+  } catch (const usage_error& e) {
+    log_error(me, e.what());
+    return 2;
+  }
+  const bool tls = creds != nullptr;
   set_liveness(cfg, cfg.heartbeat_ms, cfg.peer_timeout_ms);
-  cfg.load<caf::io::middleman>();
+  load_network(cfg, creds.get());
   add_fusion_message_types(cfg);
   int threads = cfg.threads > 0 ? static_cast<int>(cfg.threads) : static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN));
   cfg.set("scheduler.max-threads", static_cast<int64_t>(std::max(1, threads)));
@@ -278,12 +289,17 @@ int run(int argc, char** argv) {
   std::string last_error;
   for (bool said = false;;) {
     if (watcher.stopping()) return interrupted();
-    auto c = sys.middleman().remote_actor(coord_host, coord_port);
+    auto c = connect_actor(sys, coord_host, coord_port, tls);
     if (c) {
       coordinator = *c;
       break;
     }
-    last_error = describe(c.error());
+    last_error = describe_connect_error(c.error(), tls, "the coordinator at " + cfg.coordinator);
+    // A refused handshake will not succeed on the next try: say so now, not at join-timeout.
+    if (c.error() == caf::sec::disconnect_during_handshake) {
+      log_error(me, last_error);
+      return give_up(2);
+    }
     if (std::chrono::steady_clock::now() > deadline) {
       log_error(me, "cannot reach the coordinator at " + cfg.coordinator + " within " +
                         format_seconds(cfg.join_timeout_s) + " (node.join-timeout): " + last_error);
@@ -294,6 +310,16 @@ int run(int argc, char** argv) {
     for (int i = 0; i < 10 && !watcher.stopping(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
 
+  if (tls) {
+    // The coordinator proves its role first, then this node answers its nonce (actors/secure_link.hpp).
+    std::string error;
+    auto challenge = challenge_server(self, coordinator, *creds, security::role::coordinator, error);
+    if (challenge.empty()) {
+      log_error(me, "the coordinator at " + cfg.coordinator + " did not prove its identity: " + error);
+      return give_up(2);
+    }
+    hello.proof = security::make_proof(*creds, challenge);
+  }
   int code = -1;
   self->request(coordinator, std::chrono::seconds(30), hello_atom::value, hello, node)
       .receive(

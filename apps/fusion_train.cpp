@@ -82,6 +82,7 @@ struct train_app_config : table_config {
   bool quiet = false;
   uint64_t window = 0, chunk_kib = 0;
   uint64_t admin_port = 0;  ///< [admin] port, 0..65535 (train_config::admin_port)
+  security::security_settings security;  ///< [security] (train_config::credentials)
   /// [compression] mode, values, block (train_config::compression, checked in check_settings).
   std::string compression_mode = "none", compression_values = "f16";
   uint64_t compression_block = 4096, compression_confirm = 2;
@@ -186,6 +187,7 @@ struct train_app_config : table_config {
         {"admin", "port", "publish the admin actor on this port for fusion-admin (0: off)", &admin_port, 65535},
         {"admin", "host", "address the admin actor listens on", &run.admin_host},
     });
+    add_rows(security_rows(security));
     o.total_steps = 0;
   }
 };
@@ -341,6 +343,9 @@ int run(int argc, char** argv) {
   cfg.run.flow = flow_config{static_cast<uint32_t>(std::min<uint64_t>(cfg.window, UINT32_MAX)), cfg.chunk_kib << 10}
                      .clamped();
   cfg.run.admin_port = static_cast<uint16_t>(cfg.admin_port);
+  // Only a run that opens a port (nodes, admin shell) needs an identity.
+  if (!cfg.run.cluster_file.empty() || cfg.run.admin_port != 0)
+    cfg.run.credentials = load_security("fusion-train", cfg.security, security::role::coordinator);
 
   if (cfg.sample.count > 0) {
     if (cfg.run.resume_from.empty()) cfg.run.resume_from = cfg.run.checkpoint_file;
@@ -384,8 +389,8 @@ int run(int argc, char** argv) {
                                                  : (", checkpoint written to " + cfg.run.checkpoint_file).c_str());
     return exit_interrupted;
   }
-  std::fprintf(stderr, "fusion-train: %zu steps in %.1f s, %.0f %s/s, peak RSS %.0f MiB", r.steps.size(), r.seconds,
-               r.tokens_per_s, s.item_name().c_str(), r.peak_rss_mb);
+  std::fprintf(stderr, "fusion-train: %lld steps in %.1f s, %.0f %s/s, peak RSS %.0f MiB",
+               static_cast<long long>(r.steps_run), r.seconds, r.tokens_per_s, s.item_name().c_str(), r.peak_rss_mb);
   if (!r.val_losses.empty()) std::fprintf(stderr, ", val_loss %.4f", r.val_losses.back().second);
   if (!r.val_accuracies.empty()) std::fprintf(stderr, ", test accuracy %.2f%%", 100 * r.val_accuracies.back().second);
   if (s.is_text()) std::fprintf(stderr, " (unigram entropy %.4f)", s.unigram_entropy());

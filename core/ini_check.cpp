@@ -110,7 +110,26 @@ class reader {
     return v;
   }
 
+  // list() and map() recurse through value(); the bound keeps a line of "[[[[..." from
+  // overflowing the stack (found by tests/fuzz/fuzz_ini.cpp). Far deeper than any real config.
+  static constexpr int max_depth = 64;
+  class depth_guard {
+   public:
+    explicit depth_guard(int& depth) : depth_(depth) {
+      if (depth_ >= max_depth)
+        throw syntax_error{"lists and maps nested deeper than " + std::to_string(max_depth) + " levels"};
+      ++depth_;
+    }
+    ~depth_guard() { --depth_; }
+    depth_guard(const depth_guard&) = delete;
+    depth_guard& operator=(const depth_guard&) = delete;
+
+   private:
+    int& depth_;
+  };
+
   ini_value list() {
+    depth_guard guard(depth_);
     ini_value v{ini_value::kind::list, "["};
     next();
     skip_space();
@@ -132,6 +151,7 @@ class reader {
   }
 
   ini_value map() {
+    depth_guard guard(depth_);
     ini_value v{ini_value::kind::map, "{...}"};
     next();
     skip_space();
@@ -209,6 +229,7 @@ class reader {
   const std::string& s_;
   size_t i_ = 0;
   int line_ = 1;
+  int depth_ = 0;  // lists and maps open around the current value
 };
 
 // Whether `v` is a value CAF stores into an option of kind `k`; otherwise why not.

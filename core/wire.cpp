@@ -1,6 +1,7 @@
 #include "core/wire.hpp"
 
 #include <algorithm>
+#include <iterator>
 #include <span>
 
 #include "wire.pb.h"
@@ -126,11 +127,25 @@ bool wire_assembler::begin_chunk(const wire_header& h, std::byte*& dst, std::str
             to_string(p.shape) + " (" + to_string(p.encoding) + ")";
     return false;
   }
-  if (!p.offsets.insert(h.offset).second) {
-    error = "chunk at offset " + std::to_string(h.offset) + " of edge " + std::to_string(h.edge) + " micro-batch " +
-            std::to_string(h.micro_batch) + " arrived twice";
+  const std::string which = "chunk at offset " + std::to_string(h.offset) + " of edge " + std::to_string(h.edge) +
+                            " micro-batch " + std::to_string(h.micro_batch);
+  if (p.chunks.count(h.offset)) {
+    error = which + " arrived twice";
     return false;
   }
+  // Completion counts bytes, so an overlap would complete the tensor with a hole of uninitialized
+  // memory in it (found by tests/fuzz/fuzz_wire.cpp).
+  const uint64_t end = h.offset + h.chunk_bytes;
+  auto next = p.chunks.lower_bound(h.offset);
+  auto overlapping = next != p.chunks.end() && next->first < end ? next : p.chunks.end();
+  if (next != p.chunks.begin() && std::prev(next)->second > h.offset) overlapping = std::prev(next);
+  if (overlapping != p.chunks.end()) {
+    error = which + " (" + std::to_string(h.chunk_bytes) + " bytes) overlaps the chunk at offset " +
+            std::to_string(overlapping->first) + " (" + std::to_string(overlapping->second - overlapping->first) +
+            " bytes)";
+    return false;
+  }
+  p.chunks.emplace(h.offset, end);
   if (h.encoding != codec_kind::none) {
     if (!p.payload.empty()) dst = p.payload.data() + h.offset;
   } else if (!p.value.empty()) {

@@ -31,7 +31,8 @@ namespace fusion {
 /// probe to another node's data channel) before placement.
 /// 4: wire headers carry an encoding (raw or topk payload) and the payload's size; edge senders
 /// take codec settings (edge_atom, compress_atom).
-inline constexpr uint32_t wire_protocol_version = 4;
+/// 5: admission by certificate: challenge_atom, and node_hello carries a security::proof.
+inline constexpr uint32_t wire_protocol_version = 5;
 
 /// Largest tensor a header may announce (16 GiB); anything larger is a corrupt header.
 inline constexpr uint64_t wire_max_tensor_bytes = uint64_t{1} << 34;
@@ -96,7 +97,8 @@ class wire_assembler {
   /// Sets `dst` to where the payload of chunk `h` (already validated) must be written,
   /// allocating the tensor on its first chunk (`dst` is null for an empty tensor). Returns false
   /// and sets `error` when the chunk disagrees with earlier chunks of the same tensor (shape,
-  /// dtype) or repeats an offset.
+  /// dtype), repeats an offset or overlaps an earlier chunk (the bytes received would add up
+  /// while a hole stayed unwritten).
   bool begin_chunk(const wire_header& h, std::byte*& dst, std::string& error);
 
   /// After the payload of `h` was written: the whole tensor when this was its last chunk
@@ -116,7 +118,7 @@ class wire_assembler {
     dtype type = dtype::f32;
     codec_kind encoding = codec_kind::none;
     uint64_t received = 0;
-    std::set<uint64_t> offsets;
+    std::map<uint64_t, uint64_t> chunks;  // offset -> end of every chunk received
   };
   std::map<key_t, partial> partial_;
 };

@@ -3,10 +3,16 @@
 # small character GPT over three emulated sites (configs/clusters/sites-3.pbtxt): one
 # fusion-node process per site inside its own network namespace, links shaped to 1000, 100 and
 # 8 Mbit/s, the coordinator outside (scripts/run-sites.sh; loopback without shaping when not
-# root). Extra arguments go to fusion-train, e.g. scripts/run-main.sh --train.steps=100
+# root). Every connection is mutual TLS with certificates made for the run (runs/sites/certs).
+# At the end it draws the run's metrics (scripts/plot.sh) into runs/sites/metrics.png.
+# Extra arguments go to fusion-train, e.g. scripts/run-main.sh --train.steps=100
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/setup.sh
 ./scripts/get-data.sh data
 ./scripts/build.sh
-./scripts/run-sites.sh --cluster configs/clusters/sites-3.pbtxt --run configs/runs/char-sites.ini -- "$@"
+status=0
+./scripts/run-sites.sh --cluster configs/clusters/sites-3.pbtxt --run configs/runs/char-sites.ini -- "$@" || status=$?
+# The run's curves (loss, tokens/s, measured and predicted step time): runs/sites/metrics.png.
+[[ -s runs/sites/metrics.jsonl ]] && { ./scripts/plot.sh runs/sites/metrics.jsonl || true; }
+exit "$status"

@@ -5,15 +5,22 @@
 # namespace. Without root (no namespaces) it falls back to loopback with no shaping and says so.
 # Nodes with a `cpu_share` in the cluster file run in a cgroup with that CPU quota (below).
 # Namespaces, cgroups and processes are cleaned up on exit and on Ctrl-C.
+# Every connection is mutual TLS (docs/security.md): the run's certificates are made first.
 #
 #   scripts/run-sites.sh [--cluster FILE] [--run FILE.ini] [--tag TAG] [--subnet A.B.C] [--loopback]
-#                        [--no-caps] [--logs DIR] [--node-arg ARG ...] [-- fusion-train args]
+#                        [--no-caps] [--logs DIR] [--certs DIR] [--plaintext] [--node-arg ARG ...]
+#                        [-- fusion-train args]
 #
 # --loopback skips the namespaces even as root; --no-caps ignores the cpu_share of the nodes;
 # --node-arg passes an option to every fusion-node. Defaults: configs/clusters/sites-3.pbtxt,
 # configs/runs/char-sites.ini, tag fus, subnet 10.77.0. Node logs go to DIR/<node>.log (default
 # runs/sites). Expects a build in build/ (scripts/build.sh); FUSION_BIN=DIR/apps picks another
 # (fusion-cluster from there too, unless FUSION_CLUSTER_BIN names one).
+#
+# Certificates: without --certs, a fresh CA and one certificate per holder are made in DIR/certs
+# of the logs (fusion-cluster certs --force) for this run; --certs DIR uses the ones in DIR, making
+# them there first if DIR holds no ca.pem. --plaintext runs everything with security.mode=off
+# (unauthenticated; warned), e.g. to measure what TLS costs.
 #
 # CPU caps: a node with cpu_share S runs in the cgroup fusion-TAG-NODE with a CFS quota of S cores
 # (S x 100 ms per 100 ms period, at least 1 ms): cgroup v1 /sys/fs/cgroup/cpu/fusion-TAG-NODE
@@ -28,7 +35,7 @@ bin=${FUSION_BIN:-$repo/build/apps}
 # scripts/sites.sh reads the cluster through the same fusion-cluster as this script.
 export FUSION_CLUSTER_BIN=${FUSION_CLUSTER_BIN:-$bin/fusion-cluster}
 cluster=configs/clusters/sites-3.pbtxt run=configs/runs/char-sites.ini tag=fus subnet=10.77.0 loopback=0
-caps=1 logs=runs/sites
+caps=1 logs=runs/sites certs="" plaintext=0
 node_extra=()
 while [[ $# -gt 0 ]]; do
   case $1 in
@@ -39,8 +46,10 @@ while [[ $# -gt 0 ]]; do
     --loopback) loopback=1; shift ;;
     --no-caps) caps=0; shift ;;
     --logs) logs=$2; shift 2 ;;
+    --certs) certs=$2; shift 2 ;;
+    --plaintext) plaintext=1; shift ;;
     --node-arg) node_extra+=("$2"); shift 2 ;;
-    -h|--help) sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,30p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     --) shift; break ;;
     *) echo "run-sites.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
@@ -55,12 +64,32 @@ port=$(awk '$1 == "coordinator" { print $3 }' <<<"$plan")
 [[ $port != 0 ]] || { echo "run-sites.sh: $cluster needs a fixed coordinator port" >&2; exit 2; }
 mkdir -p "$logs"
 
+# ---- certificates ------------------------------------------------------------------------------
+security=()
+if [[ $plaintext == 1 ]]; then
+  security=(--security.mode=off)
+  echo "run-sites: WARNING: --plaintext: every connection is unauthenticated plaintext (security.mode=off)" >&2
+else
+  if [[ -z $certs ]]; then
+    certs=$logs/certs
+    "$FUSION_CLUSTER_BIN" certs "$cluster" --out "$certs" --force >/dev/null || exit 2
+  elif [[ ! -f $certs/ca.pem ]]; then
+    "$FUSION_CLUSTER_BIN" certs "$cluster" --out "$certs" >/dev/null || exit 2
+  fi
+  security=(--security.certs="$certs")
+  echo "run-sites: mutual TLS with the certificates in $certs (fusion-cluster certs)" >&2
+fi
+
 node_pids=() netns_up=0 cgroups=()
 cleanup() {
   local pid dir
   for pid in "${node_pids[@]}"; do kill "$pid" 2>/dev/null || true; done
   for pid in "${node_pids[@]}"; do wait "$pid" 2>/dev/null || true; done
   if [[ $netns_up == 1 ]]; then scripts/sites.sh down --tag "$tag" >/dev/null || true; fi
+  # `scripts/sites.sh throttle` may have given an uncapped node a cgroup during the run.
+  for dir in /sys/fs/cgroup/fusion-"$tag"-* /sys/fs/cgroup/cpu/fusion-"$tag"-*; do
+    [[ -d $dir ]] && [[ " ${cgroups[*]} " != *" $dir "* ]] && cgroups+=("$dir")
+  done
   # A cgroup can only be removed once it is empty: the nodes are gone (waited for) by now.
   for dir in "${cgroups[@]}"; do
     for _ in 1 2 3 4 5 6 7 8 9 10; do rmdir "$dir" 2>/dev/null && break; [[ -d $dir ]] || break; sleep 0.2; done
@@ -144,7 +173,7 @@ while read -r kind name site device share; do
   ini=configs/nodes/site-$site.ini
   [[ -f $ini ]] || ini=configs/nodes/site-a.ini  # name, site and device come from the command line
   args=(--config "$ini" --node.name="$name" --node.site="$site" --node.device="$device"
-        --node.coordinator="$coord:$port" ${node_extra[@]+"${node_extra[@]}"})
+        --node.coordinator="$coord:$port" "${security[@]}" ${node_extra[@]+"${node_extra[@]}"})
   launch=()
   cap_note=""
   if [[ $caps == 1 ]] && awk -v s="$share" 'BEGIN { exit !(s + 0 > 0) }'; then
@@ -180,5 +209,6 @@ while read -r kind name site device share; do
 done <<<"$plan"
 
 status=0
-"$bin/fusion-train" --config "$run" --cluster "$cluster" --cluster.listen="$coord:$port" "$@" || status=$?
+"$bin/fusion-train" --config "$run" --cluster "$cluster" --cluster.listen="$coord:$port" "${security[@]}" "$@" ||
+  status=$?
 exit "$status"

@@ -14,6 +14,9 @@ packages=(
   zlib1g-dev
   bible-kjv bible-kjv-text dataset-fashion-mnist
   iproute2 procps
+  gnuplot-nox
+  # scripts/fuzz.sh: clang with libFuzzer and the sanitizer runtimes (docs/security.md)
+  clang libclang-rt-14-dev
 )
 # The PyTorch reference peer is only needed by the benchmarks.
 if [[ "${FUSION_SETUP_BENCH:-0}" == "1" ]]; then

@@ -4,6 +4,8 @@
 #   scripts/sites.sh up CLUSTER [--tag TAG] [--subnet A.B.C]
 #   scripts/sites.sh down [CLUSTER] [--tag TAG]
 #   scripts/sites.sh check
+#   scripts/sites.sh shape SITE_A SITE_B MBIT [--tag TAG]    (while up: change one link's rate)
+#   scripts/sites.sh throttle NODE SHARE [--tag TAG]         (while a run-sites.sh run is going)
 #
 # Topology (docs/cluster.md has the drawing): one namespace TAG-SITE per site with eth0 at
 # SUBNET.(10+k) (k = site index from 1), a hub namespace TAG-hub whose bridge br0 joins a veth
@@ -16,6 +18,12 @@
 # build/apps/fusion-cluster); this script never parses pbtxt. It only touches the namespaces it
 # creates and the root-side veth TAG-root. Exit codes: 0 ok, 1 failure, 2 usage or bad cluster
 # file, 3 namespaces unusable here (not root, no ip/tc, no netns support): fall back to loopback.
+#
+# A changing world, for the scheduler to react to: `shape` sets the rate of the link between two
+# sites of a running emulation in both directions (shaping it if it was unshaped), and `throttle`
+# caps a running node of a `scripts/run-sites.sh --tag TAG` run at SHARE cores (0: uncapped) by
+# its cgroup fusion-TAG-NODE, creating the cgroup and moving the node into it if the node ran
+# uncapped. Both act at once on the running processes.
 set -Eeuo pipefail
 
 repo=$(cd "$(dirname "$0")/.." && pwd)
@@ -23,7 +31,7 @@ bin=${FUSION_CLUSTER_BIN:-$repo/build/apps/fusion-cluster}
 state_dir=${FUSION_SITES_STATE:-/run/fusion-sites}
 
 usage() {  # usage EXIT_CODE: the header comment, to stdout for --help, else to stderr
-  if [[ $1 == 0 ]]; then sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'; else sed -n '2,6p' "$0" | sed 's/^# \{0,1\}//' >&2; fi
+  if [[ $1 == 0 ]]; then sed -n '2,26p' "$0" | sed 's/^# \{0,1\}//'; else sed -n '2,8p' "$0" | sed 's/^# \{0,1\}//' >&2; fi
   exit "$1"
 }
 die() { echo "sites.sh: $*" >&2; exit 1; }
@@ -55,16 +63,23 @@ cmd=${1:-}
 [[ -n $cmd ]] || usage 2
 [[ $cmd == -h || $cmd == --help || $cmd == help ]] && usage 0
 shift
-cluster="" tag=fus subnet=10.77.0
+cluster="" tag=fus subnet=10.77.0 positional=()
 while [[ $# -gt 0 ]]; do
   case $1 in
     --tag) tag=${2:?--tag needs a value}; shift 2 ;;
     --subnet) subnet=${2:?--subnet needs a value}; shift 2 ;;
     -h|--help) usage 0 ;;
     -*) echo "sites.sh: unknown option '$1'" >&2; exit 2 ;;
-    *) [[ -z $cluster ]] || { echo "sites.sh: unexpected argument '$1'" >&2; exit 2; }; cluster=$1; shift ;;
+    *) positional+=("$1"); shift ;;
   esac
 done
+if [[ $cmd == shape || $cmd == throttle ]]; then
+  want=3; [[ $cmd == throttle ]] && want=2
+  ((${#positional[@]} == want)) || { usage 2; }
+else
+  ((${#positional[@]} <= 1)) || { echo "sites.sh: unexpected argument '${positional[1]}'" >&2; exit 2; }
+  cluster=${positional[0]:-}
+fi
 # The tag prefixes namespace names and the root-side interface TAG-root (15 characters at most).
 [[ $tag =~ ^[a-z][a-z0-9]{0,9}$ ]] || { echo "sites.sh: --tag '$tag': use 1-10 lowercase letters and digits" >&2; exit 2; }
 if [[ ! $subnet =~ ^([0-9]{1,3})\.([0-9]{1,3})\.([0-9]{1,3})$ ]] || ((BASH_REMATCH[1] > 255 || BASH_REMATCH[2] > 255 || BASH_REMATCH[3] > 255)); then
@@ -135,32 +150,82 @@ do_down() {
 
 mbit_to_kbit() { awk -v m="$1" 'BEGIN { k = int(m * 1000 + 0.5); print (k < 1 ? 1 : k) }'; }
 
+# shape_link NS J KBIT NET: the egress of NS's eth0 towards NET.(10+J) at KBIT kbit/s; adds the
+# htb root, the class, its FIFO and the filter when missing, else changes the class's rate.
+shape_link() {
+  local ns=$1 j=$2 kbit=$3 net=$4 burst limit verb=add
+  # ~5 ms of data at the rate, at least 32 KiB: enough for full-size TSO segments at 1 Gbit/s.
+  burst=$((kbit * 1000 / 8 / 200)); ((burst >= 32768)) || burst=32768
+  # A bounded FIFO (~250 ms of data, 64 KiB to 4 MiB) so a slow link queues, not bloats.
+  limit=$((kbit * 1000 / 8 / 4)); ((limit >= 65536)) || limit=65536; ((limit <= 4194304)) || limit=4194304
+  # awk, not grep -q: an early exit would give tc a SIGPIPE, which pipefail reads as "missing".
+  tc -n "$ns" qdisc show dev eth0 | awk '/^qdisc htb 1: root/ { found = 1 } END { exit !found }' ||
+    tc -n "$ns" qdisc replace dev eth0 root handle 1: htb default 0
+  tc -n "$ns" class show dev eth0 | awk -v id="1:$((10 + j))" '$3 == id { found = 1 } END { exit !found }' && verb=change
+  # Classes never borrow from each other (rate = ceil), so the quantum only has to be valid;
+  # htb's default (rate / r2q) is too big above ~100 Mbit/s and draws a warning.
+  tc -n "$ns" class "$verb" dev eth0 parent 1: classid "1:$((10 + j))" htb rate "${kbit}kbit" ceil "${kbit}kbit" \
+    burst "$burst" cburst "$burst" quantum 60000
+  tc -n "$ns" qdisc replace dev eth0 parent "1:$((10 + j))" handle "$((10 + j)):" bfifo limit "$limit"
+  [[ $verb == change ]] && return 0
+  tc -n "$ns" filter add dev eth0 parent 1: protocol ip prio 1 u32 match ip dst "$net.$((10 + j))/32" \
+    flowid "1:$((10 + j))"
+}
+
 # htb on the site's eth0: one class per linked destination site at the link's rate, selected by
 # destination address; unclassified packets (coordinator, unlinked sites, ARP) bypass htb.
 shape_site() {
-  local k=$1 name=$2 ns="$tag-$2" i peer j kbit burst added=0
+  local name=$2 ns="$tag-$2" i peer
   for i in "${!link_a[@]}"; do
     if [[ ${link_a[$i]} == "$name" ]]; then peer=${link_b[$i]}
     elif [[ ${link_b[$i]} == "$name" ]]; then peer=${link_a[$i]}
     else continue; fi
-    j=$(index_of_site "$peer")
-    kbit=$(mbit_to_kbit "${link_mbit[$i]}")
-    # ~5 ms of data at the rate, at least 32 KiB: enough for full-size TSO segments at 1 Gbit/s.
-    burst=$((kbit * 1000 / 8 / 200)); ((burst >= 32768)) || burst=32768
-    if ((added == 0)); then
-      tc -n "$ns" qdisc add dev eth0 root handle 1: htb default 0
-      added=1
-    fi
-    # Classes never borrow from each other (rate = ceil), so the quantum only has to be valid;
-    # htb's default (rate / r2q) is too big above ~100 Mbit/s and draws a warning.
-    tc -n "$ns" class add dev eth0 parent 1: classid "1:$((10 + j))" htb rate "${kbit}kbit" ceil "${kbit}kbit" \
-      burst "$burst" cburst "$burst" quantum 60000
-    # A bounded FIFO (~250 ms of data, 64 KiB to 4 MiB) so a slow link queues, not bloats.
-    local limit=$((kbit * 1000 / 8 / 4)); ((limit >= 65536)) || limit=65536; ((limit <= 4194304)) || limit=4194304
-    tc -n "$ns" qdisc add dev eth0 parent "1:$((10 + j))" handle "$((10 + j)):" bfifo limit "$limit"
-    tc -n "$ns" filter add dev eth0 parent 1: protocol ip prio 1 u32 match ip dst "$subnet.$((10 + j))/32" \
-      flowid "1:$((10 + j))"
+    shape_link "$ns" "$(index_of_site "$peer")" "$(mbit_to_kbit "${link_mbit[$i]}")" "$subnet"
   done
+}
+
+# site_address SITE: the eth0 address of a running site's namespace (the emulation's record of
+# its index and subnet, so shape needs no cluster file).
+site_address() {
+  ns_exists "$tag-$1" || die "no running site '$1' with --tag $tag (namespace $tag-$1 does not exist; is the emulation up?)"
+  ip -n "$tag-$1" -4 -o addr show dev eth0 | awk '{ split($4, a, "/"); print a[1]; exit }'
+}
+
+do_shape() {
+  local a=${positional[0]} b=${positional[1]} mbit=${positional[2]} ip_a ip_b kbit
+  awk -v m="$mbit" 'BEGIN { exit !(m ~ /^[0-9]+(\.[0-9]+)?$/ && m + 0 > 0) }' ||
+    { echo "sites.sh: shape: MBIT '$mbit' must be a rate above 0 in Mbit/s" >&2; exit 2; }
+  [[ $a != "$b" ]] || { echo "sites.sh: shape: a link joins two different sites" >&2; exit 2; }
+  ip_a=$(site_address "$a") ip_b=$(site_address "$b")
+  kbit=$(mbit_to_kbit "$mbit")
+  shape_link "$tag-$a" "$((${ip_b##*.} - 10))" "$kbit" "${ip_b%.*}"
+  shape_link "$tag-$b" "$((${ip_a##*.} - 10))" "$kbit" "${ip_a%.*}"
+  say "link $a <-> $b now $mbit Mbit/s each way"
+}
+
+do_throttle() {
+  local node=${positional[0]} share=${positional[1]} dir quota pids pid
+  awk -v s="$share" 'BEGIN { exit !(s ~ /^[0-9]+(\.[0-9]+)?$/) }' ||
+    { echo "sites.sh: throttle: SHARE '$share' must be a number of cores (0: uncapped)" >&2; exit 2; }
+  [[ $node =~ ^[A-Za-z0-9_.-]+$ ]] || { echo "sites.sh: throttle: '$node' is not a node name" >&2; exit 2; }
+  if [[ -f /sys/fs/cgroup/cgroup.controllers ]]; then dir=/sys/fs/cgroup/fusion-$tag-$node
+  elif [[ -f /sys/fs/cgroup/cpu/cpu.cfs_quota_us ]]; then dir=/sys/fs/cgroup/cpu/fusion-$tag-$node
+  else die "throttle: no cgroup cpu controller here"; fi
+  if [[ ! -d $dir ]]; then
+    # The node ran uncapped: give it a cgroup and move it in (scripts/run-sites.sh removes it).
+    pids=$(pgrep -f -- "fusion-node .*--node.name=$node( |$)" || true)
+    [[ -n $pids ]] || die "throttle: no running fusion-node named '$node' (and no cgroup $dir)"
+    mkdir "$dir"
+    for pid in $pids; do echo "$pid" >"$dir/cgroup.procs"; done
+  fi
+  quota=$(awk -v s="$share" 'BEGIN { q = int(s * 100000 + 0.5); print (s + 0 == 0 ? -1 : (q < 1000 ? 1000 : q)) }')
+  if [[ -f $dir/cpu.max ]]; then
+    [[ $quota == -1 ]] && echo "max 100000" >"$dir/cpu.max" || echo "$quota 100000" >"$dir/cpu.max"
+  else
+    echo 100000 >"$dir/cpu.cfs_period_us"
+    echo "$quota" >"$dir/cpu.cfs_quota_us"
+  fi
+  say "node $node $([[ $quota == -1 ]] && echo uncapped || echo "capped at $share core") (cgroup $dir)"
 }
 
 do_up() {
@@ -215,5 +280,7 @@ case $cmd in
     echo "sites.sh: $why" >&2; exit 3 ;;
   up) require_netns; do_up ;;
   down) require_netns; do_down ;;
-  *) echo "sites.sh: unknown command '$cmd' (up, down or check)" >&2; exit 2 ;;
+  shape) require_netns; do_shape ;;
+  throttle) [[ $(id -u) -eq 0 ]] || { echo "sites.sh: throttle needs root (cgroups)" >&2; exit 3; }; do_throttle ;;
+  *) echo "sites.sh: unknown command '$cmd' (up, down, check, shape or throttle)" >&2; exit 2 ;;
 esac

@@ -120,7 +120,7 @@ class tensor {
   void reshape(shape_t s);
 
  private:
-  // Frees host memory with std::free and device memory through the device's hooks.
+  // Frees host memory (tensor.cpp host_alloc) and device memory through the device's hooks.
   struct storage_free {
     storage_free() noexcept : device(device_kind::cpu) {}
     explicit storage_free(device_kind d) noexcept : device(d) {}

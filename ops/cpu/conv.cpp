@@ -233,6 +233,18 @@ template void conv2d_backward_cpu<double>(double*, double*, double*, const doubl
 
 namespace {
 
+// Kernel, stride, padding and dilation above this are typos (no image axis is that long);
+// refusing them keeps conv2d_out_size inside int64 (found by tests/fuzz/fuzz_model.cpp).
+constexpr int64_t max_geometry = int64_t{1} << 31;
+
+// Check that the geometry attribute `key` = `v` is at most max_geometry.
+int64_t bounded(const char* key, int64_t v) {
+  if (v > max_geometry)
+    throw op_error(std::string(conv2d_name) + ": attribute '" + key + "' is " + std::to_string(v) +
+                   ", more than the limit of 2^31");
+  return v;
+}
+
 // Optional integer attribute of at least `min` (1 for sizes, 0 for padding).
 int64_t int_attr(const attr_map& attrs, const char* key, int64_t fallback, int64_t min) {
   const int64_t v = with_op_name(conv2d_name, [&] { return attrs.get_int(key, fallback); });
@@ -251,14 +263,16 @@ class conv2d_op final : public op {
  public:
   explicit conv2d_op(const attr_map& attrs)
       : out_(positive_attr(attrs, conv2d_name, "out")),
-        k_(positive_attr(attrs, conv2d_name, "kernel")),
-        stride_(int_attr(attrs, "stride", 1, 1)),
-        pad_(int_attr(attrs, "padding", 0, 0)),
-        dilation_(int_attr(attrs, "dilation", 1, 1)),
+        k_(bounded("kernel", positive_attr(attrs, conv2d_name, "kernel"))),
+        stride_(bounded("stride", int_attr(attrs, "stride", 1, 1))),
+        pad_(bounded("padding", int_attr(attrs, "padding", 0, 0))),
+        dilation_(bounded("dilation", int_attr(attrs, "dilation", 1, 1))),
         groups_(int_attr(attrs, "groups", 1, 1)),
         bias_(with_op_name(conv2d_name, [&] { return attrs.get_bool("bias", true); })),
         init_std_(with_op_name(conv2d_name, [&] {
-          return attrs.get_float("init_std", std::sqrt(2.0 / static_cast<double>(out_ * k_ * k_)));
+          // In double: out_ * k_ * k_ can overflow int64.
+          const double fan_out = static_cast<double>(out_) * static_cast<double>(k_ * k_);
+          return attrs.get_float("init_std", std::sqrt(2.0 / fan_out));
         })) {
     if (!(init_std_ >= 0))
       throw op_error(std::string(conv2d_name) + ": attribute 'init_std' must be >= 0, got " +

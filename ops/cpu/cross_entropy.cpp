@@ -116,7 +116,9 @@ class cross_entropy_op final : public op {
 
   void forward(const forward_args& a) const override {
     check_forward_call(cross_entropy_name, a, 2, 0);
-    const auto [rows, V] = checked_sizes(a.inputs);
+    // Not a structured binding: clang 14 (scripts/fuzz.sh) cannot capture one in a lambda.
+    const auto sizes = checked_sizes(a.inputs);
+    const int64_t rows = sizes.first, V = sizes.second;
     check_tensor_shape(cross_entropy_name, "output", a.output, {});
     dispatch_float(a.output->type(), cross_entropy_name, [&](auto tag) {
       using T = decltype(tag);
@@ -139,7 +141,9 @@ class cross_entropy_op final : public op {
 
   void backward(const backward_args& a) const override {
     check_backward_call(cross_entropy_name, a, 2, 0);
-    const auto [rows, V] = checked_sizes(a.inputs);
+    // Not a structured binding: clang 14 (scripts/fuzz.sh) cannot capture one in a lambda.
+    const auto sizes = checked_sizes(a.inputs);
+    const int64_t rows = sizes.first, V = sizes.second;
     check_tensor_shape(cross_entropy_name, "output grad", a.output_grad, {});
     tensor* dlogits = a.input_grads[0];
     if (dlogits == nullptr) return;  // nothing upstream wants it

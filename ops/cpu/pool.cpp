@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <climits>
 #include <string>
+#include <utility>
 
 #include "ops/cpu/common.hpp"
 #include "ops/cpu/vec_math.hpp"
@@ -380,6 +381,13 @@ std::unique_ptr<op> make_pool2d_op(pool_mode mode, const attr_map& attrs) {
   const int64_t s = with_op_name(who, [&] { return attrs.get_int("stride", k); });
   const int64_t p = with_op_name(who, [&] { return attrs.get_int("padding", 0); });
   if (s <= 0) throw op_error(std::string(who) + ": attribute 'stride' must be positive, got " + std::to_string(s));
+  // Larger windows are typos (no image axis is that long); the bound keeps H + 2 * padding inside
+  // int64 (found by tests/fuzz/fuzz_model.cpp).
+  constexpr int64_t max_geometry = int64_t{1} << 31;
+  for (auto [key, v] : {std::pair{"kernel", k}, std::pair{"stride", s}})
+    if (v > max_geometry)
+      throw op_error(std::string(who) + ": attribute '" + key + "' is " + std::to_string(v) +
+                     ", more than the limit of 2^31");
   // Like PyTorch: more padding would allow windows made of padding only.
   if (p < 0 || p > k / 2)
     throw op_error(std::string(who) + ": attribute 'padding' must be in [0, kernel / 2] = [0, " +

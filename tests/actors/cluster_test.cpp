@@ -203,7 +203,8 @@ TEST_CASE("cluster: fusion-train exits non-zero naming a node that was killed") 
   child_process coordinator({std::string(FUSION_BINARY_DIR) + "/apps/fusion-train", "--config",
                              src("configs/runs/char-tiny.ini"), "--cluster", cluster, "--steps", "100000",
                              "--train.eval-every=0", "--output.metrics=\"\"", "--output.checkpoint=\"\"",
-                             "--cluster.heartbeat-ms=100", "--cluster.peer-timeout-ms=1000"},
+                             "--cluster.heartbeat-ms=100", "--cluster.peer-timeout-ms=1000",
+                             fusion::test::certs_arg()},
                             log, FUSION_SOURCE_DIR);  // the run config's paths are relative to the source tree
   // The coordinator prints the port it listens on; the nodes join there.
   uint16_t port = 0;

@@ -24,6 +24,7 @@ child_process start_train(const std::vector<std::string>& extra, const std::stri
                                    src("configs/runs/char-tiny.ini"), "--train.eval-every=0",
                                    "--train.eval-batches=0", "--output.sample-chars=0", "--output.metrics=\"\""};
   argv.insert(argv.end(), extra.begin(), extra.end());
+  argv.push_back(fusion::test::certs_arg());
   return child_process(argv, temp_path(log), FUSION_SOURCE_DIR);
 }
 

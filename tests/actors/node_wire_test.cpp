@@ -45,7 +45,8 @@ TEST_CASE("node: malformed wire messages are rejected and counted, and the node 
   auto log = (std::filesystem::temp_directory_path() / ("fusion_node_wire_" + std::to_string(::getpid()) + ".log"));
   child_process node({std::string(FUSION_BINARY_DIR) + "/apps/fusion-node", "--config",
                       std::string(FUSION_SOURCE_DIR) + "/configs/nodes/site-a.ini", "--node.name=w0",
-                      "--node.coordinator=127.0.0.1:" + std::to_string(*port), "--runtime.threads=1"},
+                      "--node.coordinator=127.0.0.1:" + std::to_string(*port), "--runtime.threads=1",
+                      "--security.mode=off"},  // this test plays a plaintext coordinator
                      log.string());
   caf::actor node_actor;
   uint16_t data_port = 0;

@@ -13,6 +13,7 @@
 
 #include "actors/op_device.hpp"
 #include "actors/trainer.hpp"
+#include "tests/support/certs_fixture.hpp"
 #include "tests/support/child_process.hpp"
 #include "tests/support/fixtures.hpp"
 
@@ -84,12 +85,14 @@ TEST_CASE("actors/device: a node whose device contradicts the cluster file is re
   std::vector<fusion::test::child_process> nodes;
   auto c = tiny_config(1);
   c.cluster_file = cluster;
+  c.credentials = fusion::test::coordinator_credentials();
   c.join_timeout_s = 10;  // the refused node never joins: the session waits this long
   c.on_listening = [&nodes, cluster](uint16_t port) {
     nodes.emplace_back(std::vector<std::string>{std::string(FUSION_BINARY_DIR) + "/apps/fusion-node", "--config",
                                                 src("configs/nodes/site-a.ini"), "--node.name=n0",
                                                 "--node.coordinator=127.0.0.1:" + std::to_string(port),
-                                                "--runtime.threads=1", "--node.join-timeout=20.0"},
+                                                "--runtime.threads=1", "--node.join-timeout=20.0",
+                                                fusion::test::certs_arg()},
                        cluster + ".log");
   };
   CHECK_THROWS_WITH_AS(session{c}, doctest::Contains("did not join"), std::runtime_error);

@@ -144,7 +144,8 @@ TEST_CASE("profile: a two-site run measures every op and the link and saves the 
                      << "[output]\nsample-chars=0\n[runtime]\nthreads=1\n"
                      << "[cluster]\nfile=\"" << fs::path(cluster).filename().string() << "\"\nprofile=\""
                      << fs::path(profile).filename().string() << "\"\nheartbeat-ms=100\npeer-timeout-ms=1000\n";
-  child_process coordinator({std::string(FUSION_BINARY_DIR) + "/apps/fusion-train", "--config", ini},
+  child_process coordinator({std::string(FUSION_BINARY_DIR) + "/apps/fusion-train", "--config", ini,
+                             fusion::test::certs_arg()},
                             temp_path("profile2-b-coordinator.log"), FUSION_SOURCE_DIR);
   uint16_t port = 0;
   for (int i = 0; i < 1500 && port == 0; ++i) {

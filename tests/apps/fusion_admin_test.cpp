@@ -19,6 +19,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "tests/support/certs_fixture.hpp"
 #include "tests/support/child_process.hpp"
 #include "tests/support/fixtures.hpp"
 
@@ -51,6 +52,7 @@ struct admin_result {
 /// Runs fusion-admin to the end (at most `timeout_s`), stdout and stderr merged.
 admin_result run_admin(std::vector<std::string> args, const std::string& tag, double timeout_s = 10) {
   args.insert(args.begin(), bin("fusion-admin"));
+  args.push_back(fusion::test::certs_arg());
   auto log = fusion::test::temp_path("admin", tag + ".log");
   admin_result r;
   {
@@ -64,7 +66,8 @@ admin_result run_admin(std::vector<std::string> args, const std::string& tag, do
 
 /// Same, with stdin read from `input_file` (a script: not a terminal).
 child_process start_admin_on(const std::string& address, const std::string& input_file, const std::string& tag) {
-  std::string cmd = "exec '" + bin("fusion-admin") + "' " + address + " --timeout 5 < '" + input_file + "'";
+  std::string cmd = "exec '" + bin("fusion-admin") + "' " + address + " --timeout 5 " + fusion::test::certs_arg() +
+                    " < '" + input_file + "'";
   return child_process({"/bin/sh", "-c", cmd}, fusion::test::temp_path("admin", tag + ".log"));
 }
 
@@ -94,7 +97,7 @@ struct coordinator {
   explicit coordinator(const std::string& tag)
       : proc({bin("fusion-train"), "--config", "configs/runs/char-tiny.ini", "--admin.port=" + std::to_string(port),
               "--train.steps=1000", "--train.eval-every=0", "--train.eval-batches=0", "--output.metrics=",
-              "--output.checkpoint=", "--output.sample-chars=0"},
+              "--output.checkpoint=", "--output.sample-chars=0", fusion::test::certs_arg()},
              fusion::test::temp_path("admin", tag + "_train.log"), FUSION_SOURCE_DIR) {}
 
   /// Waits (at most 20 s) for "admin shell listening"; fails at once if fusion-train exits first.
@@ -301,4 +304,36 @@ TEST_CASE("apps/fusion-admin: a coordinator killed under a waiting shell ends it
   CHECK(shell.proc.output().find("fusion-admin: the coordinator at " + c.address + " went away") !=
         std::string::npos);
   check_plain_words(shell.proc.output());
+}
+
+TEST_CASE("apps/fusion-admin: a node certificate, a plaintext shell or a foreign CA cannot administer the run") {
+  coordinator c("roles");
+  c.wait_listening();
+  const auto certs = fusion::test::certs_dir();
+  // Explicit files override the directory that run_admin passes (--security.certs, appended last).
+  auto as_node = run_admin({c.address, "-c", "status", "--security.certificate=" + certs + "/nodes/n0.pem",
+                            "--security.key=" + certs + "/nodes/n0.key"},
+                           "role-node");
+  INFO(as_node.output);
+  // The shell itself refuses to present a node's certificate as the admin's (the coordinator would
+  // refuse it too: tests/security/admission_test.cpp).
+  CHECK(as_node.status == 2);
+  CHECK(as_node.output.find("n0.pem belongs to node 'n0', not to admin") != std::string::npos);
+  auto plain = run_admin({c.address, "-c", "status", "--security.mode", "off"}, "role-plain");
+  INFO(plain.output);
+  CHECK(plain.status == 1);
+  CHECK(plain.output.find("WARNING: security.mode=off") != std::string::npos);
+  check_plain_words(plain.output);
+  auto other = fusion::test::temp_path("admin", "other-ca");
+  std::filesystem::remove_all(other);
+  fusion::security::make_cluster_certs(other, {});
+  auto foreign = run_admin({c.address, "-c", "status", "--security.ca=" + other + "/ca.pem",
+                            "--security.certificate=" + other + "/admin.pem", "--security.key=" + other + "/admin.key"},
+                           "role-foreign");
+  INFO(foreign.output);
+  CHECK(foreign.status == 1);
+  CHECK(foreign.output.find("TLS handshake with the coordinator") != std::string::npos);
+  std::filesystem::remove_all(other);
+  // The admin certificate still works after the refusals.
+  CHECK(run_admin({c.address, "-c", "status"}, "role-admin").status == 0);
 }

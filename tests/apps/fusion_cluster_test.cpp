@@ -1,8 +1,9 @@
 // fusion-cluster plan as a user runs it: a paper-scale cluster of stated GPUs, text and JSON,
-// OP-Fence against even, and the usage mistakes it refuses.
+// OP-Fence against even, and the usage mistakes it refuses; certs and the files it writes.
 #include <doctest/doctest.h>
 
 #include <nlohmann/json.hpp>
+#include <filesystem>
 #include <set>
 #include <string>
 
@@ -77,4 +78,31 @@ TEST_CASE("apps/fusion-cluster: plan refuses usage mistakes with exit 2 and a re
     CHECK(r.status == 2);
     CHECK(r.output.find(c.says) != std::string::npos);
   }
+}
+
+TEST_CASE("apps/fusion-cluster: certs makes a CA and one identity per node, keys private, CA kept") {
+  auto dir = fusion::test::temp_path("cluster-certs", "certs");
+  std::filesystem::remove_all(dir);
+  auto first = run_in_source(cluster_bin() + " certs configs/clusters/sites-3.pbtxt --out " + dir + " --days 30");
+  INFO(first.output);
+  REQUIRE(first.status == 0);
+  CHECK(first.output.find("3 nodes, valid 30 days") != std::string::npos);
+  CHECK(first.output.find("security.certs=" + dir) != std::string::npos);
+  for (std::string stem : {"ca", "coordinator", "admin", "nodes/a1", "nodes/b1", "nodes/c1"}) {
+    auto key = std::filesystem::status(dir + "/" + stem + ".key").permissions();
+    CHECK(key == (std::filesystem::perms::owner_read | std::filesystem::perms::owner_write));
+    CHECK(std::filesystem::exists(dir + "/" + stem + ".pem"));
+  }
+  // A second run must not silently replace the CA that signed the certificates in use.
+  auto again = run_in_source(cluster_bin() + " certs configs/clusters/sites-3.pbtxt --out " + dir);
+  CHECK(again.status == 2);
+  CHECK(again.output.find("ca.pem exists") != std::string::npos);
+  CHECK(run_in_source(cluster_bin() + " certs configs/clusters/sites-3.pbtxt --out " + dir + " --force").status == 0);
+  auto no_out = run_in_source(cluster_bin() + " certs configs/clusters/sites-3.pbtxt");
+  CHECK(no_out.status == 2);
+  CHECK(no_out.output.find("certs needs --out DIR") != std::string::npos);
+  auto bad_file = run_in_source(cluster_bin() + " certs configs/clusters/missing.pbtxt --out " + dir);
+  CHECK(bad_file.status == 2);
+  CHECK(bad_file.output.find("missing.pbtxt") != std::string::npos);
+  std::filesystem::remove_all(dir);
 }

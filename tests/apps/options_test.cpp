@@ -4,6 +4,7 @@
 // (twice) to fusion-train.
 #include <doctest/doctest.h>
 
+#include "tests/support/certs_fixture.hpp"
 #include "tests/support/child_process.hpp"
 #include "tests/support/fixtures.hpp"
 
@@ -128,7 +129,7 @@ TEST_CASE("apps/options: --key value works like --key=value (fusion-node, with t
   // Nothing listens on port 1: the node gives up after node.join-timeout.
   auto spaced = run_in_source(cmd("fusion-node") +
                               " --config configs/nodes/site-a.ini --node.name n9 --node.coordinator 127.0.0.1:1"
-                              " --node.join-timeout 0.5");
+                              " --node.join-timeout 0.5 --security.certs " + fusion::test::certs_dir());
   INFO(spaced.output);
   CHECK(spaced.status == 1);
   CHECK(has_log_line(spaced.output, "ERROR", "fusion-node n9",
@@ -137,7 +138,7 @@ TEST_CASE("apps/options: --key value works like --key=value (fusion-node, with t
   CHECK_FALSE(contains(spaced.output, "0.500000"));
   auto equals = run_in_source(cmd("fusion-node") +
                               " --config=configs/nodes/site-a.ini --node.name=n9 --node.coordinator=127.0.0.1:1"
-                              " --node.join-timeout=0.5");
+                              " --node.join-timeout=0.5 --security.certs=" + fusion::test::certs_dir());
   CHECK(equals.status == 1);
   CHECK(contains(equals.output, "within 0.5 s (node.join-timeout)"));
 }
@@ -314,7 +315,7 @@ TEST_CASE("apps/fusion-train: running out of memory is said in plain words") {
 TEST_CASE("apps/fusion-node: SIGINT while it waits for the coordinator exits 130 with a log line") {
   auto log = fusion::test::temp_path("options", "node-sigint.log");
   child_process node({bin("fusion-node"), "--config", src("configs/nodes/site-a.ini"), "--node.name=sig1",
-                      "--node.coordinator=127.0.0.1:1", "--node.join-timeout=120.0"},
+                      "--node.coordinator=127.0.0.1:1", "--node.join-timeout=120.0", fusion::test::certs_arg()},
                      log);
   REQUIRE(wait_for_output(node, "waiting for the coordinator", 60));
   auto t0 = std::chrono::steady_clock::now();
@@ -333,14 +334,15 @@ TEST_CASE("apps/fusion-node: SIGINT during a run stops its actors and exits 130 
   auto log = [](const std::string& name) { return fusion::test::temp_path("options", "run-" + name + ".log"); };
   child_process coordinator({bin("fusion-train"), "--config", src("configs/runs/char-tiny.ini"), "--cluster",
                              src("configs/clusters/local-2.pbtxt"), "--cluster.listen=127.0.0.1:0", "--steps",
-                             "100000", "--train.log-every=1", "--output.metrics=", "--output.checkpoint="},
+                             "100000", "--train.log-every=1", "--output.metrics=", "--output.checkpoint=",
+                             fusion::test::certs_arg()},
                             log("coordinator"), FUSION_SOURCE_DIR);
   REQUIRE(wait_for_output(coordinator, "on 127.0.0.1:", 60));
   auto out = coordinator.output();
   const std::string port = std::to_string(std::stoi(out.substr(out.find("on 127.0.0.1:") + 13)));
   auto node = [&](const std::string& name) {
     return child_process({bin("fusion-node"), "--config", src("configs/nodes/site-a.ini"), "--node.name=" + name,
-                          "--node.coordinator=127.0.0.1:" + port},
+                          "--node.coordinator=127.0.0.1:" + port, fusion::test::certs_arg()},
                          log(name));
   };
   child_process a1 = node("a1"), b1 = node("b1");
@@ -359,7 +361,8 @@ TEST_CASE("apps/fusion-train: a second SIGINT exits at once with status 130") {
   auto log = fusion::test::temp_path("options", "train-sigint.log");
   child_process train({bin("fusion-train"), "--config", src("configs/runs/char-tiny.ini"), "--cluster",
                        src("configs/clusters/local-3.pbtxt"), "--cluster.listen=127.0.0.1:0",
-                       "--cluster.join-timeout=300.0", "--output.metrics=", "--output.checkpoint="},
+                       "--cluster.join-timeout=300.0", "--output.metrics=", "--output.checkpoint=",
+                       fusion::test::certs_arg()},
                       log, FUSION_SOURCE_DIR);
   REQUIRE(wait_for_output(train, "on 127.0.0.1:", 60));
   auto t0 = std::chrono::steady_clock::now();

@@ -7,6 +7,7 @@
 
 #include <cmath>
 #include <functional>
+#include <limits>
 #include <string>
 
 #include "core/graph_expr.hpp"
@@ -182,6 +183,10 @@ TEST_CASE("core/graph: expressions") {
   bad("C C", "unexpected");
   bad("", "empty");
   bad("9223372036854775807*2", "overflow");
+  // INT64_MIN / -1 does not fit, and INT64_MIN % -1 trapped (SIGFPE) before it was special-cased.
+  bad("(-9223372036854775807-1)/-1", "integer overflow in -9223372036854775808/-1");
+  CHECK(eval_graph_expr("(-9223372036854775807-1) % -1", c).i == 0);
+  CHECK(eval_graph_expr("(-9223372036854775807-1) / 1", c).i == std::numeric_limits<int64_t>::min());
   bad("pow(2)", "unknown function");
   bad("true*2", "needs numbers");
 }

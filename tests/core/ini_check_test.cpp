@@ -83,6 +83,20 @@ TEST_CASE("core/ini_check: malformed lines") {
   check_one("[train]\nlayers=[1, 2\nlr=1.0\n", 2, {"malformed line"});
 }
 
+// Found by tests/fuzz/fuzz_ini.cpp (seed tests/fuzz/corpus/ini/deep-nesting): lists and maps
+// were read by unbounded recursion, so a line of 100000 '[' overflowed the stack.
+TEST_CASE("core/ini_check: lists and maps nested too deep are a malformed line, not a crash") {
+  const std::string deep_list(100000, '[');
+  check_one("[train]\npeers=" + deep_list + "\nlr=1.0\n", 2, {"malformed line", "nested deeper than 64 levels"});
+  std::string deep_map;
+  for (int i = 0; i < 100000; ++i) deep_map += "{a=";
+  check_one("[train]\nlayers=" + deep_map + "\n", 2, {"nested deeper than 64 levels"});
+  // At the limit it is only the wrong type for a list of strings.
+  auto ps = check("[train]\npeers=" + std::string(64, '[') + std::string(64, ']') + "\n");
+  REQUIRE(ps.size() == 1);
+  CHECK(ps[0].message.find("nested deeper") == std::string::npos);
+}
+
 TEST_CASE("core/ini_check: unknown categories and keys suggest the closest name") {
   check_one("[trian]\nlr=1\n", 1, {"unknown category [trian]", "did you mean [train]", "known: global, train"});
   check_one("[train]\nlrr=1.0\n", 2, {"[train] unknown key 'lrr'", "did you mean 'lr'"});

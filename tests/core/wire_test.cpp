@@ -2,6 +2,7 @@
 #include <doctest/doctest.h>
 
 #include <cstring>
+#include <vector>
 
 #include "core/wire.hpp"
 
@@ -105,6 +106,44 @@ TEST_CASE("wire: a repeated chunk or a chunk of another shape is refused") {
   other.shape = {96 / 4};
   CHECK_FALSE(asm_.begin_chunk(other, dst, err));
   CHECK(err.find("earlier chunks had [2, 3, 4]") != std::string::npos);
+}
+
+// Found by tests/fuzz/fuzz_wire.cpp (seed tests/fuzz/corpus/wire/overlap-hole): chunks at
+// offsets 0, 80 and 128 of 64, 64 and 32 bytes add up to the 160 bytes of the tensor, which
+// was then delivered with bytes 64..80 never written.
+TEST_CASE("wire: a chunk overlapping an earlier one is refused, so no tensor completes with a hole") {
+  wire_header base = sample_header();
+  base.shape = {40};
+  base.total_bytes = 160;
+  auto chunk = [&](uint64_t offset, uint64_t bytes) {
+    wire_header h = base;
+    h.offset = offset;
+    h.chunk_bytes = bytes;
+    return h;
+  };
+  wire_assembler asm_;
+  std::vector<std::byte> src(160, std::byte{1});
+  std::byte* dst = nullptr;
+  std::string err;
+  auto deliver = [&](const wire_header& h) {
+    REQUIRE(asm_.begin_chunk(h, dst, err));
+    std::memcpy(dst, src.data() + h.offset, h.chunk_bytes);
+    return asm_.end_chunk(h, err);
+  };
+  CHECK_FALSE(deliver(chunk(0, 64)));
+  CHECK_FALSE(deliver(chunk(80, 64)));
+  CHECK_FALSE(asm_.begin_chunk(chunk(128, 32), dst, err));  // overlaps [80, 144)
+  CHECK(err == "chunk at offset 128 of edge 42 micro-batch 3 (32 bytes) overlaps the chunk at offset 80 (64 bytes)");
+  CHECK_FALSE(asm_.begin_chunk(chunk(60, 8), dst, err));  // overlaps [0, 64) from the right
+  CHECK(err.find("overlaps the chunk at offset 0") != std::string::npos);
+  CHECK_FALSE(asm_.begin_chunk(chunk(64, 20), dst, err));  // fills the hole and runs into [80, 144)
+  CHECK(err.find("overlaps the chunk at offset 80") != std::string::npos);
+  // The chunks that do fit complete the tensor, every byte written.
+  CHECK_FALSE(deliver(chunk(64, 16)));
+  auto whole = deliver(chunk(144, 16));
+  REQUIRE(whole);
+  CHECK(std::memcmp(whole->bytes(), src.data(), 160) == 0);
+  CHECK(asm_.partial_count() == 0);
 }
 
 // ---- compressed edges (encoding topk) ------------------------------------------------------

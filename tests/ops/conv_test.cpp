@@ -225,6 +225,18 @@ TEST_CASE("ops/conv2d: shape, dtype and attribute errors") {
                        doctest::Contains("conv2d: attribute 'stride' must be an integer"), op_error);
   CHECK_THROWS_WITH_AS(make_op("conv2d", attr_map({{"out", "2"}, {"kernel", "3"}, {"init_std", "-1"}})),
                        doctest::Contains("'init_std' must be >= 0"), op_error);
+  // Geometry past 2^31 overflowed int64 in the output size and in the default init_std
+  // (found by tests/fuzz/fuzz_model.cpp; seeds tests/fuzz/corpus/model/conv-huge-*.pbtxt).
+  const std::string huge = "4611686018427387904";  // 2^62
+  for (const char* key : {"kernel", "stride", "padding", "dilation"}) {
+    attr_map a({{"out", "2"}, {"kernel", "3"}});
+    a.set(key, huge);
+    const std::string why = "attribute '" + std::string(key) + "' is " + huge + ", more than the limit of 2^31";
+    CHECK_THROWS_WITH_AS(make_op("conv2d", a), doctest::Contains(why.c_str()), op_error);
+  }
+  auto wide = make_op("conv2d", attr_map({{"out", "4294967296"}, {"kernel", "2147483648"}}));
+  CHECK_THROWS_AS(infer(*wide, {{1, 1, 4, 4}}, {dtype::f32}), op_error);  // too small, not undefined behaviour
+  CHECK(infer(*conv_op({2, 3, 1, 2147483647}), {{1, 1, 4, 4}}, {dtype::f32}).size() == 4);
   // A weight of the wrong shape handed to forward.
   tensor x({1, 3, 4, 4}, dtype::f64), w({8, 2, 3, 3}, dtype::f64), b({8}, dtype::f64), y({1, 8, 2, 2}, dtype::f64);
   const tensor* ins[] = {&x};

@@ -165,6 +165,13 @@ TEST_CASE("ops/pool: bad attributes and shapes throw op_error naming the problem
                        op_error);
   CHECK_THROWS_WITH_AS(make_pool("avg_pool2d", 3, 1, 2), doctest::Contains("padding"), op_error);
   CHECK_THROWS_WITH_AS(make_pool("max_pool2d", 2, 1, 2), doctest::Contains("[0, 1]"), op_error);
+  // A kernel near 2^63 with padding near 2^62 overflowed H + 2 * padding (found by
+  // tests/fuzz/fuzz_model.cpp; seed tests/fuzz/corpus/model/pool-huge-padding.pbtxt).
+  CHECK_THROWS_WITH_AS(make_op("max_pool2d", {{"kernel", "9223372036854775807"}, {"padding", "4611686018427387903"}}),
+                       doctest::Contains("attribute 'kernel' is 9223372036854775807, more than the limit of 2^31"),
+                       op_error);
+  CHECK_THROWS_WITH_AS(make_op("avg_pool2d", {{"kernel", "2"}, {"stride", "2147483649"}}),
+                       doctest::Contains("attribute 'stride' is 2147483649"), op_error);
   auto o = make_pool("max_pool2d", 3);
   CHECK(infer(*o, {2, 3, 7, 8}) == shape_t{2, 3, 2, 2});  // stride defaults to the kernel
   CHECK_THROWS_WITH_AS(infer(*o, {2, 3, 8}), doctest::Contains("rank 4"), op_error);

@@ -7,6 +7,8 @@
 #     cgroup is gone;
 #  2. a long run interrupted like Ctrl-C (SIGINT to its process group) after two steps: b1 was
 #     throttled (cpu.stat nr_throttled > 0), and the cgroup and the processes are gone after;
+#     while it runs, `scripts/sites.sh throttle` caps the uncapped a1 at 0.25 (a new cgroup holding
+#     its node) and uncaps b1, and refuses an unknown node;
 #  3. --no-caps: no cgroup, and the script says the caps are ignored.
 # Without root or without a cgroup cpu controller it says why and exits 77 (ctest: skipped).
 #
@@ -124,10 +126,20 @@ done
 throttled=$(awk '$1 == "nr_throttled" { print $2 }' "$cg/cpu.stat" 2>/dev/null)
 echo "b1 after $steps_seen steps: nr_throttled ${throttled:-?} ($(grep throttled_ "$cg/cpu.stat" 2>/dev/null | tr '\n' ' '))"
 [[ ${throttled:-0} -gt 0 ]] || fail "b1 was never throttled (nr_throttled '${throttled:-}'): the cap does not hold"
+# A changing world (scripts/sites.sh throttle): cap the uncapped a1 mid-run, uncap b1.
+"$src/scripts/sites.sh" throttle a1 0.25 --tag "$tag" 2>>"$work/throttle.log" || fail "throttle a1 0.25: $(cat "$work/throttle.log")"
+a1_pid=$(cat "$cg_a/cgroup.procs" 2>/dev/null | head -n 1)
+[[ -n $a1_pid ]] && tr '\0' ' ' <"/proc/$a1_pid/cmdline" | grep -q -- '--node.name=a1' ||
+  fail "a1's fusion-node is not in $cg_a after throttle"
+[[ $(quota_of "$cg_a") == "25000 100000" ]] || fail "quota of $cg_a after throttle: '$(quota_of "$cg_a")'"
+"$src/scripts/sites.sh" throttle b1 0 --tag "$tag" 2>>"$work/throttle.log" || fail "throttle b1 0"
+[[ $(quota_of "$cg") == "-1 100000" || $(quota_of "$cg") == "max 100000" ]] || fail "b1 not uncapped: '$(quota_of "$cg")'"
+"$src/scripts/sites.sh" throttle zz 0.5 --tag "$tag" >/dev/null 2>&1 && fail "throttle of an unknown node accepted"
 kill -INT -- -"$run_pid" 2>/dev/null
 finish_run 90
 echo "interrupted run exited $rc"
 [[ ! -d $cg ]] || fail "$cg left behind after Ctrl-C"
+[[ ! -d $cg_a ]] || fail "$cg_a (made by throttle) left behind after Ctrl-C"
 [[ -z $(leftover_nodes) ]] || fail "fusion-node processes left behind after Ctrl-C: $(leftover_nodes)"
 
 # ---- 3. --no-caps -------------------------------------------------------------------------------

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # ctest sites_netns: brings up configs/clusters/sites-3.pbtxt with scripts/sites.sh under its own
 # tag and subnet, checks every namespace exists, reaches the coordinator address and the other
-# sites, and carries the link rates in its tc classes, then brings it down and checks nothing is
+# sites, and carries the link rates in its tc classes (also after `shape` changes one), then brings it down and checks nothing is
 # left. Without root or namespace support it says why and exits 77 (ctest: skipped).
 #
 #   tests/scripts/sites_test.sh SOURCE_DIR FUSION_CLUSTER_BIN
@@ -82,6 +82,13 @@ rate_to() {  # rate_to SITE PEER_INDEX -> the class rate as tc prints it
 [[ $(rate_to b 13) == 100Mbit ]] || fail "b->c class rate '$(rate_to b 13)', expected 100Mbit"
 [[ $(rate_to c 11) == 8Mbit ]] || fail "c->a class rate '$(rate_to c 11)', expected 8Mbit"
 [[ $(tc -n "$tag-a" class show dev eth0 | wc -l) -eq 2 ]] || fail "site a should have exactly 2 htb classes"
+
+# A changing world: shape changes a link's rate both ways while up, and shapes an unshaped pair.
+"$sites" shape a c 20 --tag "$tag" 2>/dev/null || fail "shape a c 20"
+[[ $(rate_to a 13) == 20Mbit && $(rate_to c 11) == 20Mbit ]] || fail "a<->c after shape: $(rate_to a 13) / $(rate_to c 11)"
+[[ $(tc -n "$tag-a" class show dev eth0 | wc -l) -eq 2 ]] || fail "shape must change the class, not add one"
+"$sites" shape a b 0 --tag "$tag" >/dev/null 2>&1 && fail "shape to 0 Mbit/s accepted"
+"$sites" shape a zz 5 --tag "$tag" >/dev/null 2>&1 && fail "shape to an unknown site accepted"
 
 "$sites" up "$cluster" --tag "$tag" --subnet "$subnet" >/dev/null 2>&1 && fail "a second up with the same tag succeeded"
 

@@ -1,5 +1,6 @@
 // Fixtures of the tests that train on fusion-node processes: cluster files on loopback, node
-// processes started once the coordinator listens, the tiny config they train.
+// processes started once the coordinator listens, the tiny config they train; all of them with
+// mutual TLS (tests/support/certs_fixture.hpp).
 #pragma once
 
 #include <fstream>
@@ -7,6 +8,7 @@
 #include <vector>
 
 #include "actors/trainer.hpp"
+#include "tests/support/certs_fixture.hpp"
 #include "tests/support/child_process.hpp"
 #include "tests/support/fixtures.hpp"
 
@@ -30,7 +32,7 @@ inline child_process start_node(const std::string& name, uint16_t port, const st
   return child_process({std::string(FUSION_BINARY_DIR) + "/apps/fusion-node", "--config",
                         src("configs/nodes/site-a.ini"), "--node.name=" + name,
                         "--node.coordinator=127.0.0.1:" + std::to_string(port), "--runtime.threads=1",
-                        "--node.join-timeout=20.0"},
+                        "--node.join-timeout=20.0", certs_arg()},
                        temp_path(log_name + ".log"));
 }
 
@@ -44,6 +46,7 @@ inline train_config tiny_config(int64_t steps, int64_t micro_batches) {
 inline void on_nodes(train_config& c, const std::string& cluster, int n, std::vector<child_process>& nodes,
               const std::string& tag) {
   c.cluster_file = cluster;
+  c.credentials = coordinator_credentials();
   c.join_timeout_s = 30;
   c.heartbeat_ms = 100;
   c.peer_timeout_ms = 1000;

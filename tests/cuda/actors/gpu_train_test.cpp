@@ -123,7 +123,8 @@ TEST_CASE("cuda actors: a cluster of a cuda:0 node and a cpu node gives the one-
                                                   src("configs/nodes/site-a.ini"), std::string("--node.name=") + name,
                                                   std::string("--node.device=") + device,
                                                   "--node.coordinator=127.0.0.1:" + std::to_string(port),
-                                                  "--node.join-timeout=30.0"},
+                                                  "--node.join-timeout=30.0",
+                                                  "--security.mode=off"},  // the coordinator here is plaintext
                          temp_path(std::string(name) + ".log"));
   };
   train_result r;

@@ -1,0 +1,58 @@
+// Host storage of tensors: alignment, copies, and reuse of freed storage (the cause of the RSS
+// growth of long runs, bench/soak_bench.sh).
+#include <doctest/doctest.h>
+
+#include <cstdint>
+#include <cstdlib>
+#include <vector>
+
+#if defined(__GLIBC__)
+#include <malloc.h>
+#endif
+
+#include "tensor/tensor.hpp"
+
+using namespace fusion;
+
+TEST_CASE("tensor: host storage is 64-byte aligned, zeroed and copied") {
+  for (int64_t n : {0, 1, 3, 16, 17, 1000, 65536, 300000}) {
+    INFO("elements " << n);
+    tensor t({n}, dtype::f32);
+    CHECK(reinterpret_cast<uintptr_t>(t.bytes()) % 64 == 0);
+    for (int64_t i = 0; i < n; ++i) REQUIRE(t.f32()[i] == 0.0f);
+    for (int64_t i = 0; i < n; ++i) t.f32()[i] = static_cast<float>(i);
+    tensor c = t;
+    CHECK(reinterpret_cast<uintptr_t>(c.bytes()) % 64 == 0);
+    CHECK(c.bytes() != t.bytes());
+    for (int64_t i = 0; i < n; ++i) REQUIRE(c.f32()[i] == static_cast<float>(i));
+    auto u = tensor::uninitialized({n, 2}, dtype::f64);
+    CHECK(reinterpret_cast<uintptr_t>(u.bytes()) % 64 == 0);
+    CHECK_FALSE(u.empty());
+  }
+}
+
+#if defined(__GLIBC__) && (__GLIBC__ > 2 || __GLIBC_MINOR__ >= 33)
+TEST_CASE("tensor: freed host storage is reused by the next tensor of its size") {
+  // An activation is freed while small objects allocated after it (messages, shapes) still
+  // live. glibc's memalign (std::aligned_alloc) before 2.38 never fit the next request of the
+  // same size into such a hole, so every step took new memory: 1000 rounds below grew the heap
+  // by the full 62.5 MiB with aligned_alloc, by about 0.1 MiB with the current storage.
+  auto heap = [] {
+    struct mallinfo2 m = mallinfo2();
+    return m.arena + m.hblkhd;
+  };
+  std::vector<void*> pins;
+  pins.reserve(1000);
+  const size_t before = heap();
+  for (int i = 0; i < 1000; ++i) {
+    // 64 KiB stays below glibc's mmap threshold: the storage comes from the heap.
+    auto t = tensor::uninitialized({16384}, dtype::f32);
+    t.f32()[0] = 1.0f;
+    pins.push_back(std::malloc(100));
+  }
+  const size_t grown = heap() - before;
+  for (void* p : pins) std::free(p);
+  INFO("heap grew by " << grown / 1024 << " KiB");
+  CHECK(grown < size_t{8} << 20);
+}
+#endif
