@@ -1,5 +1,5 @@
-# Shell pieces the PyTorch comparison benchmarks share (bench/train_bench.sh,
-# bench/resnet_bench.sh); sourced, not run. Each takes the calling script's name for messages.
+# Shell pieces the benchmarks share (bench/train_bench.sh, bench/resnet_bench.sh,
+# bench/cluster_bench.sh, bench/tls_bench.sh); sourced, not run. Each takes the calling script's name for messages.
 
 # require_torch NAME: stops NAME unless Debian's /usr/bin/python3 can import torch.
 require_torch() {
@@ -21,3 +21,22 @@ ini_get() {
         }' "$config")
   echo "${v:-$3}"
 }
+
+# run_rounds REPEATS SETUP...: calls the script's run_setup SETUP ROUND for every set-up in every
+# round, odd rounds in the given order and even rounds reversed (so neither order favours one),
+# and appends each printed rate to results[SETUP] (declare -A results first).
+run_rounds() {
+  local repeats=$1 r s v order
+  shift
+  for r in $(seq 1 "$repeats"); do
+    order=("$@"); ((r % 2 == 0)) && order=($(printf '%s\n' "$@" | tac))
+    for s in "${order[@]}"; do
+      v=$(run_setup "$s" "$r")
+      results[$s]+="$v "
+      echo "round $r: $s $v tokens/s" >&2
+    done
+  done
+}
+
+# median "V1 V2 ...": the middle value (the upper one of an even count).
+median() { tr ' ' '\n' <<<"$1" | grep -v '^$' | sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }

@@ -15,6 +15,7 @@
 # warm-up, from the elapsed_s of the JSON-lines metrics. The table shows medians over rounds.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source bench/bench_lib.sh
 steps=15 warmup=3 repeats=3 micro=4 node_threads=0 build=${BUILD_DIR:-build}
 while [[ $# -gt 0 ]]; do
   case $1 in
@@ -78,15 +79,7 @@ run_setup() {  # run_setup NAME ROUND
 setups=(one two three plain)
 [[ -x $build/apps/fusion-admin ]] && setups+=(admin)
 declare -A results=()
-for r in $(seq 1 "$repeats"); do
-  order=("${setups[@]}"); ((r % 2 == 0)) && order=($(printf '%s\n' "${setups[@]}" | tac))
-  for s in "${order[@]}"; do
-    v=$(run_setup "$s" "$r")
-    results[$s]+="$v "
-    echo "round $r: $s $v tokens/s" >&2
-  done
-done
-median() { tr ' ' '\n' <<<"$1" | grep -v '^$' | sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
+run_rounds "$repeats" "${setups[@]}"
 one=$(median "${results[one]}")
 echo
 echo "gpt-char-small, batch 16 in $micro micro-batches, $steps steps after $warmup warm-up, median of $repeats rounds"

@@ -11,6 +11,7 @@
 # evaluation, sampling and checkpoints are off so that only training steps are timed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source bench/bench_lib.sh
 steps=40 warmup=5 repeats=3 build=${BUILD_DIR:-build} where=()
 while [[ $# -gt 0 ]]; do
   case $1 in
@@ -49,15 +50,7 @@ run_setup() {  # run_setup tls|plain ROUND
 }
 
 declare -A results=()
-for r in $(seq 1 "$repeats"); do
-  order=(tls plain); ((r % 2 == 0)) && order=(plain tls)
-  for s in "${order[@]}"; do
-    v=$(run_setup "$s" "$r")
-    results[$s]+="$v "
-    echo "round $r: $s $v tokens/s" >&2
-  done
-done
-median() { tr ' ' '\n' <<<"$1" | grep -v '^$' | sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
+run_rounds "$repeats" tls plain
 tls=$(median "${results[tls]}") plain=$(median "${results[plain]}")
 echo
 echo "main job (sites-3, gpt-char-small, batch 16), $steps steps after $warmup warm-up, median of $repeats rounds"
