@@ -20,7 +20,10 @@ void begin_eval(coord_ptr self, std::function<void(eval_result)> done) {
   }
   if (st.pass.count <= 0) return done({});
   auto prev = st.act;
+  // The continuation holds the pass; the pass holds itself only weakly, or the two would keep
+  // each other alive after the pass (LeakSanitizer, scripts/sanitize.sh).
   auto batch = std::make_shared<std::function<void()>>();
+  std::weak_ptr<std::function<void()>> weak_batch = batch;
   *batch = [=] {
     auto& s = self->state;
     const int64_t BB = s.in->cfg.batch, M = s.in->cfg.micro_batches;
@@ -39,7 +42,7 @@ void begin_eval(coord_ptr self, std::function<void(eval_result)> done) {
     s.in->data->eval_batch(s.pass.index, tensor_pointers(rows));
     s.pass.losses.assign(M, NAN);
     s.pass.got = 0;
-    s.after_pass = [=] {
+    s.after_pass = [=, batch = weak_batch.lock()] {
       auto& s2 = self->state;
       for (double l : s2.pass.losses) s2.pass.total += l;
       ++s2.pass.index;
@@ -61,7 +64,9 @@ void begin_sample(coord_ptr self, int count, std::string prompt, double temperat
   st.pass.context = st.in->tokenizer.encode(prompt.empty() ? std::string("\n") : prompt);
   st.sample_rng.seed(seed);
   st.act = activity::sample;
+  // As in begin_eval: only the continuation holds the pass strongly.
   auto next = std::make_shared<std::function<void()>>();
+  std::weak_ptr<std::function<void()>> weak_next = next;
   *next = [=] {
     auto& s = self->state;
     if (s.pass.index == s.pass.count) {
@@ -73,7 +78,7 @@ void begin_sample(coord_ptr self, int count, std::string prompt, double temperat
     int64_t t = std::min<int64_t>(T, static_cast<int64_t>(s.pass.context.size()));
     std::vector<int32_t> window(s.pass.context.end() - t, s.pass.context.end());
     s.pass.got = static_cast<size_t>(t);  // the window length, read back in on_output
-    s.after_pass = *next;
+    s.after_pass = [next = weak_next.lock()] { (*next)(); };
     arm_timeout(self, s.in->cfg.step_timeout_s);
     feed(self, static_cast<uint64_t>(s.step), pass_mode::infer, {tensor::from_i32({1, t}, window)}, 1);
   };

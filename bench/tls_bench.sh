@@ -34,9 +34,10 @@ rate() {  # rate METRICS: tokens/s after the warm-up
     /"elapsed_s"/ {
       match($0, /"step": *[0-9]+/); s = substr($0, RSTART, RLENGTH); sub(/.*: */, "", s)
       match($0, /"elapsed_s": *[0-9.]+/); e = substr($0, RSTART, RLENGTH); sub(/.*: */, "", e)
-      if (s + 0 == w) { s0 = s; e0 = e } last_s = s; last_e = e
+      s += 0; e += 0
+      if (s == w) { s0 = s; e0 = e } last_s = s; last_e = e
     }
-    END { if (last_e > e0) printf "%.1f\n", (last_s - s0) * t / (last_e - e0); else print "nan" }' "$1"
+    END { if (last_e > e0 && e0 > 0) printf "%.1f\n", (last_s - s0) * t / (last_e - e0); else print "nan" }' "$1"
 }
 
 run_setup() {  # run_setup tls|plain ROUND

@@ -8,9 +8,10 @@
 # clusters, the admin shell): all the code that parses files and peers' bytes runs in them. Left
 # out: `slow` (fmnist_learns: 1500 training steps, far too long at ASan speed; it covers no code
 # the actor tests do not), `netns` (root-only namespace and cgroup scripts around the same
-# binaries) and `cuda`. Any sanitizer report fails the test it happens in: UBSan halts on the
-# first error, ASan on any memory error, LeakSanitizer on leaks at exit. Leaks inside CAF are
-# suppressed narrowly by tests/sanitize/lsan.supp, which says why for each entry.
+# binaries) and `cuda`, and three tests that cannot hold under ASan by design (`skipped` below).
+# Any sanitizer report fails the test it happens in: UBSan halts on the first error, ASan on any
+# memory error, LeakSanitizer on leaks at exit. CAF's own leaks and one UB in a CAF header are
+# suppressed narrowly by tests/sanitize/{lsan,ubsan}.supp, which say why for each entry.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -22,13 +23,24 @@ cmake -S . -B build-asan -G Ninja -DCMAKE_CXX_COMPILER=g++ -DFUSION_CUDA=OFF -DC
 cmake --build build-asan -j "$jobs"
 
 # allocator_may_return_null: an allocation too large to satisfy throws std::bad_alloc as it does
-# without ASan (the programs report running out of memory in plain words; a test checks that).
-export ASAN_OPTIONS="detect_leaks=1:allocator_may_return_null=1:detect_stack_use_after_return=0${ASAN_OPTIONS:+:$ASAN_OPTIONS}"
+# without ASan, so the programs' plain-words "out of memory" paths run instead of an ASan abort.
+export ASAN_OPTIONS="detect_leaks=1:allocator_may_return_null=1${ASAN_OPTIONS:+:$ASAN_OPTIONS}"
 export LSAN_OPTIONS="suppressions=$root/tests/sanitize/lsan.supp:print_suppressions=0${LSAN_OPTIONS:+:$LSAN_OPTIONS}"
-export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1${UBSAN_OPTIONS:+:$UBSAN_OPTIONS}"
+export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1:suppressions=$root/tests/sanitize/ubsan.supp${UBSAN_OPTIONS:+:$UBSAN_OPTIONS}"
+# Not meaningful under ASan: the running-out-of-memory test caps the address space (ulimit -v),
+# and ASan reserves terabytes of shadow memory at start; the two OP-Fence tests bound the
+# planner's wall time (2 s), which ASan at -O1 multiplies by 5 to 10.
+skipped='running out of memory is said in plain words|plans in under 2 s|plan fast and follow the fast links'
+(($#)) || set -- -LE 'slow|netns|cuda' -E "$skipped"
+# A test that fails is run once more: at ASan speed on shared cores a multi-process test can miss
+# a connection or heartbeat deadline. A sanitizer report in any attempt still fails the stage.
 cd build-asan
-if (($#)); then
-  ctest --output-on-failure -j "$jobs" --timeout 1200 "$@"
-else
-  ctest --output-on-failure -j "$jobs" --timeout 1200 -LE 'slow|netns|cuda'
+status=0
+ctest --output-on-failure -j "$jobs" --timeout 1200 --repeat until-pass:2 "$@" 2>&1 | tee ctest.log ||
+  status=1
+if grep -E "ERROR: (AddressSanitizer|LeakSanitizer)|runtime error:" ctest.log > sanitizer-reports.log; then
+  echo "sanitize: sanitizer reports (full output in build-asan/ctest.log):" >&2
+  sort -u sanitizer-reports.log | head -n 20 >&2
+  status=1
 fi
+exit "$status"
