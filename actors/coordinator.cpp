@@ -76,7 +76,8 @@ caf::actor producer_handle(coordinator_state& st, const graph& g, const graph_no
   return st.actors[p];
 }
 
-// Tells every op actor its neighbours under st.current and calls `done` once all have answered.
+}  // namespace
+
 void connect_all(coord_ptr self, std::function<void()> done) {
   auto& st = self->state;
   const graph& g = st.in->model;
@@ -93,9 +94,8 @@ void connect_all(coord_ptr self, std::function<void()> done) {
   }, [=](std::vector<bool>) { done(); });
 }
 
-// Creates the edge senders of `add` (on each edge's sending node), then their routes (on each
-// receiving node), and calls `done`. Route targets are the op actors of st.actors.
-void create_edges(coord_ptr self, std::vector<plan_edge> add, std::function<void()> done) {
+void create_edges(coord_ptr self, std::vector<plan_edge> add, std::function<void()> done,
+                  std::function<void(caf::error&)> on_error, std::function<caf::actor(const plan_edge&)> target_of) {
   auto& st = self->state;
   const auto& cfg = st.in->cfg;
   const edge_config ec = cfg.flow.clamped();
@@ -114,13 +114,12 @@ void create_edges(coord_ptr self, std::vector<plan_edge> add, std::function<void
     gather<bool>(self, edges->size(), [=](size_t i) {
       auto& s2 = self->state;
       const auto& e = (*edges)[i];
-      auto target = s2.actors[e.forward ? e.consumer : e.producer];
+      auto target = target_of ? target_of(e) : s2.actors[e.forward ? e.consumer : e.producer];
       return self->request(s2.nodes[e.to], timeout, route_atom::value, e.id, target, s2.senders.at(e.id));
-    }, [=](std::vector<bool>) { done(); });
-  });
+    }, [=](std::vector<bool>) { done(); }, on_error);
+  }, on_error);
 }
 
-// Removes the routes and edge senders of `drop` (edges of a plan that is no longer current).
 void drop_edges(coord_ptr self, std::vector<plan_edge> drop, std::function<void()> done) {
   auto edges = std::make_shared<std::vector<plan_edge>>(std::move(drop));
   const auto timeout = std::chrono::seconds(60);
@@ -134,6 +133,8 @@ void drop_edges(coord_ptr self, std::vector<plan_edge> drop, std::function<void(
     done();
   });
 }
+
+namespace {
 
 void spawn_ops(coord_ptr self, std::function<void()> done) {
   auto& st = self->state;
@@ -280,6 +281,7 @@ void on_down(coord_ptr self, const caf::down_msg& dm) {
     st.nodes[i] = nullptr;
     st.node_state[i] = st.phase == run_phase::finished ? "exited" : "lost";
     if (st.phase == run_phase::finished || st.phase == run_phase::failed) continue;
+    if (abandon_migration_on_loss(self, i)) continue;
     fail(self, make_error(fusion_errc::node_lost,
                           node_label(st, i) + " is gone (" + describe(dm.reason) +
                               "): it was killed, crashed or stopped answering heartbeats for " +
@@ -332,6 +334,7 @@ void fail(coord_ptr self, const caf::error& e) {
   for (auto& rp : st.rewire_rps)
     if (rp.pending()) rp.deliver(out);
   st.rewire_rps.clear();
+  refuse_pending_moves(self, out);
 }
 
 void arm_timeout(coord_ptr self, double seconds) {
@@ -568,6 +571,7 @@ caf::behavior coordinator_fn(coord_ptr self, std::shared_ptr<run_inputs> in) {
           if (err) return err;
           return out;
         }
+        if (verb == "move") return command_move(self, args);
         const auto& verbs = admin_verbs();
         if (std::find(verbs.begin(), verbs.end(), verb) != verbs.end())
           return make_error(fusion_errc::bad_command,

@@ -128,6 +128,10 @@ std::string request_resume(coord_ptr self, caf::error& err) {
     err = make_error(fusion_errc::wrong_phase, std::string("not paused (the run is ") + to_string(st.phase) + ")");
     return {};
   }
+  if (st.migration) {
+    err = make_error(fusion_errc::wrong_phase, "a migration is in flight: resume once it has finished");
+    return {};
+  }
   st.pause_requested = false;
   st.phase = st.training_job ? run_phase::training : run_phase::ready;
   if (st.training_job) self->send(self, resume_atom::value, true);  // continue the held step loop

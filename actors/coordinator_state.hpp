@@ -32,7 +32,7 @@ namespace fusion {
 using clock_type = std::chrono::steady_clock;
 
 /// What the coordinator is waiting for, so that a timeout or a stray message is judged right.
-enum class activity : uint8_t { idle, joining, profiling, wiring, step, optimizer, polling, eval, sample, state };
+enum class activity : uint8_t { idle, joining, profiling, wiring, step, optimizer, polling, eval, sample, state, migrating };
 
 /// The step in flight.
 struct step_ctx {
@@ -58,6 +58,15 @@ struct pass_ctx {
   double temperature = 0;
   std::mt19937_64* rng = nullptr;
 };
+
+/// An admin `move` accepted while a step runs, applied at the next step boundary.
+struct move_request {
+  std::vector<int> ops;  ///< graph node ids
+  int node = -1;         ///< target cluster node
+  caf::response_promise rp;
+};
+
+struct migration_ctx;
 
 struct coordinator_state {
   std::shared_ptr<run_inputs> in;
@@ -99,6 +108,9 @@ struct coordinator_state {
   // ---- requests being served ----
   caf::response_promise start_rp, train_rp, pass_rp, pause_rp;
   std::vector<caf::response_promise> rewire_rps;
+  // ---- migration (actors/coordinator_migrate.cpp) ----
+  std::vector<move_request> pending_moves;      // admin moves waiting for the step boundary
+  std::shared_ptr<migration_ctx> migration;     // the migration in flight, if any
   std::mt19937_64 sample_rng;
   static inline const char* name = "coordinator";
 };
@@ -119,6 +131,16 @@ void arm_timeout(coord_ptr self, double seconds);
 std::string node_label(const coordinator_state& st, size_t i);
 void begin_join(coord_ptr self);
 void apply_rewire(coord_ptr self, std::function<void()> done);
+/// Tells every op actor its neighbours under st.current and calls `done` once all have answered.
+void connect_all(coord_ptr self, std::function<void()> done);
+/// Creates the edge senders of `add` (on each edge's sending node), then their routes (on each
+/// receiving node), and calls `done`. Route targets are the op actors of st.actors, or what
+/// `target_of` gives; errors fail the run unless `on_error` takes them.
+void create_edges(coord_ptr self, std::vector<plan_edge> add, std::function<void()> done,
+                  std::function<void(caf::error&)> on_error = nullptr,
+                  std::function<caf::actor(const plan_edge&)> target_of = nullptr);
+/// Removes the routes and edge senders of `drop` (edges of a plan that is no longer current).
+void drop_edges(coord_ptr self, std::vector<plan_edge> drop, std::function<void()> done);
 void shutdown_nodes(coord_ptr self, std::function<void()> done);
 
 // ---- actors/coordinator_train.cpp ----
@@ -169,6 +191,23 @@ void plan_compression(coord_ptr self);
 /// adatopk, every compression.every steps: re-evaluates every link direction's ratio from the
 /// refined estimator and sends compress_atom to the senders of the links whose ratio changed.
 void adapt_compression(coord_ptr self);
+// ---- actors/coordinator_migrate.cpp ----
+/// Moves the ops whose node differs between st.current and `where` with their state, between
+/// two steps (docs/migration.md), and calls `done` with a JSON summary, or with an error when the
+/// migration was abandoned and the old placement still runs. Errors after the switch fail the run.
+void migrate(coord_ptr self, placement where, std::string reason,
+             std::function<void(caf::error, std::string)> done);
+/// The admin command `move OP|GLOB NODE`: validated now; applied now between steps, or at the
+/// next step boundary while training.
+caf::result<std::string> command_move(coord_ptr self, const std::vector<std::string>& args);
+/// At a step boundary: applies the moves admin commands queued, then calls `done`.
+void apply_pending_moves(coord_ptr self, std::function<void()> done);
+/// Answers every queued move with `why` (the run failed or stopped first).
+void refuse_pending_moves(coord_ptr self, const caf::error& why);
+/// Whether losing cluster node `node` only abandons the migration in flight (it was a target
+/// that hosts no op of the running placement) rather than failing the run; abandons it if so.
+bool abandon_migration_on_loss(coord_ptr self, size_t node);
+
 // ---- actors/coordinator_admin.cpp ----
 void publish_admin(coord_ptr self);
 std::string answer_query(coord_ptr self, const std::string& topic, caf::error& err);
@@ -179,9 +218,11 @@ void request_pause(coord_ptr self, caf::response_promise rp);
 std::string request_resume(coord_ptr self, caf::error& err);
 
 /// Sends one request per index and calls `done` with the n replies (in index order) once all
-/// are in; the first error fails the run. `request_i(i)` returns CAF's response handle.
+/// are in; the first error fails the run, or goes to `on_error` when one is given (a migration
+/// that can be abandoned). `request_i(i)` returns CAF's response handle.
 template <class T, class RequestI, class Done>
-void gather(coord_ptr self, size_t n, RequestI request_i, Done done) {
+void gather(coord_ptr self, size_t n, RequestI request_i, Done done,
+            std::function<void(caf::error&)> on_error = nullptr) {
   struct pending {
     std::vector<T> values;
     size_t left = 0;
@@ -204,7 +245,10 @@ void gather(coord_ptr self, size_t n, RequestI request_i, Done done) {
         [=](caf::error& e) {
           if (g->failed) return;
           g->failed = true;
-          fail(self, e);
+          if (on_error)
+            on_error(e);
+          else
+            fail(self, e);
         });
 }
 

@@ -281,7 +281,11 @@ void feed(coord_ptr self, uint64_t s, pass_mode mode, const std::vector<tensor>&
 void begin_step(coord_ptr self) {
   auto& st = self->state;
   if (st.phase == run_phase::failed || !st.training_job) return;
-  if (st.stop_requested) return finish_training(self, true);
+  if (st.stop_requested) {
+    refuse_pending_moves(self, make_error(fusion_errc::interrupted, "the run was stopped before the move"));
+    return finish_training(self, true);
+  }
+  if (!st.pending_moves.empty()) return apply_pending_moves(self, [=] { begin_step(self); });
   if (st.rewire_requested) {
     st.rewire_requested = false;
     auto rps = std::move(st.rewire_rps);

@@ -26,6 +26,7 @@ void add_fusion_message_types(caf::actor_system_config& cfg) {
   cfg.add_message_type<std::vector<op_signature>>("fusion.op_signature_list");
   cfg.add_message_type<op_timing>("fusion.op_timing");
   cfg.add_message_type<device_timing>("fusion.device_timing");
+  cfg.add_message_type<state_export>("fusion.state_export");
   add_fusion_error_category(cfg);
 }
 

@@ -29,7 +29,8 @@
 // The coordinator then asks nodes to spawn_atom op actors, edge_atom senders and route_atom
 // receiving ends (edge_atom carries the edge's codec settings; compress_atom changes them on a
 // live sender; unroute_atom and drop_atom remove them again when the wiring changes), polls
-// stats_atom after every step and ends the run with shutdown_atom. Tensors on a cross-process
+// stats_atom after every step and ends the run with shutdown_atom. A migration moves an op's
+// state node to node over the same edge machinery (export_atom, import_atom, retire_atom). Tensors on a cross-process
 // edge travel as wire_chunk messages or over the data channel (a proto/wire.proto header + raw
 // bytes) and are acknowledged chunk by chunk with credit_atom, which bounds the bytes in flight
 // per edge.
@@ -51,7 +52,9 @@ namespace fusion {
 
 /// What a forward pass is for: training saves activations and triggers backward; evaluation only
 /// reports the loss; inference sends the logits node's output to the coordinator.
-enum class pass_mode : uint8_t { train = 0, eval = 1, infer = 2 };
+/// `state` is no pass: it marks a tensor of an op's exported state on its way to the op's new
+/// node during a migration (micro-batch field: the tensor's index in the state).
+enum class pass_mode : uint8_t { train = 0, eval = 1, infer = 2, state = 3 };
 
 using connect_atom = caf::atom_constant<caf::atom("connect")>;
 using forward_atom = caf::atom_constant<caf::atom("forward")>;
@@ -95,6 +98,14 @@ using feed_atom = caf::atom_constant<caf::atom("feed")>;
 /// Coordinator to an edge sender: compress_atom(codec_settings) from the next tensor on
 /// (the adaptive rule's ratio changes; docs/compression.md).
 using compress_atom = caf::atom_constant<caf::atom("compress")>;
+/// Migration (actors/coordinator_migrate.cpp): coordinator -> old op actor export_atom(sender,
+/// step) -> state_export, the state tensors it sent through `sender`, an edge sender towards the new
+/// node; coordinator -> new op actor import_atom(count) -> true once all `count` arrived and were
+/// restored, or a bad_state error; coordinator -> node retire_atom(op actor) ends an op actor it
+/// hosts.
+using export_atom = caf::atom_constant<caf::atom("export")>;
+using import_atom = caf::atom_constant<caf::atom("import")>;
+using retire_atom = caf::atom_constant<caf::atom("retire")>;
 
 /// Named tensors, the unit of checkpoint state exchanged with op actors.
 using named_tensors = std::vector<std::pair<std::string, tensor>>;
@@ -289,6 +300,17 @@ typename Inspector::result_type inspect(Inspector& f, op_timing& x) {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, device_timing& x) {
   return f(caf::meta::type_name("device_timing"), x.device, x.ops, x.cpu_share, x.memory_bytes, x.seconds);
+}
+
+/// An op actor's answer to export_atom: what it sent towards its new node.
+struct state_export {
+  uint32_t tensors = 0;
+  uint64_t bytes = 0;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, state_export& x) {
+  return f(caf::meta::type_name("state_export"), x.tensors, x.bytes);
 }
 
 /// Registers every message type above with an actor system config (same names on every node).

@@ -1,5 +1,6 @@
 #include "actors/node_actor.hpp"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <iostream>
@@ -150,6 +151,15 @@ caf::behavior node_actor_fn(node_ptr self, node_identity id, std::shared_ptr<std
         } catch (const std::exception& e) {
           return make_error(fusion_errc::spawn_failed, "node " + self->state.id.name + ": " + e.what());
         }
+      },
+      // Migration: an op actor that moved away (or a new one whose move was abandoned).
+      [=](retire_atom, caf::actor& op) {
+        auto& hosted = self->state.hosted;
+        auto it = std::find(hosted.begin(), hosted.end(), op);
+        if (it == hosted.end()) return false;
+        self->send_exit(op, caf::exit_reason::user_shutdown);
+        hosted.erase(it);
+        return true;
       },
       [=](edge_atom, uint64_t edge, caf::actor& peer, edge_config& cfg, std::string& host, uint16_t port,
           codec_settings& codec) -> caf::result<caf::actor> {

@@ -74,6 +74,10 @@ struct op_state {
   std::map<uint32_t, bwd_entry> pending_bwd;
   uint32_t next_bwd = 0;
   std::vector<double> fwd_seconds, bwd_seconds;  // per micro-batch of the current step
+  // A migration's incoming state (import_atom): tensors by index, and the count once announced.
+  std::map<uint32_t, tensor> incoming;
+  int64_t incoming_count = -1;
+  caf::response_promise import_rp;
   static inline const char* name = "op_actor";
 };
 
@@ -228,17 +232,24 @@ void apply_step(self_ptr self, uint64_t step, double lr, float scale) {
   st.dev->synchronize();  // a failed update is reported by this step, not by a later one
 }
 
+// The names of the state tensors, in the order collect_state lists them: an op of the same spec
+// on another node lists the same names, so a migration ships the tensors by index.
+std::vector<std::string> state_keys(const op_state& st) {
+  std::vector<std::string> keys;
+  for (auto& p : st.param_specs)
+    for (const char* suffix : {"", ".m", ".v"}) keys.push_back(st.spec.name + "/" + p.name + suffix);
+  for (auto& b : st.buffer_specs) keys.push_back(st.spec.name + "/" + b.name);
+  return keys;
+}
+
 // Checkpoint state is host data on every device (it is written to disk or crosses processes).
 named_tensors collect_state(op_state& st) {
+  auto keys = state_keys(st);
   named_tensors out;
-  for (size_t i = 0; i < st.params.size(); ++i) {
-    const std::string key = st.spec.name + "/" + st.param_specs[i].name;
-    out.emplace_back(key, st.dev->download(st.params[i]));
-    out.emplace_back(key + ".m", st.dev->download(st.m[i]));
-    out.emplace_back(key + ".v", st.dev->download(st.v[i]));
-  }
-  for (size_t i = 0; i < st.buffers.size(); ++i)
-    out.emplace_back(st.spec.name + "/" + st.buffer_specs[i].name, st.dev->download(st.buffers[i]));
+  size_t k = 0;
+  for (size_t i = 0; i < st.params.size(); ++i)
+    for (auto* t : {&st.params[i], &st.m[i], &st.v[i]}) out.emplace_back(keys[k++], st.dev->download(*t));
+  for (auto& b : st.buffers) out.emplace_back(keys[k++], st.dev->download(b));
   return out;
 }
 
@@ -259,6 +270,30 @@ void restore_state(op_state& st, named_tensors& in) {
   for (size_t i = 0; i < st.buffers.size(); ++i)
     restore(st.spec.name + "/" + st.buffer_specs[i].name, &st.buffers[i]);
   st.dev->synchronize();
+}
+
+// Restores a migrated state once import_atom announced the count and every tensor arrived.
+void finish_import(self_ptr self) {
+  auto& st = self->state;
+  if (st.incoming_count < 0 || static_cast<int64_t>(st.incoming.size()) < st.incoming_count) return;
+  auto rp = std::move(st.import_rp);
+  auto incoming = std::move(st.incoming);
+  st.incoming.clear();
+  st.incoming_count = -1;
+  auto keys = state_keys(st);
+  auto refuse = [&](const std::string& why) {
+    rp.deliver(make_error(fusion_errc::bad_state, "op actor '" + st.spec.name + "' refused its migrated state: " + why));
+  };
+  if (incoming.size() != keys.size() || (!incoming.empty() && incoming.rbegin()->first + 1 != incoming.size()))
+    return refuse(std::to_string(incoming.size()) + " tensors arrived, the op has " + std::to_string(keys.size()));
+  named_tensors in;
+  for (auto& [i, t] : incoming) in.emplace_back(keys[i], std::move(t));
+  try {
+    restore_state(st, in);
+  } catch (const std::exception& e) {
+    return refuse(e.what());
+  }
+  rp.deliver(true);
 }
 
 // `compute` was built by spawn_op_actor (so device errors reach the spawner); the actor takes
@@ -296,6 +331,11 @@ caf::behavior op_actor_fn(self_ptr self, node_spec spec, actor_run_params run, s
         return true;  // the coordinator waits for every actor before it sends data
       },
       [=](forward_atom, uint64_t step, uint32_t mb, uint32_t slot, uint8_t mode, tensor& value) {
+        if (mode == static_cast<uint8_t>(pass_mode::state)) {  // migrated state, tensor number `mb`
+          auto& st = self->state;
+          st.incoming[mb] = std::move(value);
+          return finish_import(self);
+        }
         guarded([&] {
           auto& st = self->state;
           size_t arity = st.impl ? st.spec.input_shapes.size() : 1;
@@ -329,6 +369,32 @@ caf::behavior op_actor_fn(self_ptr self, node_spec spec, actor_run_params run, s
         } catch (const std::exception& e) {
           return make_error(fusion_errc::op_failed, "op actor '" + self->state.spec.name + "': " + e.what());
         }
+      },
+      [=](export_atom, caf::actor& sender, uint64_t step) -> caf::result<state_export> {
+        named_tensors out;
+        try {
+          out = collect_state(self->state);
+        } catch (const std::exception& e) {
+          return make_error(fusion_errc::op_failed, "op actor '" + self->state.spec.name + "': " + e.what());
+        }
+        // In order on one edge: the receiver sees them as tensors 0..n-1 of this step.
+        const auto mode = static_cast<uint8_t>(pass_mode::state);
+        state_export sent;
+        for (auto& [key, t] : out) {
+          sent.bytes += t.empty() ? 0 : t.nbytes();
+          self->send(sender, forward_atom::value, step, sent.tensors++, uint32_t{0}, mode, std::move(t));
+        }
+        return sent;
+      },
+      [=](import_atom, uint32_t count) -> caf::result<bool> {
+        auto& st = self->state;
+        if (st.import_rp.pending())
+          return make_error(fusion_errc::bad_state, "op actor '" + st.spec.name + "' is already importing a state");
+        st.import_rp = self->make_response_promise();
+        st.incoming_count = count;
+        auto rp = st.import_rp;
+        finish_import(self);
+        return rp;
       },
       [=](set_state_atom, named_tensors& in) -> caf::result<bool> {
         try {

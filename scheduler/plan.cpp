@@ -152,6 +152,19 @@ plan renumber(plan p, uint64_t first_id) {
   return p;
 }
 
+plan replan(const graph& g, const plan& before, placement where) {
+  plan after = make_plan(g, std::move(where), before.next_edge_id);
+  std::map<edge_key, const plan_edge*> old_edges;
+  for (auto& e : before.edges) old_edges[key_of(e)] = &e;
+  for (auto& e : after.edges) {
+    auto it = old_edges.find(key_of(e));
+    if (it == old_edges.end() || it->second->from != e.from || it->second->to != e.to) continue;
+    e.id = it->second->id;
+    e.setting = it->second->setting;
+  }
+  return after;
+}
+
 plan_diff diff(const plan& before, const plan& after) {
   if (before.where.node_of_op.size() != after.where.node_of_op.size())
     throw std::invalid_argument("cannot compare plans of different graphs: one places " +

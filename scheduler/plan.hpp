@@ -70,6 +70,12 @@ plan plan_run(const graph& g, const cluster_spec& c, const cluster_profile& prof
 /// that replaces every edge sender, e.g. to test that edges can be swapped on a live run).
 plan renumber(plan p, uint64_t first_id);
 
+/// The plan of a new placement for a running `before`: `after` is `before`'s graph wired under
+/// `where` (new edges numbered from before.next_edge_id); every edge that keeps its key and both
+/// ends keeps its id and codec, so diff(before, result) lists only the edges that must change and
+/// their senders (and compression state) stay as they are.
+plan replan(const graph& g, const plan& before, placement where);
+
 /// What changes from one plan to the next. Edges are matched by (producer, consumer_index,
 /// direction): a match with other nodes is removed + added; with the same nodes but another id
 /// or setting it is changed.

@@ -64,7 +64,7 @@ int send_huge_header(uint16_t port) {
 
 }  // namespace
 
-TEST_CASE("security: plaintext, foreign-CA and unlisted nodes are refused; the run goes on") {
+TEST_CASE("security: plaintext, foreign-CA and unlisted nodes are refused, the run goes on") {
   auto other_ca = temp_path("other-ca");
   std::filesystem::remove_all(other_ca);
   security::make_cluster_certs(other_ca, {"n0"});

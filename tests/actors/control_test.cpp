@@ -15,6 +15,7 @@
 #include "actors/admin_protocol.hpp"
 #include "actors/errors.hpp"
 #include "actors/messages.hpp"
+#include "actors/secure_link.hpp"
 #include "actors/trainer.hpp"
 #include "tests/support/cluster_fixtures.hpp"
 #include "tests/support/fixtures.hpp"
@@ -31,7 +32,7 @@ std::string phase_of(session& s) { return json::parse(s.query("status"))["phase"
 
 }  // namespace
 
-TEST_CASE("control: the coordinator answers queries in every phase; pause holds the next step, resume goes on") {
+TEST_CASE("control: the coordinator answers queries in every phase, pause holds the next step, resume goes on") {
   std::vector<child_process> nodes;
   auto c = tiny_config(40, 2);
   on_nodes(c, write_cluster("phases", 2, "placement { policy: \"even\" }"), 2, nodes, "phases");
@@ -41,13 +42,21 @@ TEST_CASE("control: the coordinator answers queries in every phase; pause holds 
   std::thread asker;
   c.on_admin_listening = [&](uint16_t port) {
     asker = std::thread([&seen, port] {
+      // An admin shell's side of the TLS connection and the login (apps/fusion_admin.cpp).
+      const auto creds = fusion::test::admin_credentials();
       caf::actor_system_config cfg;
       add_fusion_message_types(cfg);
-      cfg.load<caf::io::middleman>();
+      load_network(cfg, creds.get());
       caf::actor_system sys{cfg};
       caf::scoped_actor self{sys};
-      auto admin = sys.middleman().remote_actor<admin_actor>("127.0.0.1", port);
+      auto admin = connect_actor<admin_actor>(sys, "127.0.0.1", port, true);
       REQUIRE(admin);
+      std::string challenge;
+      self->request(*admin, std::chrono::seconds(5), challenge_atom::value, security::random_nonce())
+          .receive([&](std::string& theirs, security::proof&) { challenge = theirs; },
+                   [&](caf::error& e) { FAIL(describe(e)); });
+      self->request(*admin, std::chrono::seconds(5), login_atom::value, security::make_proof(*creds, challenge))
+          .receive([](std::string&) {}, [&](caf::error& e) { FAIL(describe(e)); });
       for (int i = 0; i < 1500 && (seen.empty() || seen.back() != "ready"); ++i) {
         self->request(*admin, std::chrono::seconds(5), query_atom::value, std::string("status"))
             .receive([&](std::string& js) {
@@ -73,7 +82,8 @@ TEST_CASE("control: the coordinator answers queries in every phase; pause holds 
   CHECK(placement["edges"].size() > 0);
   CHECK_THROWS_WITH_AS(s.query("bogus"), doctest::Contains("unknown topic 'bogus'"), std::runtime_error);
   CHECK_THROWS_WITH_AS(s.command("resume"), doctest::Contains("not paused"), std::runtime_error);
-  CHECK_THROWS_WITH_AS(s.command("move", {"x", "n0"}), doctest::Contains("not available yet"), std::runtime_error);
+  CHECK_THROWS_WITH_AS(s.command("move", {"x", "n0"}), doctest::Contains("no op of model"), std::runtime_error);
+  CHECK_THROWS_WITH_AS(s.command("rebalance"), doctest::Contains("not available yet"), std::runtime_error);
 
   // Training in one thread; pause, queries while paused, resume from this one.
   train_result r;

@@ -135,7 +135,7 @@ TEST_CASE("actors/train: an operator failing inside its actor stops the run with
   std::filesystem::remove(model);
 }
 
-TEST_CASE("actors/train: activations and gradients move between local actors; only fan-out copies") {
+TEST_CASE("actors/train: activations and gradients move between local actors, only fan-out copies") {
   auto cfg = tiny_config(2, 2);
   graph g = load_graph(cfg.model_file, cfg.batch / cfg.micro_batches);
   uint64_t fan_out = 0;  // extra consumers per node: each costs one copy per micro-batch

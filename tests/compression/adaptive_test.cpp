@@ -91,7 +91,7 @@ TEST_CASE("adaptive: a fast link stays dense") {
   CHECK(propose_ratio(g, s) == 1.0);
 }
 
-TEST_CASE("adaptive: the defaults only round values; a higher gradient floor is respected") {
+TEST_CASE("adaptive: the defaults only round values, a higher gradient floor is respected") {
   {
     const adaptive_settings d;
     link_load slow = make_link(true, 0, 0.05);

@@ -119,7 +119,7 @@ std::string wide_model(int L) {
          "tokens: \"tokens\" targets: \"targets\" logits: \"head\" loss: \"loss\"\n";
 }
 
-TEST_CASE("graph limits: one tensor of exactly 2^32 elements loads; a model beyond 2^36 parameters does not") {
+TEST_CASE("graph limits: one tensor of exactly 2^32 elements loads, a model beyond 2^36 parameters does not") {
   static_assert(graph_max_tensor_elements == int64_t{1} << 32 && graph_max_params == int64_t{1} << 36);
   graph g = parse_graph(wide_model(15), "w.pbtxt", 2);
   CHECK(g.param_count() == 15 * graph_max_tensor_elements + 2 * 8 * 65536);

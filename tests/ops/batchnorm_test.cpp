@@ -162,7 +162,7 @@ TEST_CASE("ops/batchnorm2d: training on one value per channel is an error, evalu
   CHECK(unwritten == 0);
 }
 
-TEST_CASE("ops/batchnorm2d: params weight=ones, bias=zeros; buffers running_mean=zeros, running_var=ones") {
+TEST_CASE("ops/batchnorm2d: params weight=ones, bias=zeros, buffers running_mean=zeros, running_var=ones") {
   auto o = make_batchnorm();
   std::vector<shape_t> in{{2, 8, 5, 5}};
   auto ps = o->params(in);

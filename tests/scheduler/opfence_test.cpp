@@ -328,7 +328,7 @@ std::string gib_attr(double bytes) {
   return buf;
 }
 
-TEST_CASE("scheduler/opfence: memory is respected; a model that fits nowhere is refused clearly") {
+TEST_CASE("scheduler/opfence: memory is respected, a model that fits nowhere is refused clearly") {
   graph g = load_graph(src("configs/models/gpt-char-tiny.pbtxt"), 4);
   cluster_spec open = cluster_text({"a", "b"});
   double need = model_memory(workload_estimator(g, open, profile_of(open, 2)));

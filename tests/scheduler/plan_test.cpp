@@ -320,6 +320,38 @@ TEST_CASE("scheduler/plan: wiring and diffs of a four-op model, by hand") {
   CHECK(pd.edges.back().producer == lm_head);
 }
 
+TEST_CASE("scheduler/plan: replan keeps the edges whose ends stay and renews the others") {
+  graph g = parse_graph(four_ops, "four.pbtxt", 2);
+  const int wte = 2, lm_head = 3, loss = 4;
+  // wte on a1, lm_head and loss on b1; the crossing wte -> lm_head compressed.
+  plan a = make_plan(g, placed({0, 1, 0, 1, 1}), 1);
+  a.edges[0].setting.kind = codec_kind::topk;
+  a.edges[0].setting.keep_ratio = 0.25;
+  // The targets input moves to a1: wte -> lm_head keeps its ends, targets -> loss is new.
+  plan b = replan(g, a, placed({0, 0, 0, 1, 1}));
+  plan_diff d = diff(a, b);
+  CHECK(d.moved_ops == std::vector<int>{1});
+  CHECK(d.removed.empty());
+  CHECK(d.changed.empty());
+  REQUIRE(d.added.size() == 2);
+  CHECK(d.added[0].producer == 1);
+  CHECK(d.added[0].id >= a.next_edge_id);
+  const plan_edge* kept = b.find(wte, 0, true);
+  REQUIRE(kept != nullptr);
+  CHECK(kept->id == a.edges[0].id);
+  CHECK(kept->setting.keep_ratio == 0.25);
+  // lm_head moves to a1: wte -> lm_head becomes local, lm_head -> loss remote.
+  plan c = replan(g, b, placed({0, 0, 0, 0, 1}));
+  plan_diff e = diff(b, c);
+  CHECK(e.moved_ops == std::vector<int>{lm_head});
+  CHECK(e.removed.size() == 2);
+  REQUIRE(e.added.size() == 2);
+  CHECK(e.added[0].producer == lm_head);
+  CHECK(e.added[0].consumer == loss);
+  CHECK(c.find(wte, 0, true) == nullptr);
+  CHECK(c.next_edge_id > b.next_edge_id);
+}
+
 TEST_CASE("scheduler/plan: make_plan rejects placements that do not cover the graph") {
   graph g = parse_graph(four_ops, "four.pbtxt", 2);
   CHECK_THROWS_AS(make_plan(g, placed({0, 0, 0, 0})), std::invalid_argument);

@@ -65,7 +65,7 @@ TEST_CASE("security: make_cluster_certs issues one identity per holder, keys 060
   CHECK_NOTHROW(make_cluster_certs(dir.str(), {"a1"}, force));
 }
 
-TEST_CASE("security: a proof signed by the holder verifies; another key, CA or message does not") {
+TEST_CASE("security: a proof signed by the holder verifies, another key, CA or message does not") {
   temp_dir one, two;
   make_cluster_certs(one.str(), {"a1", "b1"});
   make_cluster_certs(two.str(), {"a1"});
@@ -135,7 +135,7 @@ TEST_CASE("security: mixed-up identity files fail at load, naming the file") {
 namespace fusion::security {
 namespace {
 
-TEST_CASE("security: check_proof admits the right holder only; challenges are single use and bounded") {
+TEST_CASE("security: check_proof admits the right holder only, challenges are single use and bounded") {
   temp_dir dir;
   make_cluster_certs(dir.str(), {"n0", "n1"});
   auto coord = credentials::load(files_in(dir.str(), role::coordinator));

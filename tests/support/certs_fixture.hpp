@@ -41,4 +41,10 @@ inline std::shared_ptr<const security::credentials> coordinator_credentials() {
   return creds;
 }
 
+/// The admin shell's identity in certs_dir().
+inline std::shared_ptr<const security::credentials> admin_credentials() {
+  static const auto creds = security::load_credentials({"tls", certs_dir(), {}}, security::role::admin);
+  return creds;
+}
+
 }  // namespace fusion::test
