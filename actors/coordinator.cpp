@@ -334,7 +334,7 @@ void fail(coord_ptr self, const caf::error& e) {
   for (auto& rp : st.rewire_rps)
     if (rp.pending()) rp.deliver(out);
   st.rewire_rps.clear();
-  refuse_pending_moves(self, out);
+  refuse_boundary_tasks(self, out);
 }
 
 void arm_timeout(coord_ptr self, double seconds) {
@@ -392,6 +392,7 @@ caf::behavior coordinator_fn(coord_ptr self, std::shared_ptr<run_inputs> in) {
   auto& st = self->state;
   st.in = std::move(in);
   st.micro_rows = st.in->cfg.batch / st.in->cfg.micro_batches;
+  st.sched = st.in->cfg.rebalance;
   for (auto& n : st.in->model.nodes)
     if (!n.is_input()) st.compute_nodes.push_back(n.id);
   self->set_down_handler([=](caf::down_msg& dm) { on_down(self, dm); });
@@ -558,26 +559,7 @@ caf::behavior coordinator_fn(coord_ptr self, std::shared_ptr<run_inputs> in) {
       },
       [=](command_atom, std::string& verb, std::vector<std::string>& args) -> caf::result<std::string> {
         if (auto refused = local_only(self, "command")) return refused;
-        if ((verb == "pause" || verb == "resume") && !args.empty())
-          return make_error(fusion_errc::bad_command, "'" + verb + "' takes no arguments");
-        if (verb == "pause") {
-          auto rp = self->make_response_promise();
-          request_pause(self, rp);
-          return rp;
-        }
-        if (verb == "resume") {
-          caf::error err;
-          auto out = request_resume(self, err);
-          if (err) return err;
-          return out;
-        }
-        if (verb == "move") return command_move(self, args);
-        const auto& verbs = admin_verbs();
-        if (std::find(verbs.begin(), verbs.end(), verb) != verbs.end())
-          return make_error(fusion_errc::bad_command,
-                            "'" + verb + "' is not available yet: this admin shell is read-only apart from pause and "
-                                         "resume (write commands come with live rebalancing)");
-        return make_error(fusion_errc::bad_command, "unknown command '" + verb + "'");
+        return run_command(self, verb, args);
       },
       [=](shutdown_atom) -> caf::result<bool> {
         auto rp = self->make_response_promise();

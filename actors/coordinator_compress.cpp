@@ -52,6 +52,7 @@ void adapt_compression(coord_ptr self) {
     uint64_t dense = 0;
     for (size_t i : g.edges) {
       auto& e = st.current.edges[i];
+      if (st.pinned_edges.count(e.id)) continue;  // the admin's choice stands
       e.setting = c.codec(e.forward, after);
       dense += e.bytes_per_micro_batch;
       if (auto s = st.senders.find(e.id); s != st.senders.end()) self->send(s->second, compress_atom::value, e.setting);

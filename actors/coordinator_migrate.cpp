@@ -250,20 +250,8 @@ bool abandon_migration_on_loss(coord_ptr self, size_t node) {
   return true;
 }
 
-// ---- the admin command -------------------------------------------------------------------------
+// ---- moves asked for by the admin shell or the scheduler -----------------------------------------
 
-namespace {
-
-// The ops `pattern` names (a name or a glob), or an error in plain words.
-std::vector<int> ops_matching(const graph& g, const std::string& pattern, std::string& error) {
-  std::vector<int> ops;
-  for (auto& n : g.nodes)
-    if (glob_match(pattern, n.name)) ops.push_back(n.id);
-  if (ops.empty()) error = "no op of model " + g.name + " matches '" + pattern + "' (see the 'placement' query)";
-  return ops;
-}
-
-// Checks a move of `ops` to `node` against the run and returns the placement it gives, or an error.
 std::optional<placement> check_move(coord_ptr self, const std::vector<int>& ops, int node, caf::error& err) {
   auto& st = self->state;
   const auto& c = st.in->cluster;
@@ -287,7 +275,7 @@ std::optional<placement> check_move(coord_ptr self, const std::vector<int>& ops,
     if (need > 0.9 * static_cast<double>(st.hellos[node].memory_bytes)) {
       err = make_error(fusion_errc::bad_command,
                        "node '" + c.nodes[node].name + "' has " +
-                           human_bytes(static_cast<double>(st.hellos[node].memory_bytes)) + " of memory; its ops would need " +
+                           human_bytes(static_cast<double>(st.hellos[node].memory_bytes)) + " of memory, its ops would need " +
                            human_bytes(need) + " after the move");
       return std::nullopt;
     }
@@ -298,7 +286,7 @@ std::optional<placement> check_move(coord_ptr self, const std::vector<int>& ops,
 void run_move(coord_ptr self, std::vector<int> ops, int node, caf::response_promise rp, std::function<void()> then) {
   auto& st = self->state;
   caf::error err;
-  auto where = check_move(self, ops, node, err);  // again: the placement may have changed since
+  auto where = check_move(self, ops, node, err);
   if (!where) {
     rp.deliver(err);
     return then();
@@ -311,52 +299,6 @@ void run_move(coord_ptr self, std::vector<int> ops, int node, caf::response_prom
               rp.deliver(summary);
             then();
           });
-}
-
-}  // namespace
-
-caf::result<std::string> command_move(coord_ptr self, const std::vector<std::string>& args) {
-  auto& st = self->state;
-  if (args.size() != 2) return make_error(fusion_errc::bad_command, "usage: move OP|GLOB NODE");
-  if (st.in->cluster.nodes.empty())
-    return make_error(fusion_errc::bad_command, "this run has no cluster: there is no other node to move ops to");
-  std::string error;
-  auto ops = ops_matching(st.in->model, args[0], error);
-  if (!error.empty()) return make_error(fusion_errc::bad_command, error);
-  int node = st.in->cluster.find_node(args[1]);
-  if (node < 0) {
-    std::string names;
-    for (auto& n : st.in->cluster.nodes) names += (names.empty() ? "" : ", ") + n.name;
-    return make_error(fusion_errc::bad_command, "unknown node '" + args[1] + "' (nodes: " + names + ")");
-  }
-  if (st.phase != run_phase::ready && st.phase != run_phase::training && st.phase != run_phase::paused)
-    return make_error(fusion_errc::wrong_phase, std::string("cannot move ops while the run is ") + to_string(st.phase));
-  caf::error err;
-  if (!check_move(self, ops, node, err)) return err;
-  auto rp = self->make_response_promise();
-  if (st.phase == run_phase::training || st.act != activity::idle) {  // at the next step boundary
-    st.pending_moves.push_back({std::move(ops), node, rp});
-    return rp;
-  }
-  // Moves queued meanwhile (a second command during this one) follow it while no step runs.
-  run_move(self, std::move(ops), node, rp, [=] {
-    if (self->state.phase != run_phase::training) apply_pending_moves(self, [] {});
-  });
-  return rp;
-}
-
-void apply_pending_moves(coord_ptr self, std::function<void()> done) {
-  auto& st = self->state;
-  if (st.pending_moves.empty() || st.phase == run_phase::failed) return done();
-  auto next = std::move(st.pending_moves.front());
-  st.pending_moves.erase(st.pending_moves.begin());
-  run_move(self, std::move(next.ops), next.node, next.rp, [=] { apply_pending_moves(self, done); });
-}
-
-void refuse_pending_moves(coord_ptr self, const caf::error& why) {
-  for (auto& m : self->state.pending_moves)
-    if (m.rp.pending()) m.rp.deliver(why);
-  self->state.pending_moves.clear();
 }
 
 }  // namespace fusion

@@ -16,6 +16,7 @@
 #include <memory>
 #include <optional>
 #include <random>
+#include <set>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -23,6 +24,7 @@
 #include "actors/coordinator.hpp"
 #include "actors/errors.hpp"
 #include "actors/messages.hpp"
+#include "actors/scheduler_actor.hpp"
 #include "compression/adaptive.hpp"
 #include "scheduler/estimator.hpp"
 #include "scheduler/plan.hpp"
@@ -59,11 +61,10 @@ struct pass_ctx {
   std::mt19937_64* rng = nullptr;
 };
 
-/// An admin `move` accepted while a step runs, applied at the next step boundary.
-struct move_request {
-  std::vector<int> ops;  ///< graph node ids
-  int node = -1;         ///< target cluster node
-  caf::response_promise rp;
+/// Work an admin command asked for while a step ran, done at the next step boundary.
+struct boundary_task {
+  std::function<void(std::function<void()> next)> run;  ///< does the work, then calls `next`
+  std::function<void(const caf::error&)> refuse;        ///< the run failed or stopped first
 };
 
 struct migration_ctx;
@@ -89,6 +90,7 @@ struct coordinator_state {
   std::map<uint64_t, caf::actor> senders;       // edge senders by plan edge id
   /// adatopk: the hysteresis of every link direction, by (from node, to node, forward).
   std::map<std::tuple<int, int, bool>, ratio_governor> governors;
+  std::set<uint64_t> pinned_edges;              // codecs set by the admin `compress`: AdaTopK leaves them
   std::vector<int> compute_nodes;               // non-input graph node ids
   int64_t micro_rows = 0;
   // ---- training ----
@@ -109,8 +111,11 @@ struct coordinator_state {
   caf::response_promise start_rp, train_rp, pass_rp, pause_rp;
   std::vector<caf::response_promise> rewire_rps;
   // ---- migration (actors/coordinator_migrate.cpp) ----
-  std::vector<move_request> pending_moves;      // admin moves waiting for the step boundary
+  std::vector<boundary_task> at_boundary;       // admin work waiting for the step boundary
   std::shared_ptr<migration_ctx> migration;     // the migration in flight, if any
+  rebalance_settings sched;                     // scheduler.*, changed by the admin's set / scheduler
+  scheduler_actor scheduler;                    // spawned on first use
+  bool schedule_in_flight = false;              // an evaluation is out
   std::mt19937_64 sample_rng;
   static inline const char* name = "coordinator";
 };
@@ -162,7 +167,10 @@ void feed(coord_ptr self, uint64_t s, pass_mode mode, const std::vector<tensor>&
           int64_t first = 0, int64_t last = -1);
 void begin_sample(coord_ptr self, int count, std::string prompt, double temperature, uint64_t seed,
                   std::function<void(std::string)> done);
-void save_checkpoint_async(coord_ptr self, std::string path, std::function<void()> done);
+/// Writes a checkpoint of every op's state to `path`, then calls `done`. A file that cannot be
+/// written fails the run, or goes to `on_write_error` when one is given (an admin command).
+void save_checkpoint_async(coord_ptr self, std::string path, std::function<void()> done,
+                           std::function<void(const std::string&)> on_write_error = nullptr);
 void load_checkpoint_async(coord_ptr self, std::string path, std::function<void()> done);
 void finish_training(coord_ptr self, bool interrupted);
 void write_run_record(coord_ptr self);
@@ -197,16 +205,35 @@ void adapt_compression(coord_ptr self);
 /// migration was abandoned and the old placement still runs. Errors after the switch fail the run.
 void migrate(coord_ptr self, placement where, std::string reason,
              std::function<void(caf::error, std::string)> done);
-/// The admin command `move OP|GLOB NODE`: validated now; applied now between steps, or at the
-/// next step boundary while training.
-caf::result<std::string> command_move(coord_ptr self, const std::vector<std::string>& args);
-/// At a step boundary: applies the moves admin commands queued, then calls `done`.
-void apply_pending_moves(coord_ptr self, std::function<void()> done);
-/// Answers every queued move with `why` (the run failed or stopped first).
-void refuse_pending_moves(coord_ptr self, const caf::error& why);
+/// Moves `ops` (graph node ids) to cluster node `node` (checked again: the placement may have
+/// changed since the command), answers `rp` and calls `then`.
+void run_move(coord_ptr self, std::vector<int> ops, int node, caf::response_promise rp, std::function<void()> then);
+/// Checks a move of `ops` to `node` against the run: the placement it gives, or `err` set.
+std::optional<placement> check_move(coord_ptr self, const std::vector<int>& ops, int node, caf::error& err);
 /// Whether losing cluster node `node` only abandons the migration in flight (it was a target
 /// that hosts no op of the running placement) rather than failing the run; abandons it if so.
 bool abandon_migration_on_loss(coord_ptr self, size_t node);
+
+// ---- actors/coordinator_commands.cpp ----
+/// An admin command (actors/admin_protocol.hpp): pause, resume, move, plan, rebalance, compress,
+/// checkpoint, scheduler, set.
+caf::result<std::string> run_command(coord_ptr self, const std::string& verb, const std::vector<std::string>& args);
+/// Runs `work(rp, next)` now when no step runs and nothing else is in flight, else at the next
+/// step boundary; `work` answers `rp` and calls `next` when done.
+void run_or_queue(coord_ptr self, caf::response_promise rp,
+                  std::function<void(caf::response_promise, std::function<void()>)> work);
+/// At a step boundary: runs the work admin commands queued, in order, then calls `done`.
+void run_boundary_tasks(coord_ptr self, std::function<void()> done);
+/// Answers every queued command with `why` (the run failed or stopped first).
+void refuse_boundary_tasks(coord_ptr self, const caf::error& why);
+
+// ---- actors/coordinator_schedule.cpp ----
+/// After a step: every scheduler.every steps of an OP-Fence cluster run, asks the scheduler actor
+/// for a verdict; a migrate verdict is queued for the step boundary after it arrives.
+void maybe_reschedule(coord_ptr self);
+/// The scheduler's commands (plan, rebalance, scheduler, set), or nullopt for another verb.
+std::optional<caf::result<std::string>> scheduler_command(coord_ptr self, const std::string& verb,
+                                                          const std::vector<std::string>& args);
 
 // ---- actors/coordinator_admin.cpp ----
 void publish_admin(coord_ptr self);

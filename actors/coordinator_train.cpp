@@ -208,6 +208,7 @@ void end_step(coord_ptr self, step_record rec) {
   ++st.timer;
   observe_step(self, rec);
   adapt_compression(self);
+  maybe_reschedule(self);
   const int64_t tokens_per_step = cfg.batch * st.in->model.row_items;
   double elapsed = seconds_between(st.train_t0, clock_type::now());
   double avg_tps = static_cast<double>((st.step - st.train_first) * tokens_per_step) / std::max(elapsed, 1e-9);
@@ -282,10 +283,10 @@ void begin_step(coord_ptr self) {
   auto& st = self->state;
   if (st.phase == run_phase::failed || !st.training_job) return;
   if (st.stop_requested) {
-    refuse_pending_moves(self, make_error(fusion_errc::interrupted, "the run was stopped before the move"));
+    refuse_boundary_tasks(self, make_error(fusion_errc::interrupted, "the run was stopped first"));
     return finish_training(self, true);
   }
-  if (!st.pending_moves.empty()) return apply_pending_moves(self, [=] { begin_step(self); });
+  if (!st.at_boundary.empty()) return run_boundary_tasks(self, [=] { begin_step(self); });
   if (st.rewire_requested) {
     st.rewire_requested = false;
     auto rps = std::move(st.rewire_rps);
@@ -399,7 +400,8 @@ void on_step_timeout(coord_ptr self) {
                                                   " (runtime.step-timeout)"));
 }
 
-void save_checkpoint_async(coord_ptr self, std::string path, std::function<void()> done) {
+void save_checkpoint_async(coord_ptr self, std::string path, std::function<void()> done,
+                           std::function<void(const std::string&)> on_write_error) {
   auto& st = self->state;
   auto prev = st.act;
   st.act = activity::state;
@@ -433,6 +435,7 @@ void save_checkpoint_async(coord_ptr self, std::string path, std::function<void(
       make_parent_dirs(path);
       fusion::save_checkpoint(path, ck);
     } catch (const std::exception& e) {
+      if (on_write_error) return on_write_error(e.what());
       return fail(self, make_error(fusion_errc::bad_config, std::string("cannot write checkpoint: ") + e.what()));
     }
     s.last_checkpoint = path + " at step " + std::to_string(s.step);

@@ -15,6 +15,7 @@
 #include "core/wire.hpp"
 #include "ops/optim.hpp"
 #include "scheduler/compression_plan.hpp"
+#include "scheduler/rebalancer.hpp"
 #include "security/identity.hpp"
 
 namespace fusion {
@@ -70,6 +71,8 @@ struct train_config {
   flow_config flow;                        ///< flow control of cross-process edges (core/wire.hpp)
   /// Codecs of cross-node edges ([compression], docs/compression.md): none, topk or adatopk.
   compression_config compression;
+  /// The live scheduler ([scheduler], docs/migration.md): on for OP-Fence cluster runs.
+  rebalance_settings rebalance;
   // ---- admin shell (docs/admin.md) ----
   uint16_t admin_port = 0;                 ///< publish the admin actor on this port (0: off)
   /// The coordinator's identity (security/identity.hpp): the node and admin ports speak mutual

@@ -184,6 +184,14 @@ struct train_app_config : table_config {
          &cmp.adaptive.band},
         {"compression", "confirm", "adatopk: evaluations in a row that must agree before a ratio changes",
          &compression_confirm},
+        {"scheduler", "enabled", "OP-Fence cluster runs: re-plan from measurements and migrate ops live",
+         &run.rebalance.enabled},
+        {"scheduler", "every", "re-plan every N steps", &run.rebalance.every},
+        {"scheduler", "min-gain", "migrate when the predicted step time drops by this fraction after the cost",
+         &run.rebalance.min_gain},
+        {"scheduler", "horizon", "steps a migration's cost is spread over", &run.rebalance.horizon},
+        {"scheduler", "confirmations", "evaluations in a row that must propose the same placement",
+         &run.rebalance.confirmations},
         {"admin", "port", "publish the admin actor on this port for fusion-admin (0: off)", &admin_port, 65535},
         {"admin", "host", "address the admin actor listens on", &run.admin_host},
     });
@@ -300,6 +308,7 @@ void check_settings(const train_app_config& cfg) {
   if (!(c.adaptive.band >= 0)) throw usage_error("compression.band must be at least 0, got " + format_number(c.adaptive.band));
   if (cfg.compression_confirm < 1 || cfg.compression_confirm > 1000)
     throw usage_error("compression.confirm must be 1 to 1000, got " + std::to_string(cfg.compression_confirm));
+  if (auto err = r.rebalance.check(); !err.empty()) throw usage_error(err);
 }
 
 // [compression] strings and unsigned keys onto train_config::compression (after check_settings).

@@ -182,6 +182,11 @@ double workload_estimator::output_bytes(int id) const {
   return static_cast<double>(numel_of(n.shape)) * static_cast<double>(dtype_size(n.type));
 }
 
+double workload_estimator::state_bytes(int id) const {
+  check_op(id, ops_, 0, 1, "state");
+  return keys_[id].empty() ? 0 : 3 * costs_[id].param_bytes;
+}
+
 double workload_estimator::memory_bytes(int id) const {
   check_op(id, ops_, 0, 1, "memory");
   if (keys_[id].empty()) return 0;

@@ -82,6 +82,11 @@ class workload_estimator {
   /// the M micro-batches twice (the saved output and its gradient).
   double memory_bytes(int id) const;
 
+  /// Bytes of state that move with graph node `id` in a migration: its parameters and their two
+  /// Adam moments (gradients are zero between steps; batch-norm statistics, a few floats per
+  /// channel, are left out).
+  double state_bytes(int id) const;
+
   /// Bytes of the output of graph node `id` per micro-batch (what an edge carries).
   double output_bytes(int id) const;
 

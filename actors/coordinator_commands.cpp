@@ -1,0 +1,180 @@
+// The admin commands (actors/admin_protocol.hpp, docs/admin.md): each is checked here and
+// answered with a JSON object or a bad_command / wrong_phase error in plain words. Work that
+// must not overlap a step (moves, checkpoints, rebalancing) runs at once between steps, or is
+// queued for the next step boundary while a step runs.
+#include <nlohmann/json.hpp>
+
+#include <cstdio>
+#include <cstdlib>
+
+#include "actors/coordinator_state.hpp"
+#include "core/log.hpp"
+#include "scheduler/placement.hpp"
+
+namespace fusion {
+
+using json = nlohmann::ordered_json;
+
+namespace {
+
+caf::error bad(const std::string& what) { return make_error(fusion_errc::bad_command, what); }
+
+bool can_change(const coordinator_state& st) {
+  return st.phase == run_phase::ready || st.phase == run_phase::training || st.phase == run_phase::paused;
+}
+
+caf::result<std::string> now_or_at_boundary(coord_ptr self,
+                                            std::function<void(caf::response_promise, std::function<void()>)> work) {
+  auto rp = self->make_response_promise();
+  run_or_queue(self, rp, std::move(work));
+  return rp;
+}
+
+// The ops `pattern` names (a name or a glob), or an error in plain words.
+std::vector<int> ops_matching(const graph& g, const std::string& pattern, std::string& error) {
+  std::vector<int> ops;
+  for (auto& n : g.nodes)
+    if (glob_match(pattern, n.name)) ops.push_back(n.id);
+  if (ops.empty()) error = "no op of model " + g.name + " matches '" + pattern + "' (see the 'placement' query)";
+  return ops;
+}
+
+std::string node_names(const cluster_spec& c) {
+  std::string names;
+  for (auto& n : c.nodes) names += (names.empty() ? "" : ", ") + n.name;
+  return names;
+}
+
+caf::result<std::string> command_move(coord_ptr self, const std::vector<std::string>& args) {
+  auto& st = self->state;
+  if (args.size() != 2) return bad("usage: move OP|GLOB NODE");
+  if (st.in->cluster.nodes.empty()) return bad("this run has no cluster: there is no other node to move ops to");
+  std::string error;
+  auto ops = ops_matching(st.in->model, args[0], error);
+  if (!error.empty()) return bad(error);
+  int node = st.in->cluster.find_node(args[1]);
+  if (node < 0) return bad("unknown node '" + args[1] + "' (nodes: " + node_names(st.in->cluster) + ")");
+  if (!can_change(st))
+    return make_error(fusion_errc::wrong_phase, std::string("cannot move ops while the run is ") + to_string(st.phase));
+  caf::error err;
+  if (!check_move(self, ops, node, err)) return err;
+  return now_or_at_boundary(self, [=](caf::response_promise rp, std::function<void()> next) {
+    run_move(self, ops, node, rp, next);
+  });
+}
+
+caf::result<std::string> command_checkpoint(coord_ptr self, const std::vector<std::string>& args) {
+  auto& st = self->state;
+  if (args.size() > 1) return bad("usage: checkpoint [FILE]");
+  std::string path = args.empty() ? st.in->cfg.checkpoint_file : args[0];
+  if (path.empty())
+    return bad("this run has no output.checkpoint file: name one, e.g. 'checkpoint runs/now.ckpt'");
+  if (!can_change(st))
+    return make_error(fusion_errc::wrong_phase, std::string("cannot checkpoint while the run is ") + to_string(st.phase));
+  return now_or_at_boundary(self, [=](caf::response_promise rp, std::function<void()> next) mutable {
+    save_checkpoint_async(
+        self, path,
+        [=]() mutable {
+          rp.deliver(json{{"checkpoint", path}, {"step", self->state.step}}.dump());
+          next();
+        },
+        [=](const std::string& why) mutable {
+          rp.deliver(bad("cannot write checkpoint " + path + ": " + why));
+          next();
+        });
+  });
+}
+
+// compress EDGE none|RATIO|auto: the codec of one edge direction from its next tensor on.
+caf::result<std::string> command_compress(coord_ptr self, const std::vector<std::string>& args) {
+  auto& st = self->state;
+  if (args.size() != 2) return bad("usage: compress EDGE none|RATIO|auto (EDGE: an edge id of the 'placement' query)");
+  char* end = nullptr;
+  const uint64_t id = std::strtoull(args[0].c_str(), &end, 10);
+  plan_edge* e = nullptr;
+  for (auto& pe : st.current.edges)
+    if (pe.id == id) e = &pe;
+  if (args[0].empty() || *end != '\0' || !e)
+    return bad("no edge '" + args[0] + "' in the current plan (the 'placement' query lists the edge ids)");
+  if (!e->compressible) return bad("edge " + args[0] + " carries token ids, which are never compressed");
+  const auto& c = st.in->cfg.compression;
+  const std::string& how = args[1];
+  if (how == "auto") {
+    if (c.mode != codec_kind::adatopk)
+      return bad("'auto' hands the edge to AdaTopK, which this run does not use (compression.mode=" +
+                 to_string(c.mode) + ")");
+    st.pinned_edges.erase(id);
+    return json{{"edge", id}, {"codec", "auto"}}.dump();
+  }
+  codec_settings s;
+  if (how != "none") {
+    double ratio = std::strtod(how.c_str(), &end);
+    if (how.empty() || *end != '\0' || !(ratio > 0 && ratio <= 1))
+      return bad("compress: '" + how + "' is not none, auto or a keep ratio in (0, 1], e.g. 0.1");
+    compression_config topk = c;
+    topk.mode = codec_kind::topk;
+    s = topk.codec(e->forward, ratio);
+  }
+  e->setting = s;
+  st.pinned_edges.insert(id);
+  if (auto it = st.senders.find(id); it != st.senders.end()) self->send(it->second, compress_atom::value, s);
+  if (st.metrics.is_open())
+    st.metrics << json{{"type", "compression"}, {"step", st.step}, {"edge", id}, {"codec", codec_text(s)},
+                       {"reason", "admin"}}
+                      .dump()
+               << "\n"
+               << std::flush;
+  return json{{"edge", id}, {"codec", codec_text(s)}}.dump();
+}
+
+}  // namespace
+
+caf::result<std::string> run_command(coord_ptr self, const std::string& verb, const std::vector<std::string>& args) {
+  if ((verb == "pause" || verb == "resume") && !args.empty()) return bad("'" + verb + "' takes no arguments");
+  if (verb == "pause") {
+    auto rp = self->make_response_promise();
+    request_pause(self, rp);
+    return rp;
+  }
+  if (verb == "resume") {
+    caf::error err;
+    auto out = request_resume(self, err);
+    if (err) return err;
+    return out;
+  }
+  if (verb == "move") return command_move(self, args);
+  if (verb == "checkpoint") return command_checkpoint(self, args);
+  if (verb == "compress") return command_compress(self, args);
+  if (auto r = scheduler_command(self, verb, args)) return std::move(*r);
+  return bad("unknown command '" + verb + "'");
+}
+
+void run_or_queue(coord_ptr self, caf::response_promise rp,
+                  std::function<void(caf::response_promise, std::function<void()>)> work) {
+  auto& st = self->state;
+  if (st.phase == run_phase::training || st.act != activity::idle || !st.at_boundary.empty()) {
+    st.at_boundary.push_back({[=](std::function<void()> next) { work(rp, next); },
+                              [=](const caf::error& e) mutable { rp.deliver(e); }});
+    return;
+  }
+  // Work queued meanwhile (a second command during this one) follows while no step runs.
+  work(rp, [=] {
+    if (self->state.phase != run_phase::training) run_boundary_tasks(self, [] {});
+  });
+}
+
+void run_boundary_tasks(coord_ptr self, std::function<void()> done) {
+  auto& st = self->state;
+  if (st.at_boundary.empty() || st.phase == run_phase::failed) return done();
+  auto task = std::move(st.at_boundary.front());
+  st.at_boundary.erase(st.at_boundary.begin());
+  task.run([=] { run_boundary_tasks(self, done); });
+}
+
+void refuse_boundary_tasks(coord_ptr self, const caf::error& why) {
+  auto tasks = std::move(self->state.at_boundary);
+  self->state.at_boundary.clear();
+  for (auto& t : tasks) t.refuse(why);
+}
+
+}  // namespace fusion

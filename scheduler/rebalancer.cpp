@@ -1,0 +1,154 @@
+#include "scheduler/rebalancer.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <stdexcept>
+
+#include "scheduler/placement.hpp"
+
+namespace fusion {
+
+std::string rebalance_settings::check() const {
+  auto at_least = [](const char* key, double v, double min) {
+    char buf[128];
+    std::snprintf(buf, sizeof buf, "scheduler.%s must be at least %g, got %g", key, min, v);
+    return v >= min ? std::string() : std::string(buf);
+  };
+  for (auto msg : {at_least("every", static_cast<double>(every), 1), at_least("horizon", static_cast<double>(horizon), 1),
+                   at_least("confirmations", static_cast<double>(confirmations), 1)})
+    if (!msg.empty()) return msg;
+  if (!(min_gain >= 0 && min_gain < 1))
+    return "scheduler.min-gain must be a fraction in [0, 1), e.g. 0.1 for 10%, got " + std::to_string(min_gain);
+  return {};
+}
+
+std::string rebalance_settings::set(const std::string& key_in, const std::string& value) {
+  std::string key = key_in.rfind("scheduler.", 0) == 0 ? key_in.substr(10) : key_in;
+  rebalance_settings next = *this;
+  char* end = nullptr;
+  const double v = std::strtod(value.c_str(), &end);
+  const bool number = !value.empty() && *end == '\0' && std::isfinite(v);
+  auto whole = [&](int64_t& dst) {
+    if (!number || v != std::floor(v)) return "scheduler." + key + " takes a whole number, got '" + value + "'";
+    dst = static_cast<int64_t>(v);
+    return std::string();
+  };
+  std::string err;
+  if (key == "enabled") {
+    if (value == "true" || value == "on" || value == "1")
+      next.enabled = true;
+    else if (value == "false" || value == "off" || value == "0")
+      next.enabled = false;
+    else
+      err = "scheduler.enabled takes true or false, got '" + value + "'";
+  } else if (key == "every") {
+    err = whole(next.every);
+  } else if (key == "horizon") {
+    err = whole(next.horizon);
+  } else if (key == "confirmations") {
+    err = whole(next.confirmations);
+  } else if (key == "min-gain") {
+    if (!number) err = "scheduler.min-gain takes a number, got '" + value + "'";
+    next.min_gain = v;
+  } else {
+    return "unknown setting '" + key_in + "' (scheduler.enabled, scheduler.every, scheduler.min-gain, "
+           "scheduler.horizon, scheduler.confirmations)";
+  }
+  if (err.empty()) err = next.check();
+  if (err.empty()) *this = next;
+  return err;
+}
+
+double migration_cost_s(const workload_estimator& est, const placement& from, const placement& to) {
+  if (from.node_of_op.size() != to.node_of_op.size())
+    throw std::invalid_argument("cannot compare placements of different graphs");
+  std::map<std::pair<int, int>, double> per_pair;
+  for (size_t id = 0; id < from.node_of_op.size(); ++id) {
+    const int a = from.node_of_op[id], b = to.node_of_op[id];
+    if (a == b) continue;
+    per_pair[{a, b}] += est.transfer_s(est.state_bytes(static_cast<int>(id)), a, b);
+  }
+  double worst = 0;
+  for (auto& [pair, s] : per_pair) worst = std::max(worst, s);
+  return worst;
+}
+
+const char* to_string(rebalance_decision::verdict v) {
+  switch (v) {
+    case rebalance_decision::verdict::keep: return "keep";
+    case rebalance_decision::verdict::wait: return "wait";
+    case rebalance_decision::verdict::migrate: return "migrate";
+  }
+  return "?";
+}
+
+rebalancer::rebalancer(rebalance_settings s) : settings_(s) {}
+
+rebalance_decision rebalancer::assess(const workload_estimator& est, const plan& current, const plan& target,
+                                      int64_t confirmed) const {
+  rebalance_decision d;
+  d.target = target.where;
+  for (size_t id = 0; id < current.where.node_of_op.size() && id < target.where.node_of_op.size(); ++id)
+    if (current.where.node_of_op[id] != target.where.node_of_op[id]) d.moved_ops.push_back(static_cast<int>(id));
+  d.before_s = est.simulate(current).step_s;
+  if (d.moved_ops.empty()) {
+    d.after_s = d.before_s;
+    d.reason = "the re-planned placement is the running one (predicted step " + seconds_text(d.before_s) + ")";
+    return d;
+  }
+  d.after_s = est.simulate(target).step_s;
+  d.cost_s = migration_cost_s(est, current.where, target.where);
+  const double horizon = static_cast<double>(settings_.horizon);
+  d.gain = d.before_s > 0 ? (d.before_s - d.after_s - d.cost_s / horizon) / d.before_s : 0;
+  d.confirmed = d.gain > settings_.min_gain ? confirmed : 0;
+  if (d.gain <= settings_.min_gain)
+    d.what = rebalance_decision::verdict::keep;
+  else if (d.confirmed < settings_.confirmations)
+    d.what = rebalance_decision::verdict::wait;
+  else
+    d.what = rebalance_decision::verdict::migrate;
+  char buf[320];
+  std::snprintf(buf, sizeof buf,
+                "moving %zu op(s): predicted step %s -> %s, migration %s over %lld steps: gain %.1f%% (threshold "
+                "%.1f%%), confirmed %lld/%lld",
+                d.moved_ops.size(), seconds_text(d.before_s).c_str(), seconds_text(d.after_s).c_str(),
+                seconds_text(d.cost_s).c_str(), static_cast<long long>(settings_.horizon), d.gain * 100,
+                settings_.min_gain * 100, static_cast<long long>(d.confirmed),
+                static_cast<long long>(settings_.confirmations));
+  d.reason = buf;
+  return d;
+}
+
+rebalance_decision rebalancer::judge(const workload_estimator& est, const plan& current, const plan& proposal) const {
+  if (candidate_) {
+    auto again = assess(est, current, *candidate_, confirmed_ + 1);
+    if (again.what != rebalance_decision::verdict::keep) return again;
+  }
+  return assess(est, current, proposal, 1);
+}
+
+rebalance_decision rebalancer::evaluate(const workload_estimator& est, const plan& current, const plan& proposal) {
+  auto d = judge(est, current, proposal);
+  if (d.what == rebalance_decision::verdict::wait) {
+    if (!candidate_ || candidate_->where.node_of_op != d.target.node_of_op) candidate_ = proposal;
+    confirmed_ = d.confirmed;
+  } else {
+    reset();
+  }
+  return d;
+}
+
+void rebalancer::reset() {
+  candidate_.reset();
+  confirmed_ = 0;
+}
+
+void rebalancer::configure(rebalance_settings s) {
+  settings_ = s;
+  reset();
+}
+
+}  // namespace fusion

@@ -1,0 +1,171 @@
+// The live scheduler on fusion-node processes (actors/scheduler_actor.hpp): a node slowed to a
+// fifth of its speed mid-run loses its ops after the confirmations, every verdict is in the
+// metrics with its reason, the losses stay those of one process; and the admin commands plan,
+// rebalance, scheduler and set, with their errors.
+#include <doctest/doctest.h>
+
+#include <nlohmann/json.hpp>
+
+#include <signal.h>
+
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <fstream>
+#include <map>
+#include <thread>
+
+#include "actors/trainer.hpp"
+#include "tests/support/cluster_fixtures.hpp"
+#include "tests/support/fixtures.hpp"
+
+using namespace fusion;
+using namespace fusion::test::cluster;
+using fusion::test::child_process;
+using fusion::test::losses_of;
+using json = nlohmann::json;
+
+namespace {
+
+int step_of(session& s) { return json::parse(s.query("status"))["step"].get<int>(); }
+
+// Compute ops (not data inputs) per node name.
+std::map<std::string, int> ops_per_node(session& s) {
+  std::map<std::string, int> out;
+  const auto placement = json::parse(s.query("placement"));
+  for (auto& o : placement["ops"]) {
+    auto name = o["op"].get<std::string>();
+    if (name != "tokens" && name != "targets") ++out[o["node"].get<std::string>()];
+  }
+  return out;
+}
+
+// Holds a process stopped `1 - share` of every 50 ms (SIGSTOP / SIGCONT): a CPU cap without
+// cgroups, so the test needs no root.
+class duty_cycle {
+ public:
+  duty_cycle(pid_t pid, double share) : thread_([this, pid, share] {
+      const auto period = std::chrono::milliseconds(50);
+      const auto run = std::chrono::microseconds(static_cast<int64_t>(50000 * share));
+      while (!stop_) {
+        std::this_thread::sleep_for(run);
+        ::kill(pid, SIGSTOP);
+        std::this_thread::sleep_for(period - run);
+        ::kill(pid, SIGCONT);
+      }
+    }) {}
+  ~duty_cycle() {
+    stop_ = true;
+    thread_.join();
+  }
+
+ private:
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+};
+
+}  // namespace
+
+TEST_CASE("scheduler: a node slowed to a fifth loses its ops after the confirmations, losses unchanged") {
+  const int steps = 40;
+  std::vector<child_process> nodes;
+  auto c = tiny_config(steps, 2);
+  on_nodes(c, write_cluster("sched", 3, ""), 3, nodes, "sched");  // OP-Fence, the default policy
+  c.metrics_file = temp_path("sched-metrics.jsonl");
+  c.rebalance.every = 2;
+  c.rebalance.confirmations = 2;
+  c.rebalance.horizon = 100;
+  std::string slowed;
+  std::map<std::string, int> before, after;
+  std::vector<double> got;
+  {
+    session s(c);
+    train_result r;
+    std::thread trainer([&] { r = s.train(); });
+    for (int i = 0; i < 3000 && step_of(s) < 8; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    before = ops_per_node(s);
+    for (auto& [node, n] : before)
+      if (slowed.empty() || n > before[slowed]) slowed = node;
+    {
+      duty_cycle slow(nodes[std::stoi(slowed.substr(1))].pid(), 0.2);
+      for (int i = 0; i < 12000 && step_of(s) < steps - 4 && ops_per_node(s)[slowed] >= before[slowed]; ++i)
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    trainer.join();
+    after = ops_per_node(s);
+    got = losses_of(r);
+  }
+  INFO("slowed " << slowed << ": " << before[slowed] << " ops before, " << after[slowed] << " after");
+  CHECK(after[slowed] < before[slowed]);
+  // Every verdict is in the metrics, with its reason; the migration too.
+  int verdicts = 0, migrations = 0;
+  std::string reasons;
+  std::ifstream metrics(c.metrics_file);
+  for (std::string line; std::getline(metrics, line);) {
+    auto j = json::parse(line);
+    if (j["type"] == "schedule") {
+      ++verdicts;
+      CHECK(j.contains("predicted_step_s"));
+      CHECK_FALSE(j["reason"].get<std::string>().empty());
+      reasons += j["verdict"].get<std::string>() + " ";
+    }
+    if (j["type"] == "migration" && j["ok"] == true) {
+      ++migrations;
+      CHECK(j["reason"].get<std::string>().rfind("scheduler: moving", 0) == 0);
+    }
+  }
+  INFO("verdicts: " << reasons);
+  CHECK(verdicts >= 3);
+  CHECK(migrations >= 1);
+  CHECK(reasons.find("wait migrate") != std::string::npos);  // confirmed, then moved
+  // Migrations keep the arithmetic: the losses of one process.
+  const auto reference = losses_of(session(tiny_config(steps, 2)).train());
+  REQUIRE(got.size() == reference.size());
+  for (size_t i = 0; i < got.size(); ++i) CHECK(std::abs(got[i] - reference[i]) <= 1e-6 * std::abs(reference[i]));
+}
+
+TEST_CASE("scheduler: plan, rebalance, scheduler and set answer, and refuse what they cannot do") {
+  std::vector<child_process> nodes;
+  auto c = tiny_config(6, 2);
+  on_nodes(c, write_cluster("sched-cmd", 2, ""), 2, nodes, "sched-cmd");
+  session s(c);
+  auto plan = json::parse(s.command("plan"));
+  CHECK(plan.contains("verdict"));
+  CHECK(plan.contains("predicted_step_s"));
+  CHECK_FALSE(plan["reason"].get<std::string>().empty());
+  auto sched = json::parse(s.command("scheduler", {"off"}));
+  CHECK(sched["enabled"] == false);
+  CHECK(sched["applies"] == true);
+  CHECK(json::parse(s.command("set", {"scheduler.every=3"}))["every"] == 3);
+  auto error = [&](const std::string& verb, std::vector<std::string> args) {
+    try {
+      s.command(verb, args);
+    } catch (const std::exception& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  CHECK(error("set", {"scheduler.every=0"}).find("scheduler.every must be at least 1, got 0") != std::string::npos);
+  CHECK(error("set", {"speed"}).find("usage: set KEY=VALUE") != std::string::npos);
+  CHECK(error("set", {"speed=1"}).find("unknown setting 'speed'") != std::string::npos);
+  CHECK(error("scheduler", {"maybe"}).find("usage: scheduler [on|off]") != std::string::npos);
+  CHECK(error("rebalance", {"now"}).find("usage: rebalance [-y]") != std::string::npos);
+  CHECK(error("compress", {"999", "0.1"}).find("no edge '999' in the current plan") != std::string::npos);
+  CHECK(error("checkpoint", {}).find("no output.checkpoint file") != std::string::npos);
+  CHECK(error("checkpoint", {"/proc/no/such/dir/x.ckpt"}).find("cannot write checkpoint") != std::string::npos);
+  auto ckpt = temp_path("sched-cmd.ckpt");
+  CHECK(json::parse(s.command("checkpoint", {ckpt}))["checkpoint"] == ckpt);
+  // A compressible edge gets a codec, then back to dense.
+  const auto placement = json::parse(s.query("placement"));
+  std::string edge;
+  for (auto& e : placement["edges"])
+    if (e["dir"] == "fwd" && e["producer"] != "tokens" && e["producer"] != "targets" && edge.empty())
+      edge = std::to_string(e["id"].get<uint64_t>());
+  if (!edge.empty()) {
+    CHECK(json::parse(s.command("compress", {edge, "0.25"}))["codec"].get<std::string>().find("topk 25%") == 0);
+    CHECK(json::parse(s.command("compress", {edge, "none"}))["codec"] == "none");
+    CHECK(error("compress", {edge, "2"}).find("not none, auto or a keep ratio in (0, 1]") != std::string::npos);
+    CHECK(error("compress", {edge, "auto"}).find("which this run does not use") != std::string::npos);
+  }
+  CHECK(losses_of(s.train()).size() == 6);
+}
