@@ -18,9 +18,10 @@
 //
 // Commands change the run: a verb and its arguments, answered with a JSON object or an error
 // (fusion_errc::bad_command for an unknown verb or a wrong argument, wrong_phase when the run
-// cannot do it now). Served today: `pause` (the step in flight finishes, the next is held) and
-// `resume`. Reserved for the migration issue, answered with bad_command until then: `move OP|GLOB
-// NODE`, `plan`, `rebalance`, `compress EDGE none|RATIO|auto`, `checkpoint [FILE]`.
+// cannot do it now; actors/coordinator_commands.cpp): `pause` (the step in flight finishes, the
+// next is held), `resume`, `move OP|GLOB NODE`, `plan`, `rebalance [-y]`, `compress EDGE
+// none|RATIO|auto`, `checkpoint [FILE]`, `scheduler [on|off]`, `set KEY=VALUE`. Moves,
+// rebalancing and checkpoints wait for the step boundary while a step runs (docs/admin.md).
 #pragma once
 
 #include <caf/all.hpp>
@@ -49,10 +50,10 @@ inline const std::vector<std::string>& admin_topics() {
   return topics;
 }
 
-/// The command verbs the protocol knows (served or reserved), in the order `help` lists them.
+/// The command verbs the protocol knows, in the order `help` lists them.
 inline const std::vector<std::string>& admin_verbs() {
   static const std::vector<std::string> verbs = {"pause", "resume", "move", "plan", "rebalance", "compress",
-                                                 "checkpoint"};
+                                                 "checkpoint", "scheduler", "set"};
   return verbs;
 }
 

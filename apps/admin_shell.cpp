@@ -173,11 +173,13 @@ const std::vector<command_spec>& commands() {
       {"links", k::query, 0, 0, "links", "bytes and Mbit/s of every cross-process edge in the last step"},
       {"pause", k::verb, 0, 0, "pause", "let the step in flight finish, then hold the run"},
       {"resume", k::verb, 0, 0, "resume", "continue a paused run"},
-      {"move", k::verb, 2, 2, "move OP|GLOB NODE", "move ops to another node", true},
-      {"plan", k::verb, 0, 0, "plan", "show the placement the measurements suggest", true},
-      {"rebalance", k::verb, 0, 0, "rebalance", "re-place the ops from the measurements", true},
-      {"compress", k::verb, 2, 2, "compress EDGE none|RATIO|auto", "compress the tensors of an edge", true},
-      {"checkpoint", k::verb, 0, 1, "checkpoint [FILE]", "write a checkpoint now", true},
+      {"move", k::verb, 2, 2, "move OP|GLOB NODE", "move ops with their state to another node (at the step boundary)"},
+      {"plan", k::verb, 0, 0, "plan", "what the scheduler would do now, and why"},
+      {"rebalance", k::verb, 0, 1, "rebalance [-y]", "show the re-planned move; apply it after confirmation (-y: at once)"},
+      {"compress", k::verb, 2, 2, "compress EDGE none|RATIO|auto", "the codec of one edge (id from 'placement')"},
+      {"checkpoint", k::verb, 0, 1, "checkpoint [FILE]", "write a checkpoint at the step boundary"},
+      {"scheduler", k::verb, 0, 1, "scheduler [on|off]", "the live scheduler's settings; turn it on or off"},
+      {"set", k::verb, 1, 1, "set KEY=VALUE", "change a scheduler setting, e.g. set scheduler.every=5"},
       {"help", k::help, 0, 1, "help [COMMAND]", "this list, or one command"},
       {"quit", k::quit, 0, 0, "quit", "leave the shell (also: exit, Ctrl-D)"},
       {"exit", k::quit, 0, 0, "exit", "leave the shell"},
@@ -308,12 +310,12 @@ std::string help_text(std::string_view topic) {
   std::vector<std::vector<std::string>> rows;
   for (auto& c : commands()) {
     if (!topic.empty() && c.name != topic) continue;
-    rows.push_back({c.usage, c.summary + (c.reserved ? " (reserved: not served yet)" : "")});
+    rows.push_back({c.usage, c.summary});
   }
   std::string out = format_table({}, rows);
   if (topic.empty())
-    out += "Separate commands with ';'. Queries are read-only; reserved commands are sent anyway and the\n"
-           "coordinator answers with an error until it serves them.\n";
+    out += "Separate commands with ';'. Queries are read-only; the other commands change the run and are\n"
+           "checked by the coordinator, which says why when it refuses one.\n";
   return out;
 }
 

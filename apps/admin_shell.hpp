@@ -30,7 +30,6 @@ struct command_spec {
   size_t min_args = 0, max_args = 0;
   std::string usage;    ///< "move OP|GLOB NODE"
   std::string summary;  ///< one line for `help`
-  bool reserved = false;  ///< known to the protocol, not served by the coordinator yet
 };
 
 /// Every command, topics first then verbs then the local ones, in the order `help` lists them.

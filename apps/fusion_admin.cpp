@@ -311,6 +311,13 @@ class shell {
       return true;
     }
     std::cout << (opt_.json ? j.dump() + "\n" : admin::render(c.name, j)) << std::flush;
+    // `rebalance` shows the move; at the prompt the user confirms it (scripts pass -y).
+    if (c.name == "rebalance" && c.args.empty() && j.contains("apply") && mode_ == mode::interactive) {
+      char* answer = readline("apply this move now? [y/N] ");
+      const bool yes = answer && (answer[0] == 'y' || answer[0] == 'Y');
+      std::free(answer);
+      if (yes) return run_command(admin::command{c.spec, c.name, {"-y"}});
+    }
     return true;
   }
 

@@ -83,7 +83,8 @@ TEST_CASE("control: the coordinator answers queries in every phase, pause holds 
   CHECK_THROWS_WITH_AS(s.query("bogus"), doctest::Contains("unknown topic 'bogus'"), std::runtime_error);
   CHECK_THROWS_WITH_AS(s.command("resume"), doctest::Contains("not paused"), std::runtime_error);
   CHECK_THROWS_WITH_AS(s.command("move", {"x", "n0"}), doctest::Contains("no op of model"), std::runtime_error);
-  CHECK_THROWS_WITH_AS(s.command("rebalance"), doctest::Contains("not available yet"), std::runtime_error);
+  CHECK_THROWS_WITH_AS(s.command("rebalance"), doctest::Contains("needs placement policy opfence"), std::runtime_error);
+  CHECK_THROWS_WITH_AS(s.command("frobnicate"), doctest::Contains("unknown command 'frobnicate'"), std::runtime_error);
 
   // Training in one thread; pause, queries while paused, resume from this one.
   train_result r;
