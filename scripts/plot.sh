@@ -29,16 +29,16 @@ awk -v dir="$work" '
     if (!match($0, "\"" name "\": *-?[0-9.eE+-]+")) return "nan"
     s = substr($0, RSTART, RLENGTH); sub(/^[^:]*: */, "", s); return s
   }
-  /"type": "step"/ {
+  /"type": *"step"/ {
     # Older files have no step_s: the step time is then the growth of elapsed_s.
     t = field("step_s"); e = field("elapsed_s")
     if (t == "nan" && e != "nan" && have_e) t = e - last_e
     if (e != "nan") { last_e = e; have_e = 1 }
     print field("step"), field("loss"), field("tokens_per_s"), t, field("predicted_step_s") > (dir "/steps.dat")
   }
-  /"type": "eval"/ { print field("step"), field("val_loss") > (dir "/eval.dat") }
-  /"type": "compression"/ { print field("step") > (dir "/compression.dat") }
-  /"type": "migration"/ { print field("step") > (dir "/migration.dat") }
+  /"type": *"eval"/ { print field("step"), field("val_loss") > (dir "/eval.dat") }
+  /"type": *"compression"/ { print field("step") > (dir "/compression.dat") }
+  /"type": *"migration"/ && !/"ok": *false/ { print field("step") > (dir "/migration.dat") }
 ' < <(tail -n "+$first" "$metrics")
 [[ -s $work/steps.dat ]] || { echo "plot.sh: $metrics holds no step records (is it a fusion-train metrics file?)" >&2; exit 2; }
 unit=tokens/s
