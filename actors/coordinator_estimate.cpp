@@ -69,6 +69,9 @@ void observe_step(coord_ptr self, const step_record& rec) {
   const auto& where = st.current.where.node_of_op;
   for (auto& m : rec.ops) {
     if (m.node < 0 || static_cast<size_t>(m.node) >= where.size() || m.forward_s.empty()) continue;
+    // A migrated op's first steps on its new node pay the same first-touch costs: measured, they
+    // would make the new node look slow and the scheduler move the op again.
+    if (auto it = st.settling.find(m.node); it != st.settling.end() && rec.step <= it->second) continue;
     est->observe_op(m.node, where[m.node], mean(m.forward_s), mean(m.backward_s));
   }
   // A link carrying one tensor stream at a time times the link itself; with several edges in

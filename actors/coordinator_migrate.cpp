@@ -103,6 +103,7 @@ void commit(coord_ptr self, std::shared_ptr<migration_ctx> m) {
   for (size_t i = 0; i < m->ops.size(); ++i) {
     old.push_back(st.actors[m->ops[i]]);
     st.actors[m->ops[i]] = m->fresh[i];
+    st.settling[m->ops[i]] = st.step + 2;  // as every op's first two steps (observe_step)
   }
   plan before = std::move(st.current);
   st.current = m->next;

@@ -94,7 +94,9 @@ void maybe_reschedule(coord_ptr self) {
   const auto& s = st.sched;
   // The estimator learns from step 3 on (observe_step).
   if (!s.enabled || !opfence_run(st) || st.step < 3 || st.step % s.every != 0 || st.step >= st.in->cfg.steps) return;
-  if (st.schedule_in_flight || st.migration) return;
+  // Moved ops are judged by what they measure on their new node, once they have settled there.
+  std::erase_if(st.settling, [&](const auto& kv) { return kv.second < st.step; });
+  if (st.schedule_in_flight || st.migration || !st.settling.empty()) return;
   auto snap = snapshot(self, true);
   if (!snap) return;
   st.schedule_in_flight = true;

@@ -113,6 +113,7 @@ struct coordinator_state {
   // ---- migration (actors/coordinator_migrate.cpp) ----
   std::vector<boundary_task> at_boundary;       // admin work waiting for the step boundary
   std::shared_ptr<migration_ctx> migration;     // the migration in flight, if any
+  std::map<int, int64_t> settling;              // moved op -> last step not measured (warm-up)
   rebalance_settings sched;                     // scheduler.*, changed by the admin's set / scheduler
   scheduler_actor scheduler;                    // spawned on first use
   bool schedule_in_flight = false;              // an evaluation is out

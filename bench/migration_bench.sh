@@ -56,7 +56,8 @@ FUSION_BIN=$build/apps scripts/run-sites.sh --cluster "$work/cluster.pbtxt" --ru
   --train.steps=100000 --train.eval-every=0 --output.checkpoint= --output.metrics="$work/metrics.jsonl" \
   --admin.port="$port" --compression.mode=none >"$work/run.log" 2>&1 &
 run=$!
-trap 'kill -INT $run 2>/dev/null; wait $run 2>/dev/null || true' EXIT
+# Background jobs ignore SIGINT, and run-sites.sh waits for fusion-train: stop that one.
+trap 'pkill -TERM -P $run -x fusion-train 2>/dev/null; wait $run 2>/dev/null || true' EXIT
 echo "migration_bench: $model, moving $block between sites a and b; logs in $work" >&2
 for _ in $(seq 3600); do
   step=$(admin status 2>/dev/null | sed -n 's/.*"step":\([0-9]*\).*/\1/p' || true)

@@ -42,7 +42,8 @@ FUSION_BIN=$build/apps scripts/run-sites.sh --cluster configs/clusters/sites-3.p
   --output.sample-chars=0 --scheduler.every="$every" --scheduler.confirmations="$confirmations" \
   --admin.port="$port" >"$work/run.log" 2>&1 &
 run=$!
-trap 'kill -INT $run 2>/dev/null; wait $run 2>/dev/null || true' EXIT
+# Background jobs ignore SIGINT, and run-sites.sh waits for fusion-train: stop that one.
+trap 'pkill -TERM -P $run -x fusion-train 2>/dev/null; wait $run 2>/dev/null || true' EXIT
 echo "rebalance_bench: $steps steps, throttle at step $slow_at, restore at $restore_at; logs in $work" >&2
 wait_step() {
   while (($(last_step) < $1)); do

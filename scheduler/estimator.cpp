@@ -90,6 +90,7 @@ workload_estimator::workload_estimator(const graph& g, const cluster_spec& c, cl
     }
   }
   correction_.assign(nodes_, 1.0);
+  correction_seen_.assign(nodes_, 0);
 
   base_mbit_.assign(static_cast<size_t>(nodes_) * nodes_, options_.local_mbit);
   base_rtt_.assign(static_cast<size_t>(nodes_) * nodes_, options_.local_rtt_s);
@@ -136,7 +137,7 @@ double workload_estimator::forward_s(int id, int node) const {
   if (keys_[id].empty()) return 0;
   if (!measured_.empty())
     if (auto it = measured_.find({id, node}); it != measured_.end()) return it->second.first;
-  return profile_forward_s(id, node) * correction_[node];
+  return profile_forward_s(id, node) * correction_of(node);
 }
 
 double workload_estimator::backward_s(int id, int node) const {
@@ -144,7 +145,21 @@ double workload_estimator::backward_s(int id, int node) const {
   if (keys_[id].empty()) return 0;
   if (!measured_.empty())
     if (auto it = measured_.find({id, node}); it != measured_.end()) return it->second.second;
-  return profile_backward_s(id, node) * correction_[node];
+  return profile_backward_s(id, node) * correction_of(node);
+}
+
+double workload_estimator::correction_of(int node) const {
+  if (correction_seen_[node]) return correction_[node];
+  // A node that ran nothing yet: what the measured nodes of its kind showed about their profiles
+  // (profiles are taken one node at a time; a run shares the machines), else 1. Without this an
+  // idle node looks faster than the busy ones by exactly that margin, and work moved there comes
+  // back slower than predicted.
+  double sum = 0;
+  int n = 0;
+  for (int k = 0; k < nodes_; ++k)
+    if (correction_seen_[k] && is_gpu(profile_.nodes[k].device) == is_gpu(profile_.nodes[node].device))
+      sum += correction_[k], ++n;
+  return n ? sum / n : 1.0;
 }
 
 double workload_estimator::update_s(int id, int node) const {
@@ -205,7 +220,10 @@ void workload_estimator::observe_op(int id, int node, double fwd, double bwd) {
   // The node as a whole runs faster or slower than profiled (load, throttling, a stale profile):
   // its ops that were never measured there follow.
   const double predicted = profile_forward_s(id, node) + profile_backward_s(id, node);
-  if (predicted > 0 && fwd + bwd > 0) correction_[node] = ema(correction_[node], (fwd + bwd) / predicted, w);
+  if (predicted > 0 && fwd + bwd > 0) {
+    correction_[node] = ema(correction_[node], (fwd + bwd) / predicted, w);
+    correction_seen_[node] = 1;
+  }
 }
 
 void workload_estimator::observe_transfer(int a, int b, double bytes, double seconds) {

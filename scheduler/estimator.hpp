@@ -122,6 +122,8 @@ class workload_estimator {
  private:
   double profile_forward_s(int id, int node) const;
   double profile_backward_s(int id, int node) const;
+  /// correction_[node] once measured, else the mean of the measured nodes of its device kind.
+  double correction_of(int node) const;
 
   const graph* graph_;
   const cluster_spec* cluster_;
@@ -130,6 +132,7 @@ class workload_estimator {
   std::vector<std::string> keys_;                      // op_key per graph node ("" for inputs)
   std::map<std::pair<int, int>, std::pair<double, double>> measured_;  // (id, node) -> (fwd, bwd)
   std::vector<double> correction_;                     // per node: measured / profile (1 until measured)
+  std::vector<char> correction_seen_;                  // per node: measured at least once
   std::map<std::pair<int, int>, double> link_mbit_;    // (min node, max node) -> refined rate
 
   // Precomputed in the constructor so the per-op functions stay O(log n) under the OP-Fence DP.

@@ -257,8 +257,13 @@ TEST_CASE("scheduler/estimator: measurements refine op times and links") {
   const double corr = 1 + w * (2.0 - 1);
   CHECK(est.forward_s(wte, 0) == doctest::Approx(1 * corr));  // unmeasured, same node: follows
   CHECK(est.backward_s(wte, 0) == doctest::Approx(1 * corr));
-  CHECK(est.forward_s(fc, 1) == doctest::Approx(1));          // other node: unchanged
-  CHECK(est.forward_s(lm_head, 1) == doctest::Approx(2));
+  // Another node that ran nothing yet: what the measured nodes showed about their profiles.
+  CHECK(est.forward_s(fc, 1) == doctest::Approx(1 * corr));
+  CHECK(est.forward_s(lm_head, 1) == doctest::Approx(2 * corr));
+  // Once measured, a node has its own correction.
+  const workload_estimator profiled(g, c, prof);
+  est.observe_op(lm_head, 1, profiled.forward_s(lm_head, 1), profiled.backward_s(lm_head, 1));  // as profiled
+  CHECK(est.forward_s(fc, 1) == doctest::Approx(1));
   CHECK(est.update_s(fc, 0) == doctest::Approx(0.5));         // updates are not scaled
 
   // Later measurements move the average toward themselves.
