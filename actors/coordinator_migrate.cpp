@@ -293,13 +293,7 @@ void run_move(coord_ptr self, std::vector<int> ops, int node, caf::response_prom
     return then();
   }
   migrate(self, std::move(*where), "admin: move to node '" + st.in->cluster.nodes[node].name + "'",
-          [=](caf::error e, std::string summary) mutable {
-            if (e)
-              rp.deliver(e);
-            else
-              rp.deliver(summary);
-            then();
-          });
+          answer_then(rp, then));
 }
 
 }  // namespace fusion

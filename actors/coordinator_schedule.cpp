@@ -155,14 +155,7 @@ std::optional<caf::result<std::string>> scheduler_command(coord_ptr self, const 
                   p.deliver(make_error(fusion_errc::bad_command, "the placement changed meanwhile: run 'plan' again"));
                   return next();
                 }
-                apply_verdict(self, v, "admin: rebalance (" + v->decision.reason + ")",
-                              [=](caf::error e, std::string summary) mutable {
-                                if (e)
-                                  p.deliver(e);
-                                else
-                                  p.deliver(summary);
-                                next();
-                              });
+                apply_verdict(self, v, "admin: rebalance (" + v->decision.reason + ")", answer_then(p, next));
               };
               run_or_queue(self, rp, work);
             },

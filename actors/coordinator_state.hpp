@@ -206,6 +206,17 @@ void adapt_compression(coord_ptr self);
 /// migration was abandoned and the old placement still runs. Errors after the switch fail the run.
 void migrate(coord_ptr self, placement where, std::string reason,
              std::function<void(caf::error, std::string)> done);
+/// The `done` of a migration that answers an admin command: `rp` gets the error or the summary,
+/// then `then` runs.
+inline std::function<void(caf::error, std::string)> answer_then(caf::response_promise rp, std::function<void()> then) {
+  return [rp, then](caf::error e, std::string summary) mutable {
+    if (e)
+      rp.deliver(e);
+    else
+      rp.deliver(summary);
+    then();
+  };
+}
 /// Moves `ops` (graph node ids) to cluster node `node` (checked again: the placement may have
 /// changed since the command), answers `rp` and calls `then`.
 void run_move(coord_ptr self, std::vector<int> ops, int node, caf::response_promise rp, std::function<void()> then);

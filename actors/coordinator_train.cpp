@@ -542,8 +542,12 @@ void write_run_record(coord_ptr self) {
               {"runtime.blas-threads", c.blas_threads}, {"runtime.device", c.device},
               {"runtime.cpu-ops", c.cpu_ops}, {"runtime.step-timeout", c.step_timeout_s},
               {"runtime.scheduler", c.scheduler}, {"cluster.file", c.cluster_file},
-              {"flow.transport", c.transport}, {"flow.window", c.flow.window}, {"flow.chunk-bytes", c.flow.chunk_bytes}};
+              {"flow.transport", c.transport}, {"flow.window", c.flow.window}, {"flow.chunk-bytes", c.flow.chunk_bytes},
+              {"scheduler.enabled", c.rebalance.enabled}, {"scheduler.every", c.rebalance.every},
+              {"scheduler.min-gain", c.rebalance.min_gain}, {"scheduler.horizon", c.rebalance.horizon},
+              {"scheduler.confirmations", c.rebalance.confirmations}};
   json rec = {{"type", "run"}, {"time", wall_time()}, {"model", st.in->model.name},
+              {"items", st.in->model.is_text() ? "tokens" : "images"},
               {"parameters", st.in->model.param_count()}, {"operators", st.in->model.nodes.size()},
               {"first_step", st.step}, {"config", cfg}};
   log_metrics(st, rec.dump());

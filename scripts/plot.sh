@@ -41,8 +41,14 @@ awk -v dir="$work" '
   /"type": *"migration"/ && !/"ok": *false/ { print field("step") > (dir "/migration.dat") }
 ' < <(tail -n "+$first" "$metrics")
 [[ -s $work/steps.dat ]] || { echo "plot.sh: $metrics holds no step records (is it a fusion-train metrics file?)" >&2; exit 2; }
+# The run record says what tokens_per_s counts (files without the field: image runs alone
+# reported accuracy then).
 unit=tokens/s
-grep -q '"val_accuracy"' "$metrics" && unit=images/s  # image runs report items in the same field
+if tail -n "+$first" "$metrics" | grep -m1 '"type": *"run"' | grep -q '"items": *"images"'; then
+  unit=images/s
+elif ! tail -n "+$first" "$metrics" | grep -m1 '"type": *"run"' | grep -q '"items"'; then
+  grep -q '"val_accuracy"' "$metrics" && unit=images/s
+fi
 
 marks=""
 for kind in compression migration; do
