@@ -335,6 +335,7 @@ void fail(coord_ptr self, const caf::error& e) {
     if (rp.pending()) rp.deliver(out);
   st.rewire_rps.clear();
   refuse_boundary_tasks(self, out);
+  end_migration(self, out);
 }
 
 void arm_timeout(coord_ptr self, double seconds) {

@@ -10,7 +10,6 @@
 #include <nlohmann/json.hpp>
 
 #include <cstdio>
-#include <set>
 
 #include "actors/coordinator_state.hpp"
 #include "actors/edge_actor.hpp"
@@ -237,6 +236,14 @@ void migrate(coord_ptr self, placement where, std::string reason, std::function<
     m->fresh = std::move(made);
     if (!m->over) export_states(self, m);
   }, [=](caf::error& e) { abandon(self, m, describe(e)); });
+}
+
+void end_migration(coord_ptr self, const caf::error& why) {
+  auto m = self->state.migration;
+  if (!m || m->over) return;
+  m->over = true;
+  self->state.migration.reset();
+  m->done(why, {});
 }
 
 bool abandon_migration_on_loss(coord_ptr self, size_t node) {

@@ -222,6 +222,8 @@ inline std::function<void(caf::error, std::string)> answer_then(caf::response_pr
 void run_move(coord_ptr self, std::vector<int> ops, int node, caf::response_promise rp, std::function<void()> then);
 /// Checks a move of `ops` to `node` against the run: the placement it gives, or `err` set.
 std::optional<placement> check_move(coord_ptr self, const std::vector<int>& ops, int node, caf::error& err);
+/// The run failed during a migration: whoever asked for it hears `why`.
+void end_migration(coord_ptr self, const caf::error& why);
 /// Whether losing cluster node `node` only abandons the migration in flight (it was a target
 /// that hosts no op of the running placement) rather than failing the run; abandons it if so.
 bool abandon_migration_on_loss(coord_ptr self, size_t node);

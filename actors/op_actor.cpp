@@ -333,6 +333,10 @@ caf::behavior op_actor_fn(self_ptr self, node_spec spec, actor_run_params run, s
       [=](forward_atom, uint64_t step, uint32_t mb, uint32_t slot, uint8_t mode, tensor& value) {
         if (mode == static_cast<uint8_t>(pass_mode::state)) {  // migrated state, tensor number `mb`
           auto& st = self->state;
+          // Only an actor spawned for a migration and not wired yet takes state: on a wired op
+          // such a tensor is a bad (or hostile) message and is refused, not kept.
+          if (st.coordinator)
+            return report_failure(self, "a migration state tensor arrived for an op that is not being migrated");
           st.incoming[mb] = std::move(value);
           return finish_import(self);
         }
