@@ -1,7 +1,8 @@
 // The live scheduler's decision (scheduler/rebalancer.hpp): noise alone never migrates, a real
 // slowdown migrates after exactly `confirmations` evaluations, the migration's cost counts, the
 // candidate is confirmed while it pays and dropped when it stops, settings are checked, state
-// bytes and costs add up.
+// bytes and costs add up; the confirmations hold back noise that passes a low threshold, and
+// measurements that flip between two slow nodes never migrate.
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -221,6 +222,48 @@ TEST_CASE("rebalance: state bytes and migration cost by hand") {
   CHECK(migration_cost_s(est, from, one) == doctest::Approx(t_fc));
   CHECK(migration_cost_s(est, from, same_pair) == doctest::Approx(t_fc + est.transfer_s(est.state_bytes(ln), 0, 1)));
   CHECK(migration_cost_s(est, from, two_pairs) == doctest::Approx(std::max(t_fc, t_ln)));
+}
+
+TEST_CASE("rebalance: below-threshold noise that passes a low min-gain is held back by the confirmations") {
+  // With min-gain 2% the +-10% noise proposes moves that pass the threshold (one confirmation
+  // would migrate 9 times in 50); three confirmations in a row never come.
+  for (int64_t k : {int64_t{1}, int64_t{3}}) {
+    fixture f;
+    rebalance_settings s;
+    s.min_gain = 0.02;
+    s.confirmations = k;
+    rebalancer r(s);
+    std::mt19937 rng(42);
+    int waits = 0, migrations = 0;
+    for (int i = 0; i < 50; ++i) {
+      f.observe(rng, 0.10);
+      auto d = r.evaluate(f.est, f.current, f.proposal());
+      waits += d.what == verdict::wait;
+      migrations += d.what == verdict::migrate;
+    }
+    CAPTURE(k);
+    if (k == 1) CHECK(migrations > 0);
+    else CHECK((migrations == 0 && waits > 0));
+  }
+}
+
+TEST_CASE("rebalance: measurements that flip between two slow nodes never migrate") {
+  // Every evaluation's proposal pays, but the previous candidate does not pay under the new
+  // measurements, so the count restarts each time.
+  fixture one, two;
+  std::mt19937 rng(5);
+  for (int i = 0; i < 10; ++i) {
+    one.observe(rng, 0.02, 1, 5.0);
+    two.observe(rng, 0.02, 2, 5.0);
+  }
+  rebalancer r;
+  for (int i = 0; i < 20; ++i) {
+    fixture& f = i % 2 ? two : one;
+    auto d = r.evaluate(f.est, f.current, f.proposal());
+    INFO(d.reason);
+    CHECK(d.what == verdict::wait);
+    CHECK(d.confirmed == 1);
+  }
 }
 
 }  // namespace fusion
