@@ -41,21 +41,26 @@ namespace {
 
 const auto control_timeout = std::chrono::seconds(60);
 
-std::string op_list(const graph& g, const std::vector<int>& ops) {
+// "a, b, c", the first six items and a count of the others: what messages and metrics name.
+std::string short_list(const std::vector<std::string>& items) {
   std::string out;
-  for (size_t i = 0; i < ops.size() && i < 6; ++i) out += (i ? ", " : "") + g.nodes[ops[i]].name;
-  if (ops.size() > 6) out += ", ... (" + std::to_string(ops.size()) + " ops)";
+  for (size_t i = 0; i < items.size() && i < 6; ++i) out += (i ? ", " : "") + items[i];
+  if (items.size() > 6) out += ", ... (" + std::to_string(items.size()) + " ops)";
   return out;
 }
 
+std::string op_list(const graph& g, const std::vector<int>& ops) {
+  std::vector<std::string> names;
+  for (int id : ops) names.push_back(g.nodes[id].name);
+  return short_list(names);
+}
+
 std::string describe_moves(const coordinator_state& st, const migration_ctx& m) {
-  std::string out;
-  for (size_t i = 0; i < m.ops.size(); ++i) {
-    if (i == 6) return out + ", ... (" + std::to_string(m.ops.size()) + " ops)";
-    out += (i ? ", " : "") + st.in->model.nodes[m.ops[i]].name + ": " + st.in->cluster.nodes[m.moves[i].first].name +
-           " -> " + st.in->cluster.nodes[m.moves[i].second].name;
-  }
-  return out;
+  std::vector<std::string> moves;
+  for (size_t i = 0; i < m.ops.size(); ++i)
+    moves.push_back(st.in->model.nodes[m.ops[i]].name + ": " + st.in->cluster.nodes[m.moves[i].first].name + " -> " +
+                    st.in->cluster.nodes[m.moves[i].second].name);
+  return short_list(moves);
 }
 
 // Ends what an abandoned migration made: the fresh actors and the transfer edges. Nodes that are
@@ -107,23 +112,22 @@ void commit(coord_ptr self, std::shared_ptr<migration_ctx> m) {
   plan before = std::move(st.current);
   st.current = m->next;
   plan_diff d = diff(before, st.current);
+  // New edges get the codec their link runs at (AdaTopK re-evaluates them with the others).
+  const auto& c = st.in->cfg.compression;
+  for (auto& a : d.added) {
+    if (!a.compressible || c.mode == codec_kind::none) continue;
+    double ratio = c.ratio;
+    if (c.mode == codec_kind::adatopk) {
+      auto g = st.governors.find(std::make_tuple(a.from, a.to, a.forward));
+      ratio = g == st.governors.end() ? 1.0 : g->second.current();
+    }
+    a.setting = c.codec(a.forward, ratio);
+    for (auto& e : st.current.edges)
+      if (e.id == a.id) e.setting = a.setting;
+  }
   std::vector<plan_edge> add = d.added, drop = d.removed;
   for (auto& [b, a] : d.changed) add.push_back(a), drop.push_back(b);
   for (auto& e : m->transfer) drop.push_back(e);
-  // New edges get the codec their link runs at (AdaTopK re-evaluates them with the others).
-  const auto& c = st.in->cfg.compression;
-  for (auto& e : st.current.edges) {
-    bool is_new = std::any_of(d.added.begin(), d.added.end(), [&](const plan_edge& a) { return a.id == e.id; });
-    if (!is_new || !e.compressible || c.mode == codec_kind::none) continue;
-    double ratio = c.ratio;
-    if (c.mode == codec_kind::adatopk) {
-      auto g = st.governors.find(std::make_tuple(e.from, e.to, e.forward));
-      ratio = g == st.governors.end() ? 1.0 : g->second.current();
-    }
-    e.setting = c.codec(e.forward, ratio);
-    for (auto& a : add)
-      if (a.id == e.id) a.setting = e.setting;
-  }
   const std::string summary = format_diff(st.in->model, st.in->cluster, d);
   create_edges(self, add, [=] {
     connect_all(self, [=] {

@@ -32,8 +32,6 @@ const std::string three_stages =
     "assign { node: \"n1\" ops: \"h0.*\" } "
     "assign { node: \"n2\" ops: \"h1.*\" ops: \"lnf\" ops: \"lm_head\" ops: \"loss\" } }";
 
-int step_of(session& s) { return json::parse(s.query("status"))["step"].get<int>(); }
-
 void wait_for_step(session& s, int step) {
   for (int i = 0; i < 3000 && step_of(s) < step; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
 }
@@ -43,16 +41,6 @@ std::string node_of(session& s, const std::string& op) {
   for (auto& o : placement["ops"])
     if (o["op"] == op) return o["node"].get<std::string>();
   return "?";
-}
-
-// The message of the error a command ends with ("" when it succeeds).
-std::string command_error(session& s, const std::string& verb, const std::vector<std::string>& args) {
-  try {
-    s.command(verb, args);
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "";
 }
 
 }  // namespace

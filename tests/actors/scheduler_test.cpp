@@ -28,8 +28,6 @@ using json = nlohmann::json;
 
 namespace {
 
-int step_of(session& s) { return json::parse(s.query("status"))["step"].get<int>(); }
-
 // Compute ops (not data inputs) per node name.
 std::map<std::string, int> ops_per_node(session& s) {
   std::map<std::string, int> out;
@@ -142,22 +140,16 @@ TEST_CASE("scheduler: plan, rebalance, scheduler and set answer, and refuse what
   CHECK(sched["enabled"] == false);
   CHECK(sched["applies"] == true);
   CHECK(json::parse(s.command("set", {"scheduler.every=3"}))["every"] == 3);
-  auto error = [&](const std::string& verb, std::vector<std::string> args) {
-    try {
-      s.command(verb, args);
-    } catch (const std::exception& e) {
-      return std::string(e.what());
-    }
-    return std::string();
-  };
-  CHECK(error("set", {"scheduler.every=0"}).find("scheduler.every must be at least 1, got 0") != std::string::npos);
-  CHECK(error("set", {"speed"}).find("usage: set KEY=VALUE") != std::string::npos);
-  CHECK(error("set", {"speed=1"}).find("unknown setting 'speed'") != std::string::npos);
-  CHECK(error("scheduler", {"maybe"}).find("usage: scheduler [on|off]") != std::string::npos);
-  CHECK(error("rebalance", {"now"}).find("usage: rebalance [-y]") != std::string::npos);
-  CHECK(error("compress", {"999", "0.1"}).find("no edge '999' in the current plan") != std::string::npos);
-  CHECK(error("checkpoint", {}).find("no output.checkpoint file") != std::string::npos);
-  CHECK(error("checkpoint", {"/proc/no/such/dir/x.ckpt"}).find("cannot write checkpoint") != std::string::npos);
+  CHECK(command_error(s, "set", {"scheduler.every=0"}).find("scheduler.every must be at least 1, got 0") !=
+        std::string::npos);
+  CHECK(command_error(s, "set", {"speed"}).find("usage: set KEY=VALUE") != std::string::npos);
+  CHECK(command_error(s, "set", {"speed=1"}).find("unknown setting 'speed'") != std::string::npos);
+  CHECK(command_error(s, "scheduler", {"maybe"}).find("usage: scheduler [on|off]") != std::string::npos);
+  CHECK(command_error(s, "rebalance", {"now"}).find("usage: rebalance [-y]") != std::string::npos);
+  CHECK(command_error(s, "compress", {"999", "0.1"}).find("no edge '999' in the current plan") != std::string::npos);
+  CHECK(command_error(s, "checkpoint", {}).find("no output.checkpoint file") != std::string::npos);
+  CHECK(command_error(s, "checkpoint", {"/proc/no/such/dir/x.ckpt"}).find("cannot write checkpoint") !=
+        std::string::npos);
   auto ckpt = temp_path("sched-cmd.ckpt");
   CHECK(json::parse(s.command("checkpoint", {ckpt}))["checkpoint"] == ckpt);
   // A compressible edge gets a codec, then back to dense.
@@ -169,8 +161,9 @@ TEST_CASE("scheduler: plan, rebalance, scheduler and set answer, and refuse what
   if (!edge.empty()) {
     CHECK(json::parse(s.command("compress", {edge, "0.25"}))["codec"].get<std::string>().find("topk 25%") == 0);
     CHECK(json::parse(s.command("compress", {edge, "none"}))["codec"] == "none");
-    CHECK(error("compress", {edge, "2"}).find("not none, auto or a keep ratio in (0, 1]") != std::string::npos);
-    CHECK(error("compress", {edge, "auto"}).find("which this run does not use") != std::string::npos);
+    CHECK(command_error(s, "compress", {edge, "2"}).find("not none, auto or a keep ratio in (0, 1]") !=
+          std::string::npos);
+    CHECK(command_error(s, "compress", {edge, "auto"}).find("which this run does not use") != std::string::npos);
   }
   CHECK(losses_of(s.train()).size() == 6);
 }

@@ -3,6 +3,8 @@
 // mutual TLS (tests/support/certs_fixture.hpp).
 #pragma once
 
+#include <nlohmann/json.hpp>
+
 #include <fstream>
 #include <string>
 #include <vector>
@@ -64,6 +66,19 @@ inline std::string all_output(const std::vector<child_process>& nodes) {
   std::string out;
   for (auto& n : nodes) out += n.output();
   return out;
+}
+
+// The step the run has reached (the `status` query).
+inline int step_of(session& s) { return nlohmann::json::parse(s.query("status"))["step"].get<int>(); }
+
+// The message of the error an admin command ends with ("" when it succeeds).
+inline std::string command_error(session& s, const std::string& verb, const std::vector<std::string>& args) {
+  try {
+    s.command(verb, args);
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "";
 }
 
 }  // namespace fusion::test::cluster
