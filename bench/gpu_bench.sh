@@ -2,18 +2,20 @@
 # GPU training throughput: gpt2-124m (configs/models/gpt2-124m.pbtxt, 163 M parameters with the
 # untied head) trained by fusion-train with every op actor on one GPU (--runtime.device=cuda)
 # against the same model in PyTorch eager on the same GPU (bench/torch_char_gpt.py --device
-# cuda), in one session. Reports tokens/s, the ratio, and model-FLOPs utilisation from the
-# model's FLOPs per token (fusion-bench-flops) and the GPU's peak rate you pass in.
+# cuda; attention spelled out as ours is, and with PyTorch 2's fused SDPA where it exists), in
+# one session. Reports tokens/s, the ratio, model-FLOPs utilisation from the model's FLOPs per
+# token (fusion-bench-flops) and the GPU's peak rate you pass in, and where our step's time goes
+# (each op kind's forward and backward milliseconds, from the run's own per-op measurements).
 #
 #   bench/gpu_bench.sh [--steps 20] [--warmup 3] [--batch 8] [--micro-batches 1]
-#                      [--peak-tflops 989] [--build build]
+#                      [--peak-tflops 67] [--build build] [--out DIR]
 #
 # --peak-tflops is the dense fp32-accumulate peak used for MFU (H100 SXM: 989 bf16 / 67 fp32;
 # H200 the same); say which one you used when recording results. Needs a CUDA build and a GPU;
 # exits 3 with a message when there is none.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-steps=20 warmup=3 batch=8 micro=1 peak=67 build=${BUILD_DIR:-build}
+steps=20 warmup=3 batch=8 micro=1 peak=67 build=${BUILD_DIR:-build} work=""
 while [[ $# -gt 0 ]]; do
   case $1 in
     --steps) steps=$2; shift 2 ;;
@@ -22,12 +24,15 @@ while [[ $# -gt 0 ]]; do
     --micro-batches) micro=$2; shift 2 ;;
     --peak-tflops) peak=$2; shift 2 ;;
     --build) build=$2; shift 2 ;;
-    -h|--help) sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    --out) work=$2; shift 2 ;;
+    -h|--help) sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "gpu_bench: unknown option '$1' (try --help)" >&2; exit 2 ;;
   esac
 done
 command -v nvidia-smi >/dev/null && nvidia-smi -L || { echo "gpu_bench: no GPU here (nvidia-smi missing)" >&2; exit 3; }
-work=$(mktemp -d /tmp/fusion-gpu-bench.XXXX)
+if [[ -n $work ]]; then mkdir -p "$work"; else work=$(mktemp -d /tmp/fusion-gpu-bench.XXXX); fi
+# The PyTorch peer runs under the python3 on PATH (GPU images keep torch in their own venv).
+python=${PYTHON:-python3}
 total=$((steps + warmup))
 T=1024
 flops=$("$build/bench/fusion-bench-flops" configs/models/gpt2-124m.pbtxt | sed -n 's/.*flops_per_token=\([0-9.e+]*\).*/\1/p')
@@ -44,15 +49,44 @@ a, b = rows[w - 1], rows[-1]
 print("%.1f" % ((b["step"] - a["step"]) * B * T / (b["elapsed_s"] - a["elapsed_s"])))
 PY
 )
-torch_line=$(/usr/bin/python3 bench/torch_char_gpt.py --device cuda --vocab 50257 --context $T --channels 768 \
-  --heads 12 --layers 12 --batch "$batch" --steps "$steps" --warmup "$warmup" 2>"$work/torch.log" | grep '^RESULT')
-theirs=$(sed -n 's/.*tokens_per_s=\([0-9.]*\).*/\1/p' <<<"$torch_line")
+torch_rate() {  # ATTENTION: tokens/s of the PyTorch peer, or "-" when it cannot run
+  "$python" bench/torch_char_gpt.py --device cuda --vocab 50257 --context $T --channels 768 --heads 12 \
+    --layers 12 --batch "$batch" --steps "$steps" --warmup "$warmup" --attention "$1" 2>"$work/torch-$1.log" |
+    sed -n 's/^RESULT tokens_per_s=\([0-9.]*\).*/\1/p' | grep . || echo "-"
+}
+theirs=$(torch_rate spelled)
+fused=$(torch_rate sdpa)
 echo
 echo "gpt2-124m, batch $batch x $T, $steps steps after $warmup warm-up; MFU against $peak TFLOP/s"
-printf "%-28s %12s %8s %8s\n" "trainer" "tokens/s" "ratio" "MFU"
-for row in "PyTorch eager (reference):$theirs" "fusion-train, all ops cuda:$ours"; do
+printf "%-34s %12s %8s %8s\n" "trainer" "tokens/s" "ratio" "MFU"
+for row in "PyTorch eager (reference):$theirs" "PyTorch eager, fused SDPA:$fused" "fusion-train, all ops cuda:$ours"; do
   name=${row%%:*} v=${row##*:}
-  printf "%-28s %12s %8s %8s\n" "$name" "$v" "$(awk -v a="$v" -v b="$theirs" 'BEGIN{printf "%.2f", a/b}')" \
-    "$(awk -v t="$v" -v f="$flops" -v p="$peak" 'BEGIN{ if (f == "") print "-"; else printf "%.3f", t*f/(p*1e12) }')"
+  printf "%-34s %12s %8s %8s\n" "$name" "$v" "$(awk -v a="$v" -v b="$theirs" 'BEGIN{ if (a == "-" || b == "-") print "-"; else printf "%.2f", a/b }')" \
+    "$(awk -v t="$v" -v f="$flops" -v p="$peak" 'BEGIN{ if (f == "" || t == "-") print "-"; else printf "%.3f", t*f/(p*1e12) }')"
 done
+echo
+echo "where fusion-train's step goes: ms per step by op kind (median over the timed steps, summed over layers)"
+python3 - "$work/fusion.jsonl" "$warmup" "$build/apps/fusion-train" <<'PY'
+import json, re, statistics, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if '"ops"' in l and '"elapsed_s"' in l][int(sys.argv[2]):]
+if not rows:
+    sys.exit("  (no step record carries per-op times)")
+kinds = {}
+for r in rows:
+    per = {}
+    for name, t in r["ops"].items():
+        kind = re.sub(r"^[A-Za-z_]+[0-9]+[.]", "", name)  # h7.fc -> fc
+        f, b = per.get(kind, (0.0, 0.0))
+        per[kind] = (f + sum(t.get("fwd_ms", [])), b + sum(t.get("bwd_ms", [])))
+    for kind, fb in per.items():
+        kinds.setdefault(kind, []).append(fb)
+step_ms = statistics.median(r["step_s"] for r in rows) * 1e3
+table = sorted(((statistics.median(f for f, _ in v), statistics.median(b for _, b in v), k) for k, v in kinds.items()),
+               key=lambda x: -(x[0] + x[1]))
+print("  %-16s %10s %10s %8s" % ("op", "fwd ms", "bwd ms", "share"))
+for f, b, k in table:
+    print("  %-16s %10.2f %10.2f %7.1f%%" % (k, f, b, 100 * (f + b) / step_ms))
+print("  %-16s %10.2f %10s (median step; the rest is optimizer, messaging and waits)" %
+      ("step", step_ms, ""))
+PY
 echo "logs: $work"

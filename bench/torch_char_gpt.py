@@ -3,7 +3,8 @@
 
 Same model, shapes, optimizer and learning-rate schedule as
 configs/models/gpt-char-small.pbtxt + configs/runs/char-small.ini, written for Debian's
-PyTorch 1.13 (python3-torch; no F.scaled_dot_product_attention there, so attention is spelled out).
+PyTorch 1.13 (python3-torch; no F.scaled_dot_product_attention there, so attention is spelled out
+by default; --attention sdpa uses the fused kernel of PyTorch 2.x, as bench/gpu_bench.sh also reports).
 
     OMP_WAIT_POLICY=PASSIVE /usr/bin/python3 bench/torch_char_gpt.py --steps 30 --warmup 5
     /usr/bin/python3 bench/torch_char_gpt.py --device cuda --vocab 50257 --context 1024 \
@@ -32,9 +33,10 @@ from torch_common import lr_at
 
 
 class causal_self_attention(nn.Module):
-    def __init__(self, C, NH, T):
+    def __init__(self, C, NH, T, sdpa=False):
         super().__init__()
         self.NH = NH
+        self.sdpa = sdpa
         self.c_attn = nn.Linear(C, 3 * C)
         self.c_proj = nn.Linear(C, C)
         self.register_buffer("mask", torch.tril(torch.ones(T, T, dtype=torch.bool)).view(1, 1, T, T))
@@ -46,6 +48,9 @@ class causal_self_attention(nn.Module):
         q = q.view(B, T, self.NH, HS).transpose(1, 2)  # (B, NH, T, HS)
         k = k.view(B, T, self.NH, HS).transpose(1, 2)
         v = v.view(B, T, self.NH, HS).transpose(1, 2)
+        if self.sdpa:
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2).contiguous().view(B, T, C)
+            return self.c_proj(y)
         att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(HS))  # (B, NH, T, T)
         att = att.masked_fill(~self.mask[:, :, :T, :T], float("-inf"))
         att = F.softmax(att, dim=-1)
@@ -54,10 +59,10 @@ class causal_self_attention(nn.Module):
 
 
 class block(nn.Module):
-    def __init__(self, C, NH, T):
+    def __init__(self, C, NH, T, sdpa=False):
         super().__init__()
         self.ln_1 = nn.LayerNorm(C, eps=1e-5)
-        self.attn = causal_self_attention(C, NH, T)
+        self.attn = causal_self_attention(C, NH, T, sdpa)
         self.ln_2 = nn.LayerNorm(C, eps=1e-5)
         self.c_fc = nn.Linear(C, 4 * C)
         self.c_proj = nn.Linear(4 * C, C)
@@ -68,11 +73,11 @@ class block(nn.Module):
 
 
 class char_gpt(nn.Module):
-    def __init__(self, V, T, C, NH, L):
+    def __init__(self, V, T, C, NH, L, sdpa=False):
         super().__init__()
         self.wte = nn.Embedding(V, C)
         self.wpe = nn.Embedding(T, C)
-        self.h = nn.ModuleList([block(C, NH, T) for _ in range(L)])
+        self.h = nn.ModuleList([block(C, NH, T, sdpa) for _ in range(L)])
         self.ln_f = nn.LayerNorm(C, eps=1e-5)
         self.lm_head = nn.Linear(C, V, bias=False)  # untied, as in the model file
         # Initialisation as the model file declares it (std 0.02, position 0.01, residual
@@ -133,6 +138,8 @@ def main():
     ap.add_argument("--seed", type=int, default=1337)
     ap.add_argument("--log-every", type=int, default=0, help="print a progress line every N steps (0: none)")
     ap.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N (bench/gpu_bench.sh)")
+    ap.add_argument("--attention", choices=("spelled", "sdpa"), default="spelled",
+                    help="spelled-out softmax(QK^T)V, or F.scaled_dot_product_attention (PyTorch >= 2.0)")
     a = ap.parse_args()
     if a.steps < 1 or a.warmup < 0 or a.threads < 1:
         sys.exit("torch_char_gpt: need --steps >= 1, --warmup >= 0, --threads >= 1")
@@ -149,7 +156,9 @@ def main():
     device = torch.device(a.device)
     if device.type == "cuda" and not torch.cuda.is_available():
         sys.exit("torch_char_gpt: --device cuda but torch sees no CUDA device")
-    model = char_gpt(a.vocab, T, a.channels, a.heads, a.layers).to(device)
+    if a.attention == "sdpa" and not hasattr(F, "scaled_dot_product_attention"):
+        sys.exit(f"torch_char_gpt: --attention sdpa needs PyTorch 2.0 or later (this is {torch.__version__})")
+    model = char_gpt(a.vocab, T, a.channels, a.heads, a.layers, a.attention == "sdpa").to(device)
     decay = [p for p in model.parameters() if p.dim() >= 2]
     no_decay = [p for p in model.parameters() if p.dim() < 2]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0}],

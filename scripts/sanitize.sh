@@ -3,6 +3,7 @@
 # no CUDA) into ./build-asan and runs the tests under them (docs/security.md). Usage:
 #
 #     scripts/sanitize.sh [CTEST_ARGS...]     (default: ctest -LE 'slow|netns|cuda')
+#     scripts/sanitize.sh --unit               (the unit tests only: what scripts/test.sh runs)
 #
 # The default set is every unit test and every actor/app test (training runs, multi-process
 # clusters, the admin shell): all the code that parses files and peers' bytes runs in them. Left
@@ -20,7 +21,16 @@ cmake -S . -B build-asan -G Ninja -DCMAKE_CXX_COMPILER=g++ -DFUSION_CUDA=OFF -DC
   "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -g" \
   "-DCMAKE_CXX_FLAGS=-fsanitize=address,undefined -fno-omit-frame-pointer" \
   "-DCMAKE_EXE_LINKER_FLAGS=-fsanitize=address,undefined"
-cmake --build build-asan -j "$jobs"
+unit=0
+if [[ ${1:-} == --unit ]]; then
+  unit=1
+  shift
+fi
+if ((unit)); then
+  cmake --build build-asan -j "$jobs" --target fusion_unit_tests
+else
+  cmake --build build-asan -j "$jobs"
+fi
 
 # allocator_may_return_null: an allocation too large to satisfy throws std::bad_alloc as it does
 # without ASan, so the programs' plain-words "out of memory" paths run instead of an ASan abort.
@@ -31,6 +41,15 @@ export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1:suppressions=$root/test
 # and ASan reserves terabytes of shadow memory at start; the two OP-Fence tests bound the
 # planner's wall time (2 s), which ASan at -O1 multiplies by 5 to 10.
 skipped='running out of memory is said in plain words|plans in under 2 s|plan fast and follow the fast links'
+if ((unit)); then
+  # One process for every plain-logic test (graph, ops, plans, codecs, parsers, TLS identity):
+  # the CI stage, a few minutes where the whole set takes most of an hour at ASan speed.
+  status=0
+  build-asan/tests/fusion_unit_tests --test-case-exclude="*plans in under 2 s*,*plan fast and follow the fast links*" \
+    2>&1 | tee build-asan/unit.log || status=1
+  if grep -E "ERROR: (AddressSanitizer|LeakSanitizer)|runtime error:" build-asan/unit.log >&2; then status=1; fi
+  exit "$status"
+fi
 (($#)) || set -- -LE 'slow|netns|cuda' -E "$skipped"
 # A test that fails is run once more: at ASan speed on shared cores a multi-process test can miss
 # a connection or heartbeat deadline. A sanitizer report in any attempt still fails the stage.

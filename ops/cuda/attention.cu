@@ -9,7 +9,9 @@
 //
 // Per batch b, one strided-batched cuBLAS GEMM over the NH heads reads Q, K and V in place
 // (leading dimension 3C, head stride HS). The causal mask is applied by the softmax kernel on
-// full T x T scores (the GEMMs compute the masked half too; simpler than the CPU's row blocks).
+// full T x T scores (the GEMMs compute the masked half too: splitting the rows into causal
+// blocks that skip it was measured slower on an H200, 60.5 against 43.7 ms per gpt2-124m step,
+// since the smaller GEMMs ran far below the rate of the full ones; bench/RESULTS.md).
 #include <cmath>
 #include <string>
 
@@ -21,40 +23,55 @@ namespace {
 
 constexpr const char* attention_name = "attention";
 
-// One block per score row (B*NH*T rows of length T; the row's time index is row % T):
-// p = exp(s - max) / sum over the visible columns [0, n), 0 on the rest.
+// One warp per score row (rows of length T; the row's time index is row % T), so a row needs
+// no block barriers and a block holds softmax_rows_per_block rows. Forward in two passes over
+// the visible columns [0, n): an online max and rescaled sum, then p = exp(s - max) / sum;
+// masked columns [n, T) get exactly 0.
+constexpr int softmax_rows_per_block = 8;
+
+__device__ inline int64_t softmax_first_row() {
+  return int64_t(blockIdx.x) * softmax_rows_per_block + (threadIdx.x >> 5);
+}
+__device__ inline int64_t softmax_row_stride() { return int64_t(gridDim.x) * softmax_rows_per_block; }
+
 __global__ void softmax_forward_kernel(float* att, int64_t rows, int64_t T, bool causal) {
-  __shared__ float shared[32];
-  for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
+  const int lane = threadIdx.x & 31;
+  for (int64_t row = softmax_first_row(); row < rows; row += softmax_row_stride()) {
     float* p = att + row * T;
     const int64_t n = causal ? row % T + 1 : T;
-    float mx = -INFINITY;
-    for (int64_t j = threadIdx.x; j < n; j += blockDim.x) mx = fmaxf(mx, p[j]);
-    mx = block_max(mx, shared);
-    float s = 0.0f;
-    for (int64_t j = threadIdx.x; j < n; j += blockDim.x) {
-      const float e = expf(p[j] - mx);
-      p[j] = e;  // each thread rereads only the elements it wrote
-      s += e;
+    float mx = -INFINITY, sum = 0.0f;
+    for (int64_t j = lane; j < n; j += 32) {
+      const float x = p[j];
+      const float m = fmaxf(mx, x);
+      sum = sum * expf(mx - m) + expf(x - m);  // expf(-inf) = 0 on a lane's first element
+      mx = m;
     }
-    const float inv = 1.0f / block_sum(s, shared);
-    for (int64_t j = threadIdx.x; j < T; j += blockDim.x) p[j] = j < n ? p[j] * inv : 0.0f;
+    // Combine the lanes: each lane's sum is relative to its own max.
+    const float row_max = warp_max(mx);
+    sum = warp_sum(mx == -INFINITY ? 0.0f : sum * expf(mx - row_max));
+    const float inv = 1.0f / sum;
+    for (int64_t j = lane; j < T; j += 32) p[j] = j < n ? expf(p[j] - row_max) * inv : 0.0f;
   }
 }
 
 // In place on dS (which holds dP on entry): dS = P .* (dP - rowsum(P .* dP)) on the visible
-// columns, 0 on the masked ones. NH*T rows of one batch; p points at that batch's att.
+// columns, 0 on the masked ones; one warp per row as above.
 __global__ void softmax_backward_kernel(float* ds, const float* att, int64_t rows, int64_t T, bool causal) {
-  __shared__ float shared[32];
-  for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
+  const int lane = threadIdx.x & 31;
+  for (int64_t row = softmax_first_row(); row < rows; row += softmax_row_stride()) {
     const float* p = att + row * T;
     float* d = ds + row * T;
     const int64_t n = causal ? row % T + 1 : T;
     float dot = 0.0f;
-    for (int64_t j = threadIdx.x; j < n; j += blockDim.x) dot += p[j] * d[j];
-    dot = block_sum(dot, shared);
-    for (int64_t j = threadIdx.x; j < T; j += blockDim.x) d[j] = j < n ? p[j] * (d[j] - dot) : 0.0f;
+    for (int64_t j = lane; j < n; j += 32) dot += p[j] * d[j];
+    dot = warp_sum(dot);
+    for (int64_t j = lane; j < T; j += 32) d[j] = j < n ? p[j] * (d[j] - dot) : 0.0f;
   }
+}
+
+unsigned softmax_grid(int64_t rows) {
+  const int64_t blocks = (rows + softmax_rows_per_block - 1) / softmax_rows_per_block;
+  return static_cast<unsigned>(blocks < 1 ? 1 : (blocks > 65535 ? 65535 : blocks));
 }
 
 struct sizes {
@@ -81,7 +98,7 @@ void attention_forward_cuda(float* out, float* att, const float* qkv, int64_t B,
                  z.t, TT, z.nh);
   }
   const int64_t rows = B * NH * T;
-  softmax_forward_kernel<<<rows_grid(rows), row_threads(T), 0, l.stream>>>(att, rows, T, causal);
+  softmax_forward_kernel<<<softmax_grid(rows), 32 * softmax_rows_per_block, 0, l.stream>>>(att, rows, T, causal);
   CUDA_CHECK_LAUNCH();
   for (int64_t b = 0; b < B; ++b) {
     const float* v = qkv + b * T * 3 * C + 2 * C;
@@ -111,7 +128,7 @@ void attention_backward_cuda(float* dqkv, float* ds, const float* dout, const fl
     gemm_batched(l.blas, false, true, z.t, z.t, z.hs, 1.0f, dout_b, z.c, z.hs, v, z.c3, z.hs, 0.0f, ds, z.t, TT, z.nh);
     gemm_batched(l.blas, true, false, z.t, z.hs, z.t, 1.0f, p, z.t, TT, dout_b, z.c, z.hs, 1.0f, dv, z.c3, z.hs, z.nh);
     const int64_t rows = NH * T;
-    softmax_backward_kernel<<<rows_grid(rows), row_threads(T), 0, l.stream>>>(ds, p, rows, T, causal);
+    softmax_backward_kernel<<<softmax_grid(rows), 32 * softmax_rows_per_block, 0, l.stream>>>(ds, p, rows, T, causal);
     CUDA_CHECK_LAUNCH();
     // S = scale Q K^T:  dQ += scale dS K,  dK += scale dS^T Q.
     gemm_batched(l.blas, false, false, z.t, z.hs, z.t, scale, ds, z.t, TT, k, z.c3, z.hs, 1.0f, dq, z.c3, z.hs, z.nh);

@@ -4,6 +4,7 @@
 // Shape legend: n elements; rows x cols for column sums; GEMM sizes as in ops/cpu/blas.hpp.
 #include "ops/cuda/common.cuh"
 
+#include <algorithm>
 #include <string>
 
 namespace fusion::cuda {
@@ -97,26 +98,29 @@ __global__ void fill_kernel(float* p, int64_t n, float v) {
     p[i] = v;
 }
 
-constexpr int column_tile = 32;  // columns per block (one warp wide, coalesced row reads)
-constexpr int column_lanes = 8;  // row lanes per block
-
-// Block (32, 8): threadIdx.x picks a column of the tile, threadIdx.y a lane of rows
-// {y, y + 8, ...}; lanes are then summed in a fixed order, so the result is deterministic.
-__global__ void column_sum_kernel(float* dst, const float* src, int64_t rows, int64_t cols) {
+// Block (32, 8) of the grid (column tiles, chunks): threadIdx.x picks a column of the tile,
+// threadIdx.y a lane of the chunk's rows {y, y + 8, ...}; lanes are summed in a fixed order.
+__global__ void column_sum_parts_kernel(float* parts, const float* src, int64_t rows, int64_t cols, int64_t per) {
   __shared__ float part[column_lanes][column_tile + 1];
-  for (int64_t c0 = int64_t(blockIdx.x) * column_tile; c0 < cols; c0 += int64_t(gridDim.x) * column_tile) {
-    const int64_t col = c0 + threadIdx.x;
-    float acc = 0.0f;
-    if (col < cols)
-      for (int64_t r = threadIdx.y; r < rows; r += column_lanes) acc += src[r * cols + col];
-    part[threadIdx.y][threadIdx.x] = acc;
-    __syncthreads();
-    if (threadIdx.y == 0 && col < cols) {
-      float s = 0.0f;
-      for (int y = 0; y < column_lanes; ++y) s += part[y][threadIdx.x];
-      dst[col] += s;
-    }
-    __syncthreads();  // part is rewritten by the next tile
+  const int64_t col = int64_t(blockIdx.x) * column_tile + threadIdx.x;
+  const int64_t r0 = int64_t(blockIdx.y) * per, r1 = r0 + per < rows ? r0 + per : rows;
+  float acc = 0.0f;
+  if (col < cols)
+    for (int64_t r = r0 + threadIdx.y; r < r1; r += column_lanes) acc += src[r * cols + col];
+  part[threadIdx.y][threadIdx.x] = acc;
+  __syncthreads();
+  if (threadIdx.y == 0 && col < cols) {
+    float s = 0.0f;
+    for (int y = 0; y < column_lanes; ++y) s += part[y][threadIdx.x];
+    parts[int64_t(blockIdx.y) * cols + col] = s;
+  }
+}
+
+__global__ void column_parts_sum_kernel(float* dst, const float* parts, int64_t chunks, int64_t cols) {
+  for (int64_t j = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; j < cols; j += int64_t(gridDim.x) * blockDim.x) {
+    float s = 0.0f;
+    for (int64_t k = 0; k < chunks; ++k) s += parts[k * cols + j];
+    dst[j] += s;
   }
 }
 
@@ -134,10 +138,33 @@ void fill_cuda(float* p, int64_t n, float v, cudaStream_t s) {
   CUDA_CHECK_LAUNCH();
 }
 
+column_split column_split_for(int64_t rows, int64_t cols) {
+  constexpr int64_t want_blocks = 1024;  // several per multiprocessor on an H100/H200
+  constexpr int64_t min_rows = 32;       // a chunk keeps each lane busy for a few rows
+  const int64_t tiles = (cols + column_tile - 1) / column_tile;
+  int64_t chunks = std::min((want_blocks + tiles - 1) / tiles, (rows + min_rows - 1) / min_rows);
+  chunks = std::max<int64_t>(chunks, 1);
+  column_split out;
+  out.rows_per_chunk = (rows + chunks - 1) / chunks;
+  out.chunks = (rows + out.rows_per_chunk - 1) / out.rows_per_chunk;
+  return out;
+}
+
+void column_parts_accumulate_cuda(float* dst, const float* parts, int64_t chunks, int64_t cols, cudaStream_t s) {
+  column_parts_sum_kernel<<<grid_for(cols), block_threads, 0, s>>>(dst, parts, chunks, cols);
+  CUDA_CHECK_LAUNCH();
+}
+
 void column_sum_accumulate_cuda(float* dst, const float* src, int64_t rows, int64_t cols, cudaStream_t s) {
   if (rows <= 0 || cols <= 0) return;
-  column_sum_kernel<<<grid_for(cols, column_tile), dim3(column_tile, column_lanes), 0, s>>>(dst, src, rows, cols);
+  const column_split z = column_split_for(rows, cols);
+  // Freed stream-ordered (ops/cuda/device.cu) after the kernels below.
+  tensor parts = tensor::uninitialized({z.chunks, cols}, dtype::f32, device_kind::cuda);
+  const dim3 grid(static_cast<unsigned>((cols + column_tile - 1) / column_tile), static_cast<unsigned>(z.chunks));
+  column_sum_parts_kernel<<<grid, dim3(column_tile, column_lanes), 0, s>>>(parts.f32(), src, rows, cols,
+                                                                            z.rows_per_chunk);
   CUDA_CHECK_LAUNCH();
+  column_parts_accumulate_cuda(dst, parts.f32(), z.chunks, cols, s);
 }
 
 }  // namespace fusion::cuda

@@ -4,7 +4,7 @@
 //   in (..., C), weight (C), bias (C) -> out (..., C); saved mean (...), rstd (...)
 // Forward: one block per row, two passes (mean, then centred variance) in fp32 like the CPU,
 // rstd = 1 / sqrt(var + eps). Backward: one block per row for din, and a deterministic
-// column reduction over rows for dweight and dbias.
+// two-stage column reduction over rows for dweight and dbias (common.cuh column_split).
 #include <string>
 
 #include "ops/cuda/common.cuh"
@@ -57,34 +57,31 @@ __global__ void layernorm_backward_input_kernel(float* din, const float* dout, c
   }
 }
 
-constexpr int column_tile = 32;
-constexpr int column_lanes = 8;
-
-// dw[j] += sum_r (x[r,j] - mean[r]) * rstd[r] * dy[r,j] and db[j] += sum_r dy[r,j]. Block
-// (32, 8) as column_sum_kernel in common.cu: lanes summed in a fixed order (deterministic).
-__global__ void layernorm_backward_params_kernel(float* dw, float* db, const float* dout, const float* in,
-                                                 const float* mean, const float* rstd, int64_t rows, int64_t C) {
+// Partial sums of dw[j] = sum_r (x[r,j] - mean[r]) * rstd[r] * dy[r,j] and db[j] = sum_r dy[r,j]
+// over one chunk of rows (the first stage of a column reduction, common.cuh column_split):
+// parts[0][chunk][j] and parts[1][chunk][j], lanes summed in a fixed order (deterministic).
+__global__ void layernorm_backward_params_kernel(float* parts, const float* dout, const float* in, const float* mean,
+                                                 const float* rstd, int64_t rows, int64_t C, int64_t per) {
   __shared__ float part_w[column_lanes][column_tile + 1];
   __shared__ float part_b[column_lanes][column_tile + 1];
-  for (int64_t c0 = int64_t(blockIdx.x) * column_tile; c0 < C; c0 += int64_t(gridDim.x) * column_tile) {
-    const int64_t col = c0 + threadIdx.x;
-    float acc_w = 0.0f, acc_b = 0.0f;
-    if (col < C)
-      for (int64_t r = threadIdx.y; r < rows; r += column_lanes) {
-        const float dy = dout[r * C + col];
-        acc_w += (in[r * C + col] - mean[r]) * rstd[r] * dy;
-        acc_b += dy;
-      }
-    part_w[threadIdx.y][threadIdx.x] = acc_w;
-    part_b[threadIdx.y][threadIdx.x] = acc_b;
-    __syncthreads();
-    if (threadIdx.y == 0 && col < C) {
-      float sw = 0.0f, sb = 0.0f;
-      for (int y = 0; y < column_lanes; ++y) sw += part_w[y][threadIdx.x], sb += part_b[y][threadIdx.x];
-      if (dw) dw[col] += sw;
-      if (db) db[col] += sb;
+  const int64_t col = int64_t(blockIdx.x) * column_tile + threadIdx.x;
+  const int64_t r0 = int64_t(blockIdx.y) * per, r1 = r0 + per < rows ? r0 + per : rows;
+  float acc_w = 0.0f, acc_b = 0.0f;
+  if (col < C)
+    for (int64_t r = r0 + threadIdx.y; r < r1; r += column_lanes) {
+      const float dy = dout[r * C + col];
+      acc_w += (in[r * C + col] - mean[r]) * rstd[r] * dy;
+      acc_b += dy;
     }
-    __syncthreads();  // the parts are rewritten by the next tile
+  part_w[threadIdx.y][threadIdx.x] = acc_w;
+  part_b[threadIdx.y][threadIdx.x] = acc_b;
+  __syncthreads();
+  if (threadIdx.y == 0 && col < C) {
+    float sw = 0.0f, sb = 0.0f;
+    for (int y = 0; y < column_lanes; ++y) sw += part_w[y][threadIdx.x], sb += part_b[y][threadIdx.x];
+    const int64_t chunks = gridDim.y;
+    parts[int64_t(blockIdx.y) * C + col] = sw;
+    parts[(chunks + blockIdx.y) * C + col] = sb;
   }
 }
 
@@ -105,9 +102,15 @@ void layernorm_backward_cuda(float* din, float* dw, float* db, const float* dout
     CUDA_CHECK_LAUNCH();
   }
   if (dw || db) {
-    layernorm_backward_params_kernel<<<grid_for(C, column_tile), dim3(column_tile, column_lanes), 0, s>>>(
-        dw, db, dout, in, mean, rstd, rows, C);
+    const column_split z = column_split_for(rows, C);
+    // Freed stream-ordered (ops/cuda/device.cu) after the kernels below.
+    tensor parts = tensor::uninitialized({2, z.chunks, C}, dtype::f32, device_kind::cuda);
+    const dim3 grid(static_cast<unsigned>((C + column_tile - 1) / column_tile), static_cast<unsigned>(z.chunks));
+    layernorm_backward_params_kernel<<<grid, dim3(column_tile, column_lanes), 0, s>>>(parts.f32(), dout, in, mean,
+                                                                                       rstd, rows, C, z.rows_per_chunk);
     CUDA_CHECK_LAUNCH();
+    if (dw) column_parts_accumulate_cuda(dw, parts.f32(), z.chunks, C, s);
+    if (db) column_parts_accumulate_cuda(db, parts.f32() + z.chunks * C, z.chunks, C, s);
   }
 }
 

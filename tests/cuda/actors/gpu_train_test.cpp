@@ -56,15 +56,21 @@ void check_close(const std::vector<double>& got, const std::vector<double>& want
 
 TEST_CASE("cuda actors: a gpt-char-tiny run on cuda:0 gives the CPU losses") {
   FUSION_CUDA_DEVICE_OR_SKIP();
-  const auto cpu = losses_of(session(tiny_config(30)).train());
   auto c = tiny_config(30);
+  c.eval_batches = 2;  // an evaluation at the end of the run, and the one asked for below
+  session on_cpu(c);
+  const auto cpu = losses_of(on_cpu.train());
+  const double cpu_eval = on_cpu.evaluate().loss;
   c.device = "cuda";
   session s(c);
   const auto gpu = losses_of(s.train());
   check_close(gpu, cpu);
   CHECK(gpu.back() < gpu.front());
-  // Evaluation and sampling read the loss and the logits back from the device.
-  CHECK(std::isfinite(s.evaluate().loss));
+  // Evaluation and sampling read the loss and the logits back from the device: the same
+  // validation batches on the CPU give the same loss.
+  const double gpu_eval = s.evaluate().loss;
+  CHECK(std::isfinite(gpu_eval));
+  CHECK(std::abs(gpu_eval - cpu_eval) <= tolerance * std::abs(cpu_eval));
   CHECK(s.sample(16, "In the", 0.0, 1).size() == 16);
 }
 
