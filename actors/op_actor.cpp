@@ -1,7 +1,6 @@
 #include "actors/op_actor.hpp"
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <utility>
 
@@ -74,6 +73,7 @@ struct op_state {
   std::map<uint32_t, bwd_entry> pending_bwd;
   uint32_t next_bwd = 0;
   std::vector<double> fwd_seconds, bwd_seconds;  // per micro-batch of the current step
+  bool reads_data = false;  // an input comes straight from a data input (token ids, targets)
   // A migration's incoming state (import_atom): tensors by index, and the count once announced.
   std::map<uint32_t, tensor> incoming;
   int64_t incoming_count = -1;
@@ -83,9 +83,9 @@ struct op_state {
 
 using self_ptr = caf::stateful_actor<op_state>*;
 
-double seconds_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
+// Timing slots of the backend (backend::begin_timing): forward and backward of each micro-batch.
+size_t forward_slot(uint32_t mb) { return 2 * size_t{mb}; }
+size_t backward_slot(uint32_t mb) { return 2 * size_t{mb} + 1; }
 
 void report_failure(self_ptr self, const std::string& what) {
   if (self->state.coordinator)
@@ -114,7 +114,7 @@ void drain_backward(self_ptr self, uint64_t step) {
                                  to_string(entry.grads[i].shape()) + " vs " + to_string(dout.shape()));
       st.dev->add_inplace(dout, entry.grads[i]);
     }
-    auto t0 = std::chrono::steady_clock::now();
+    st.dev->begin_timing(backward_slot(mb));
     size_t n_in = sv->second.inputs.size();
     std::vector<tensor> din(n_in);
     std::vector<tensor*> din_ptrs(n_in, nullptr);
@@ -129,9 +129,9 @@ void drain_backward(self_ptr self, uint64_t step) {
     for (auto& t : st.params) p_ptrs.push_back(&t);
     for (auto& t : st.grads) g_ptrs.push_back(&t);
     st.impl->backward({in_ptrs, p_ptrs, &dout, &sv->second.aux, din_ptrs, g_ptrs, st.dev->context()});
-    // Other actors use other streams: the gradients must be complete before they leave.
-    st.dev->synchronize();
-    st.bwd_seconds.at(mb) = seconds_since(t0);
+    // Handed on without waiting: the producers' kernels queue behind these on the device's one
+    // stream, and a host reader (a CPU op, an edge sender) waits for them (ops/backend.hpp).
+    st.dev->end_timing(backward_slot(mb));
     for (size_t i = 0; i < n_in; ++i) {
       if (st.spec.producer_is_input[i]) continue;
       if (din[i].empty()) din[i] = tensor(in_ptrs[i]->shape(), dtype::f32);  // no-grad slot: host zeros
@@ -143,6 +143,10 @@ void drain_backward(self_ptr self, uint64_t step) {
     if (st.next_bwd == st.run.micro_batches) {
       double sq = 0;
       for (auto& g : st.grads) sq += st.dev->sum_of_squares(g);
+      for (uint32_t m = 0; m < st.run.micro_batches; ++m) {
+        st.fwd_seconds.at(m) = st.dev->timed_seconds(forward_slot(m));
+        st.bwd_seconds.at(m) = st.dev->timed_seconds(backward_slot(m));
+      }
       st.next_bwd = 0;
       self->send(st.coordinator, grads_atom::value, step, static_cast<int32_t>(st.spec.id), sq,
                  std::exchange(st.fwd_seconds, std::vector<double>(st.run.micro_batches, 0.0)),
@@ -172,7 +176,8 @@ void run_forward(self_ptr self, uint64_t step, uint32_t mb, pass_mode mode, std:
   if (!st.impl) {  // a data input: pass through
     out = std::move(inputs[0]);
   } else {
-    auto t0 = std::chrono::steady_clock::now();
+    const bool timed = mode == pass_mode::train && mb < st.fwd_seconds.size();
+    if (timed) st.dev->begin_timing(forward_slot(mb));
     std::vector<shape_t> shapes;
     std::vector<dtype> types;
     std::vector<const tensor*> in_ptrs, p_ptrs;
@@ -185,10 +190,11 @@ void run_forward(self_ptr self, uint64_t step, uint32_t mb, pass_mode mode, std:
     const bool want_metrics = mode == pass_mode::eval && st.spec.is_loss;
     st.impl->forward({in_ptrs, p_ptrs, &out, &aux, st.dev->context(), b_ptrs, mode == pass_mode::train,
                       want_metrics ? &metrics : nullptr});
-    // Other actors use other streams: the output must be complete before it leaves (this also
-    // reports a bad token or target id that a CUDA kernel recorded).
-    st.dev->synchronize();
-    if (mode == pass_mode::train && mb < st.fwd_seconds.size()) st.fwd_seconds[mb] = seconds_since(t0);
+    if (timed) st.dev->end_timing(forward_slot(mb));
+    // The output is handed on without waiting (the device's one stream orders the consumers'
+    // kernels after these), except by an op that reads token ids or targets: its wait reports a
+    // bad id that a CUDA kernel recorded now, before anything is computed from it.
+    if (st.reads_data) st.dev->synchronize();
   }
   if (st.spec.is_loss) {
     std::vector<double> flat;  // (sum, count) per metric, in op::metric_names() order
@@ -304,6 +310,8 @@ caf::behavior op_actor_fn(self_ptr self, node_spec spec, actor_run_params run, s
   st.run = run;
   st.fwd_seconds.assign(run.micro_batches, 0.0);
   st.bwd_seconds.assign(run.micro_batches, 0.0);
+  st.reads_data = std::any_of(st.spec.producer_is_input.begin(), st.spec.producer_is_input.end(),
+                              [](auto is_input) { return is_input != 0; });
   st.dev = std::move(compute->dev);
   st.impl = std::move(compute->impl);
   st.param_specs = std::move(compute->param_specs);

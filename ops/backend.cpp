@@ -2,9 +2,12 @@
 // actor calls today (fusion::make_op, ops/optim.hpp), so adopting it is bit-identical.
 #include "ops/backend.hpp"
 
+#include <chrono>
 #include <cstdlib>
 #include <stdexcept>
 #include <string>
+#include <utility>
+#include <vector>
 
 #if FUSION_HAVE_CUDA
 #include "ops/cuda/cuda_backend.hpp"
@@ -67,6 +70,21 @@ class cpu_backend final : public backend {
 
   void synchronize() override {}
   const exec_context* context() const override { return nullptr; }
+
+  void begin_timing(size_t slot) override { span(slot).first = clock::now(); }
+  void end_timing(size_t slot) override { span(slot).second = clock::now(); }
+  double timed_seconds(size_t slot) override {
+    if (slot >= spans_.size()) return 0.0;
+    return std::chrono::duration<double>(spans_[slot].second - spans_[slot].first).count();
+  }
+
+ private:
+  using clock = std::chrono::steady_clock;
+  std::pair<clock::time_point, clock::time_point>& span(size_t slot) {
+    if (slot >= spans_.size()) spans_.resize(slot + 1);
+    return spans_[slot];
+  }
+  std::vector<std::pair<clock::time_point, clock::time_point>> spans_;
 };
 
 }  // namespace

@@ -30,8 +30,11 @@
 
 namespace fusion {
 
-/// One per op actor; owns the stream and cuBLAS handle on CUDA. Not thread-safe: one actor
-/// (one thread at a time) uses it.
+/// One per op actor; owns a cuBLAS handle on CUDA. Not thread-safe: one actor (one thread at a
+/// time) uses it. Every CUDA backend of one device in a process queues on that device's one
+/// stream, so a tensor one actor produced is ready for the next actor's kernels without waiting
+/// on the host; anything that reads it on the host (download, the CPU backend's upload, edge
+/// senders) waits for it.
 class backend {
  public:
   virtual ~backend() = default;
@@ -64,6 +67,13 @@ class backend {
   virtual void synchronize() = 0;
   /// Resources to pass as forward_args::ctx / backward_args::ctx (null for the CPU).
   virtual const exec_context* context() const = 0;
+  /// Timing of queued work in numbered slots: begin_timing(k) before an op's calls and
+  /// end_timing(k) after them mark the work between; timed_seconds(k) waits for it and returns
+  /// its duration (host clock on the CPU; device events on CUDA, whose calls return before their
+  /// kernels run). 0 for a slot never marked.
+  virtual void begin_timing(size_t slot) = 0;
+  virtual void end_timing(size_t slot) = 0;
+  virtual double timed_seconds(size_t slot) = 0;
 };
 
 /// "cpu", "cuda" (= "cuda:0") or "cuda:N". Throws std::runtime_error with a clear message for an

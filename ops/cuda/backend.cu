@@ -1,10 +1,14 @@
-// The CUDA backend (ops/backend.hpp): one stream, one cuBLAS handle and a little scratch per op
-// actor, the CUDA op table, transfers with pinned host staging, and the optimizer entry points.
+// The CUDA backend (ops/backend.hpp): one cuBLAS handle and a little scratch per op actor on
+// the device's shared stream, timing events, the CUDA op table, transfers with pinned host
+// staging, and the optimizer entry points.
 //
 // Shape legend: n elements of a tensor.
 #include <algorithm>
 #include <cstring>
+#include <map>
+#include <mutex>
 #include <string>
+#include <vector>
 
 #include "ops/cuda/common.cuh"
 #include "ops/cuda/cuda_backend.hpp"
@@ -42,6 +46,22 @@ constexpr op_entry op_table[] = {
     {"token_embedding", make_token_embedding_op},
 };
 
+// The one stream of each device, shared by every backend of the process on it and never
+// destroyed (like the per-thread cuBLAS handles of common.cu: tearing it down at exit can run
+// after the runtime has shut down). One stream orders the actors' kernels as their messages
+// order them, so an actor hands a device tensor on without waiting for it on the host, and the
+// GPU runs the next op's kernels as soon as they are queued. A blocking stream (not
+// cudaStreamNonBlocking): tensor allocations and frees on the legacy stream stay ordered with it
+// (ops/cuda/device.cu).
+cudaStream_t device_stream(int index) {
+  static std::mutex mutex;
+  static std::map<int, cudaStream_t> streams;
+  std::lock_guard lock(mutex);
+  cudaStream_t& s = streams[index];
+  if (s == nullptr) CUDA_CHECK(cudaStreamCreate(&s));
+  return s;
+}
+
 void check_pair(const char* who, const tensor& a, const tensor& b) {
   check_device_f32(who, "tensor", &a);
   check_device_f32(who, "tensor", &b);
@@ -62,9 +82,7 @@ class cuda_backend final : public backend {
       cudaDeviceProp prop{};
       CUDA_CHECK(cudaGetDeviceProperties(&prop, index_));
       name_ = "cuda:" + std::to_string(index_) + " (" + prop.name + ")";
-      // A blocking stream (not cudaStreamNonBlocking): tensor allocation and frees on the legacy
-      // stream must stay ordered with it (ops/cuda/device.cu).
-      CUDA_CHECK(cudaStreamCreate(&stream_));
+      stream_ = device_stream(index_);
       CUBLAS_CHECK(cublasCreate(&blas_));
       CUBLAS_CHECK(cublasSetStream(blas_, stream_));
       CUDA_CHECK(cudaMalloc(&flag_, 4 * sizeof(int)));
@@ -181,7 +199,26 @@ class cuda_backend final : public backend {
 
   const exec_context* context() const override { return &ctx_; }
 
+  void begin_timing(size_t slot) override { record(begin_, slot); }
+  void end_timing(size_t slot) override { record(end_, slot); }
+
+  double timed_seconds(size_t slot) override {
+    if (slot >= begin_.size() || slot >= end_.size() || !begin_[slot] || !end_[slot]) return 0.0;
+    activate();
+    CUDA_CHECK(cudaEventSynchronize(end_[slot]));
+    float ms = 0.0f;
+    CUDA_CHECK(cudaEventElapsedTime(&ms, begin_[slot], end_[slot]));
+    return ms * 1e-3;
+  }
+
  private:
+  void record(std::vector<cudaEvent_t>& events, size_t slot) {
+    activate();
+    if (slot >= events.size()) events.resize(slot + 1, nullptr);
+    if (events[slot] == nullptr) CUDA_CHECK(cudaEventCreate(&events[slot]));
+    CUDA_CHECK(cudaEventRecord(events[slot], stream_));
+  }
+
   static constexpr size_t host_bytes = size_t(8) << 20;  // pinned staging for downloads
 
   void activate() const { CUDA_CHECK(cudaSetDevice(index_)); }
@@ -189,8 +226,11 @@ class cuda_backend final : public backend {
   // Errors are ignored: nothing useful can be done about them during teardown.
   void release() noexcept {
     if (stream_) (void)cudaStreamSynchronize(stream_);
+    for (auto* events : {&begin_, &end_})
+      for (cudaEvent_t e : *events)
+        if (e) (void)cudaEventDestroy(e);
+    begin_.clear(), end_.clear();
     if (blas_) (void)cublasDestroy(blas_);
-    if (stream_) (void)cudaStreamDestroy(stream_);
     if (flag_) (void)cudaFree(flag_);
     if (reduce_) (void)cudaFree(reduce_);
     if (host_) (void)cudaFreeHost(host_);
@@ -200,8 +240,9 @@ class cuda_backend final : public backend {
 
   int index_;
   std::string name_;
-  cudaStream_t stream_ = nullptr;
+  cudaStream_t stream_ = nullptr;  ///< the device's shared stream (device_stream), not owned
   cublasHandle_t blas_ = nullptr;
+  std::vector<cudaEvent_t> begin_, end_;  ///< timing slots, created on first use
   int* flag_ = nullptr;        ///< device int[4], see exec_context::error_flag
   double* reduce_ = nullptr;   ///< device: sum_squares_max_parts partials + the result
   void* host_ = nullptr;       ///< pinned, host_bytes
