@@ -63,7 +63,7 @@ struct data_channel_server::impl {
     auto conn = f.connection_id;
     return net::frame_target::into(dst ? dst : &empty_payload, [this, h, r, conn](const std::string& error) {
       if (!error.empty()) {
-        caf::anon_send(node, wire_atom::value, "payload of edge " + std::to_string(h.edge) + " lost: " + error);
+        caf::anon_send(node, wire_atom::value, "payload of edge " + std::to_string(h.edge) + " lost: " + error, false);
         return;
       }
       std::optional<tensor> whole;
@@ -72,7 +72,7 @@ struct data_channel_server::impl {
         std::lock_guard<std::mutex> guard(mutex);
         whole = assemblers[conn].end_chunk(h, refused);
       }
-      if (!refused.empty()) caf::anon_send(node, wire_atom::value, refused);
+      if (!refused.empty()) caf::anon_send(node, wire_atom::value, refused, false);
       finish_chunk(r, h, std::move(whole));
     });
   }
@@ -91,8 +91,13 @@ data_channel_server::data_channel_server(const std::string& host, uint16_t port,
       opts, [self](net::incoming_frame& f) { return self->on_frame(f); },
       [node](const net::channel_error& e) {
         // A peer closing its connection at the end of a run is not an error worth a report.
-        if (e.kind == net::channel_error_kind::io_error && e.message.find("closed") != std::string::npos) return;
-        caf::anon_send(node, wire_atom::value, e.message);
+        if (e.kind == net::channel_error_kind::io_error && e.message.find("closed") != std::string::npos &&
+            e.message.find("sent no frame") == std::string::npos)
+          return;
+        // A connection that never delivered a frame is a stranger: refused and logged by the
+        // node, while the run goes on (bool: stray). One that did is a peer of the run whose
+        // tensor is now lost: the run fails, as for a bad chunk over CAF.
+        caf::anon_send(node, wire_atom::value, e.message, !e.established);
       });
   if (!started) throw std::runtime_error("cannot start the data channel on " + host + ":" + std::to_string(port) + ": " +
                                          started.error());

@@ -45,6 +45,16 @@ void stop_hosted(node_ptr self) {
   self->state.senders.clear();
 }
 
+// A data-channel connection that never delivered a frame (a port scanner, a misdirected
+// program, an attacker) is closed by the channel; the node counts and logs it, and the run goes
+// on: nothing of the run was lost.
+void refuse_stranger(node_ptr self, const std::string& why) {
+  auto& st = self->state;
+  ++st.rejected;
+  st.last_rejection = why;
+  log_warn("fusion-node " + st.id.name, "refused a connection to the data channel: " + why);
+}
+
 // A refused message is counted and logged, and the coordinator hears of it: a chunk missing on
 // a real edge would otherwise surface only as a step timeout.
 void reject(node_ptr self, const std::string& why) {
@@ -206,7 +216,12 @@ caf::behavior node_actor_fn(node_ptr self, node_identity id, std::shared_ptr<std
         return rp;
       },
       [=](wire_atom, const wire_chunk& c) { receive_chunk(self, c); },
-      [=](wire_atom, const std::string& rejection) { reject(self, rejection); },
+      [=](wire_atom, const std::string& rejection, bool stray) {
+        if (stray)
+          refuse_stranger(self, rejection);
+        else
+          reject(self, rejection);
+      },
       [=](fail_atom, caf::error& e) {
         auto& st = self->state;
         if (st.coordinator)

@@ -188,6 +188,9 @@ struct channel_error {
   uint64_t connection_id;
   std::string peer;
   std::string message;  // complete sentence naming the peer, e.g. "frame from 127.0.0.1:4321 ..."
+  /// The connection had delivered a frame before this error. A connection that never did is a
+  /// stranger (a port scanner, a misdirected program, an attacker): its errors are its own.
+  bool established = false;
 };
 
 using frame_handler = std::function<frame_target(incoming_frame& frame)>;
@@ -203,6 +206,12 @@ struct frame_server_options {
   /// madvise(MADV_HUGEPAGE) on destinations of >= 4 MiB before receiving into them: fresh
   /// allocations then fault in 2 MiB pages instead of 4 KiB ones (see docs/transport.md).
   bool hugepage_advice = true;
+  /// Connections open at once; one more is closed at once and reported as refused. Bounds the
+  /// threads, descriptors and buffers that peers who never send a frame can hold.
+  size_t max_connections = 64;
+  /// A new connection must deliver its first frame's preamble and meta within this time, or it
+  /// is closed (0: no limit). The whole read counts, not each byte.
+  std::chrono::milliseconds first_frame_timeout{10000};
 };
 
 /// Snapshot of the server's counters.
@@ -212,6 +221,7 @@ struct frame_server_stats {
   uint64_t rejected = 0;            // refused by the handler or with a bad preamble
   uint64_t broken_connections = 0;  // closed on a bad preamble, mid-frame drop or I/O error
   uint64_t connections = 0;         // accepted so far
+  uint64_t turned_away = 0;         // closed at once: max_connections were open
   uint64_t probe_frames = 0;
   uint64_t probe_bytes = 0;
 };
@@ -246,7 +256,7 @@ class frame_server {
   void accept_loop();
   void read_loop(connection& c);
   bool discard(connection& c, uint64_t n);
-  void report(channel_error_kind kind, const connection& c, std::string message);
+  void report(channel_error_kind kind, const connection& c, std::string message, bool established = false);
   void reap_finished();
 
   frame_server_options options_;
@@ -260,7 +270,7 @@ class frame_server {
   std::list<std::unique_ptr<connection>> connections_;
   uint64_t next_id_ = 1;
   std::thread acceptor_;
-  std::atomic<uint64_t> frames_{0}, bytes_{0}, rejected_{0}, broken_{0}, accepted_{0};
+  std::atomic<uint64_t> frames_{0}, bytes_{0}, rejected_{0}, broken_{0}, accepted_{0}, turned_away_{0};
   std::atomic<uint64_t> probe_frames_{0}, probe_bytes_{0};
 };
 

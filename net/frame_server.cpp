@@ -89,6 +89,7 @@ frame_server_stats frame_server::stats() const {
   s.rejected = rejected_.load();
   s.broken_connections = broken_.load();
   s.connections = accepted_.load();
+  s.turned_away = turned_away_.load();
   s.probe_frames = probe_frames_.load();
   s.probe_bytes = probe_bytes_.load();
   return s;
@@ -105,6 +106,13 @@ void frame_server::accept_loop() {
     auto c = std::make_unique<connection>();
     c->id = next_id_++;
     c->peer = sock->peer_name();
+    if (connections_.size() >= options_.max_connections) {
+      ++turned_away_;
+      report(channel_error_kind::refused, *c,
+             "connection from " + c->peer + " refused: " + std::to_string(connections_.size()) +
+                 " connections are open, the most this data channel accepts");
+      continue;  // `sock` closes here
+    }
     c->sock = std::move(*sock);
     auto* raw = c.get();
     connections_.push_back(std::move(c));
@@ -130,10 +138,10 @@ void frame_server::reap_finished() {
     if (c->thread.joinable()) c->thread.join();
 }
 
-void frame_server::report(channel_error_kind kind, const connection& c, std::string message) {
+void frame_server::report(channel_error_kind kind, const connection& c, std::string message, bool established) {
   if (!on_error_) return;
   try {
-    on_error_(channel_error{kind, c.id, c.peer, std::move(message)});
+    on_error_(channel_error{kind, c.id, c.peer, std::move(message), established});
   } catch (const std::exception&) {
   }
 }
@@ -152,17 +160,30 @@ void frame_server::read_loop(connection& c) {
   const int fd = c.sock.fd();
   const std::string from = "frame channel connection from " + c.peer;
   uint64_t received = 0;  // payload bytes read on this connection (echoed in acks)
+  bool established = false;  // a frame arrived whole (see channel_error::established)
   auto broken = [&](channel_error_kind kind, const std::string& why) {
     if (stopping_.load()) return;  // our own shutdown, not the peer's fault
     ++broken_;
-    report(kind, c, from + ": " + why);
+    report(kind, c, from + ": " + why, established);
   };
+  // Until its first preamble and meta, a connection reads against a deadline: a peer that
+  // connects and sends nothing (or a byte now and then) is closed instead of holding its thread.
+  const bool deadline_on = options_.first_frame_timeout.count() > 0;
+  const auto deadline = std::chrono::steady_clock::now() + options_.first_frame_timeout;
+  bool greeted = false;  // a whole preamble and meta arrived: the peer speaks the protocol
+  auto read = [&](void* data, size_t n, size_t* got) {
+    return greeted || !deadline_on ? recv_all(fd, data, n, got) : recv_all_by(fd, data, n, deadline, got);
+  };
+  const std::string silent = "sent no frame within " + std::to_string(options_.first_frame_timeout.count()) +
+                             " ms of connecting, closing the connection";
   for (;;) {
     std::byte raw[preamble_size];
     size_t got = 0;
-    if (auto st = recv_all(fd, raw, preamble_size, &got); !st) {
+    if (auto st = read(raw, preamble_size, &got); !st) {
       // EOF exactly between frames is the normal way for a sender to leave.
-      if (got != 0 || st.error() != closed_by_peer)
+      if (st.error() == deadline_passed)
+        broken(channel_error_kind::io_error, silent);
+      else if (got != 0 || st.error() != closed_by_peer)
         broken(got ? channel_error_kind::truncated : channel_error_kind::io_error,
                "closed inside a frame preamble after " + std::to_string(got) + " of " +
                    std::to_string(preamble_size) + " bytes (" + st.error() + ")");
@@ -181,14 +202,16 @@ void frame_server::read_loop(connection& c) {
     frame.peer = c.peer;
     frame.payload_size = pre->payload_size;
     frame.meta.resize(pre->meta_size);
-    if (auto st = recv_all(fd, frame.meta.data(), frame.meta.size()); !st) {
-      broken(channel_error_kind::truncated, "closed inside the meta of a frame (" + st.error() + ")");
+    if (auto st = read(frame.meta.data(), frame.meta.size(), nullptr); !st) {
+      broken(channel_error_kind::truncated,
+             st.error() == deadline_passed ? silent : "closed inside the meta of a frame (" + st.error() + ")");
       break;
     }
+    greeted = true;
     bool ok = true;
     if (pre->flags & flag_probe) {
       ok = discard(c, pre->payload_size);
-      if (ok) ++probe_frames_, probe_bytes_ += pre->payload_size;
+      if (ok) ++probe_frames_, probe_bytes_ += pre->payload_size, established = true;
     } else {
       frame_target target;
       try {
@@ -203,7 +226,8 @@ void frame_server::read_loop(connection& c) {
         ++rejected_;
         report(channel_error_kind::refused, c,
                "frame from " + c.peer + " (" + std::to_string(pre->payload_size) + " payload bytes) refused: " +
-                   target.refusal);
+                   target.refusal,
+               established);
         ok = discard(c, pre->payload_size);
       } else {
         if (options_.hugepage_advice && pre->payload_size >= hugepage_min_payload)
@@ -219,6 +243,7 @@ void frame_server::read_loop(connection& c) {
         }
         ++frames_;
         bytes_ += pre->payload_size;
+        established = true;
         complete(target.done, std::string());
       }
     }

@@ -2,7 +2,9 @@
 // reported, and the server keeps serving other connections. Also socket errors and the probe.
 #include <doctest/doctest.h>
 
+#include <chrono>
 #include <cstring>
+#include <thread>
 
 #include "net/frame_channel.hpp"
 #include "net/link_probe.hpp"
@@ -10,6 +12,7 @@
 
 using namespace fusion::net;
 using namespace fusion::net::test;
+using namespace std::chrono_literals;
 
 namespace {
 
@@ -73,6 +76,63 @@ TEST_CASE("net bad preambles are rejected, counted and close only their connecti
     CHECK(stats.broken_connections == n);
   }
   check_server_still_works(srv, 0);
+}
+
+TEST_CASE("net connections beyond max_connections are closed at once and reported") {
+  frame_server_options opts;
+  opts.max_connections = 2;
+  collecting_server srv(opts);
+  auto a = raw_connect(srv.port());
+  auto b = raw_connect(srv.port());
+  auto c = raw_connect(srv.port());  // one too many: closed, the first two stay
+  CHECK(closed_by_server(c));
+  REQUIRE(srv.wait_errors(1));
+  auto e = srv.errors().front();
+  CHECK(e.kind == channel_error_kind::refused);
+  CHECK_FALSE(e.established);
+  CHECK_MESSAGE(e.message.find("2 connections are open") != std::string::npos, e.message);
+  CHECK(srv.server().stats().turned_away == 1);
+  // Once one of them leaves, a new connection is served again.
+  a.close();
+  b.close();
+  std::this_thread::sleep_for(200ms);  // their readers see the ends and finish
+  check_server_still_works(srv, 0);
+}
+
+TEST_CASE("net a connection that sends no frame in time is closed, even one trickling bytes") {
+  frame_server_options opts;
+  opts.first_frame_timeout = std::chrono::milliseconds(300);
+  collecting_server srv(opts);
+  auto silent = raw_connect(srv.port());
+  auto trickle = raw_connect(srv.port());
+  const auto t0 = std::chrono::steady_clock::now();
+  std::byte pre[preamble_size];
+  encode_preamble({0, 0, 0}, pre);
+  // One byte every 100 ms: each read returns before any per-read timeout would fire, so only a
+  // deadline for the whole preamble closes it.
+  bool cut = false;
+  for (size_t i = 0; i < preamble_size - 1 && !cut; ++i) {
+    cut = !send_all(trickle.fd(), pre + i, 1).ok();
+    std::this_thread::sleep_for(100ms);
+  }
+  CHECK(closed_by_server(silent));
+  CHECK(closed_by_server(trickle));
+  CHECK(std::chrono::steady_clock::now() - t0 < 5s);
+  REQUIRE(srv.wait_errors(2));
+  for (auto& e : srv.errors()) {
+    CHECK_FALSE(e.established);
+    CHECK_MESSAGE(e.message.find("sent no frame within 300 ms") != std::string::npos, e.message);
+  }
+  // A peer that sends its first frame in time is unaffected, and later idle time is fine.
+  auto tx = frame_sender::connect("127.0.0.1", srv.port());
+  REQUIRE(tx.ok());
+  auto p = std::make_shared<std::vector<std::byte>>(pattern(64, 3));
+  (*tx)->send("first", p->data(), p->size(), p);
+  REQUIRE(srv.wait_frames(1));
+  std::this_thread::sleep_for(600ms);
+  (*tx)->send("after a pause", p->data(), p->size(), p);
+  REQUIRE(srv.wait_frames(2));
+  CHECK(srv.errors().size() == 2);
 }
 
 TEST_CASE("net a connection dropped mid-payload is counted as broken and reported") {
