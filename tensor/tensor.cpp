@@ -7,8 +7,11 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
 #include <new>
 #include <stdexcept>
+#include <unordered_map>
+#include <vector>
 
 namespace fusion {
 
@@ -46,11 +49,13 @@ namespace {
 // Host storage is aligned to a cache line (vector loads, no line shared between tensors).
 constexpr size_t host_alignment = 64;
 
-static_assert(alignof(std::max_align_t) >= sizeof(void*), "the malloc'd address must fit below the aligned one");
+static_assert(alignof(std::max_align_t) >= 2 * sizeof(void*),
+              "the malloc'd address and the size must fit below the aligned one");
 
-// Host storage comes from plain malloc, aligned by hand: the malloc'd address is kept in the 8
-// bytes before the aligned one. Not std::aligned_alloc: glibc before 2.38 (Debian 12 has 2.36)
-// serves memalign(64, n) from a free chunk of about n + 96 bytes and keeps exactly n, so a freed
+// Host storage comes from plain malloc, aligned by hand: the malloc'd address and the size are
+// kept in the 16 bytes before the aligned one (malloc's own 16-byte alignment leaves at least
+// that much). Not std::aligned_alloc: glibc before 2.38 (Debian 12 has 2.36) serves
+// memalign(64, n) from a free chunk of about n + 96 bytes and keeps exactly n, so a freed
 // tensor leaves a hole too small for the next tensor of its size whenever its neighbours still
 // live (messages, shapes and vectors allocated after it), and the remainders it splits off do
 // not merge back (glibc bug 30723). Every step frees and allocates the same sizes, so the holes
@@ -58,15 +63,74 @@ static_assert(alignof(std::max_align_t) >= sizeof(void*), "the malloc'd address 
 // memory in use stayed flat (mallinfo2: uordblks 80-270 MiB, fordblks 2 GiB after 60 steps,
 // handed back by malloc_trim). Plain malloc fits the next tensor of the same size into the hole
 // (tests/core/tensor_storage_test.cpp, bench/soak_bench.sh).
+//
+// Large blocks do not go back to malloc at all: they wait in bins of their exact size for the
+// next tensor of that size (host_block_cache). Through malloc, the heap of a 700-step run of
+// gpt-char-small held 90-300 MiB free between steps beside 100-290 MiB in use, and its size
+// still crept up now and then (bench/RESULTS.md section 10); with glibc's mmap threshold fixed
+// at 128 KiB instead, every large tensor was a fresh mmap whose page faults cost about a
+// quarter of the throughput. A training step asks for the same sizes every step, so exact-size
+// bins reuse every block, already faulted in, and the heap never sees them.
+constexpr size_t cache_min_bytes = size_t{256} << 10;
+constexpr size_t cache_max_bytes = size_t{1} << 30;
+
+class host_block_cache {
+ public:
+  // A cached block of exactly n bytes (the malloc'd address), or null.
+  void* take(size_t n) {
+    std::lock_guard lock(mutex_);
+    auto it = bins_.find(n);
+    if (it == bins_.end() || it->second.empty()) return nullptr;
+    void* raw = it->second.back();
+    it->second.pop_back();
+    bytes_ -= n;
+    return raw;
+  }
+  // Keeps the block for the next request of its size; false when that would pass the bound.
+  bool put(void* raw, size_t n) {
+    std::lock_guard lock(mutex_);
+    if (bytes_ + n > cache_max_bytes) return false;
+    bins_[n].push_back(raw);
+    bytes_ += n;
+    return true;
+  }
+  size_t bytes() {
+    std::lock_guard lock(mutex_);
+    return bytes_;
+  }
+
+ private:
+  std::mutex mutex_;
+  std::unordered_map<size_t, std::vector<void*>> bins_;
+  size_t bytes_ = 0;
+};
+
+// Never destroyed: tensors held by static objects may be freed after any static destructor.
+host_block_cache& block_cache() {
+  static auto* cache = new host_block_cache;
+  return *cache;
+}
+
 std::byte* host_alloc(size_t n) {
-  void* raw = std::malloc(n + host_alignment);
+  void* raw = n >= cache_min_bytes ? block_cache().take(n) : nullptr;
+  if (!raw) raw = std::malloc(n + host_alignment);
   if (!raw) return nullptr;
   auto at = (reinterpret_cast<uintptr_t>(raw) + host_alignment) & ~uintptr_t{host_alignment - 1};
   reinterpret_cast<void**>(at)[-1] = raw;
+  reinterpret_cast<size_t*>(at)[-2] = n;
   return reinterpret_cast<std::byte*>(at);
 }
 
-void host_free(std::byte* p) noexcept { std::free(reinterpret_cast<void**>(p)[-1]); }
+void host_free(std::byte* p) noexcept {
+  void* raw = reinterpret_cast<void**>(p)[-1];
+  const size_t n = reinterpret_cast<size_t*>(p)[-2];
+  try {
+    if (n >= cache_min_bytes && block_cache().put(raw, n)) return;
+  } catch (const std::bad_alloc&) {
+    // No room for the bin's bookkeeping: give the block back instead.
+  }
+  std::free(raw);
+}
 
 }  // namespace
 
@@ -121,6 +185,8 @@ std::atomic<uint64_t> copy_counter{0};
 }  // namespace
 
 uint64_t tensor::copies() noexcept { return copy_counter.load(std::memory_order_relaxed); }
+
+size_t tensor::cached_host_bytes() { return block_cache().bytes(); }
 
 tensor::tensor(const tensor& other)
     : shape_(other.shape_), numel_(other.numel_), dtype_(other.dtype_), device_(other.device_) {

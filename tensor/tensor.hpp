@@ -59,6 +59,9 @@ class tensor {
   /// any device). Tests use it to show that activations move between local actors instead of
   /// being copied. Transfers between devices (to_device, to_cpu) are not counted.
   static uint64_t copies() noexcept;
+  /// Bytes of freed host storage kept for the next tensor of the same size: blocks of 256 KiB and
+  /// more, binned by exact size, at most 1 GiB in all (tensor/tensor.cpp says why).
+  static size_t cached_host_bytes();
 
   /// Storage left uninitialised: for outputs that the producer overwrites entirely.
   static tensor uninitialized(shape_t shape, dtype t = dtype::f32);

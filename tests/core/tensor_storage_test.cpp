@@ -56,3 +56,39 @@ TEST_CASE("tensor: freed host storage is reused by the next tensor of its size")
   CHECK(grown < size_t{8} << 20);
 }
 #endif
+
+TEST_CASE("tensor: large freed host blocks wait for the next tensor of their exact size, within 1 GiB") {
+  const int64_t n = int64_t{1} << 18;  // 1 MiB of f32: over the 256 KiB where blocks are kept
+  const size_t before = tensor::cached_host_bytes();
+  const std::byte* first = nullptr;
+  {
+    auto t = tensor::uninitialized({n}, dtype::f32);
+    first = t.bytes();
+    t.f32()[n - 1] = 7.0f;
+  }
+  CHECK(tensor::cached_host_bytes() == before + (size_t{1} << 20));
+  {
+    // The same block, already faulted in, and a zeroed tensor is zero whatever it held.
+    tensor t({n}, dtype::f32);
+    CHECK(t.bytes() == first);
+    CHECK(reinterpret_cast<uintptr_t>(t.bytes()) % 64 == 0);
+    CHECK(t.f32()[n - 1] == 0.0f);
+    CHECK(tensor::cached_host_bytes() == before);
+  }
+  {
+    auto other = tensor::uninitialized({n + 16}, dtype::f32);  // another size: not that block
+    CHECK(other.bytes() != first);
+  }
+  // Small tensors are not kept.
+  const size_t with_two = tensor::cached_host_bytes();
+  { auto small = tensor::uninitialized({1024}, dtype::f32); }
+  CHECK(tensor::cached_host_bytes() == with_two);
+  // The bound: three 512 MiB blocks (never touched, so no memory is used) freed together leave
+  // at most 1 GiB kept; the rest goes back to malloc.
+  {
+    std::vector<tensor> big;
+    for (int i = 0; i < 3; ++i) big.push_back(tensor::uninitialized({int64_t{1} << 27}, dtype::f32));
+  }
+  CHECK(tensor::cached_host_bytes() <= size_t{1} << 30);
+  CHECK(tensor::cached_host_bytes() >= size_t{512} << 20);
+}
