@@ -66,7 +66,7 @@ static_assert(alignof(std::max_align_t) >= 2 * sizeof(void*),
 //
 // Large blocks do not go back to malloc at all: they wait in bins of their exact size for the
 // next tensor of that size (host_block_cache). Through malloc, the heap of a 700-step run of
-// gpt-char-small held 90-300 MiB free between steps beside 100-290 MiB in use, and its size
+// gpt-char-small held 100-300 MiB free between steps beside 90-295 MiB in use, and its size
 // still crept up now and then (bench/RESULTS.md section 10); with glibc's mmap threshold fixed
 // at 128 KiB instead, every large tensor was a fresh mmap whose page faults cost about a
 // quarter of the throughput. A training step asks for the same sizes every step, so exact-size
