@@ -107,7 +107,7 @@ void create_edges(coord_ptr self, std::vector<plan_edge> add, std::function<void
     const auto& e = (*edges)[i];
     const auto& peer = s.hellos[e.to];
     return self->request(s.nodes[e.from], timeout, edge_atom::value, e.id, s.nodes[e.to], ec,
-                         tcp ? peer.host : std::string{}, tcp ? peer.data_port : uint16_t{0}, e.setting);
+                         tcp ? peer.host : std::string{}, tcp ? peer.data_port : uint16_t{0}, peer.name, e.setting);
   }, [=](std::vector<caf::actor> made) {
     auto& s = self->state;
     for (size_t i = 0; i < made.size(); ++i) s.senders[(*edges)[i].id] = made[i];

@@ -79,13 +79,15 @@ struct data_channel_server::impl {
 };
 
 data_channel_server::data_channel_server(const std::string& host, uint16_t port, caf::actor node,
-                                         std::shared_ptr<route_table> routes)
+                                         std::shared_ptr<route_table> routes, std::shared_ptr<const net::tls_context> tls)
     : impl_(std::make_unique<impl>()) {
   impl_->node = node;
   impl_->routes = std::move(routes);
   net::frame_server_options opts;
   opts.host = host;
   opts.port = port;
+  opts.tls = std::move(tls);
+  opts.peer = {security::role::node, {}};  // any node of the run: the coordinator admitted them
   auto* self = impl_.get();
   auto started = net::frame_server::start(
       opts, [self](net::incoming_frame& f) { return self->on_frame(f); },
@@ -137,9 +139,12 @@ class tcp_link : public data_link {
 
 }  // namespace
 
-std::shared_ptr<data_link> connect_data_link(const std::string& host, uint16_t port, caf::actor node,
+std::shared_ptr<data_link> connect_data_link(const std::string& host, uint16_t port, const std::string& peer_node,
+                                             std::shared_ptr<const net::tls_context> tls, caf::actor node,
                                              std::string& error) {
   net::frame_sender_options opts;
+  opts.tls = std::move(tls);
+  opts.peer = {security::role::node, peer_node};
   opts.max_queued_frames = 4096;  // edges bound what is in flight with their credit windows
   auto s = net::frame_sender::connect(host, port, opts);
   if (!s) {

@@ -24,6 +24,7 @@ namespace fusion {
 
 namespace net {
 class frame_server;
+class tls_context;
 }
 
 /// Where the tensors of an edge ending at this node go.
@@ -58,11 +59,14 @@ std::string accept_chunk(std::string_view header, uint64_t payload_bytes, const 
 void finish_chunk(const edge_route& r, const wire_header& h, std::optional<tensor> whole);
 
 /// The receiving side of a node's data channel. Refused frames are reported to `node` as
-/// wire_atom(std::string reason), where they are counted like refused CAF wire chunks.
+/// wire_atom(std::string reason), where they are counted like refused CAF wire chunks. With
+/// `tls`, only holders of a node certificate of the run's CA get past the TLS handshake; others
+/// are refused and logged as strangers.
 class data_channel_server {
  public:
   /// Listens on host:port (0: any free port); throws std::runtime_error when it cannot.
-  data_channel_server(const std::string& host, uint16_t port, caf::actor node, std::shared_ptr<route_table> routes);
+  data_channel_server(const std::string& host, uint16_t port, caf::actor node, std::shared_ptr<route_table> routes,
+                      std::shared_ptr<const net::tls_context> tls = nullptr);
   ~data_channel_server();
   uint16_t port() const;
 
@@ -71,9 +75,11 @@ class data_channel_server {
   std::unique_ptr<impl> impl_;
 };
 
-/// Connects a data_link to the data channel of the node at host:port. Send failures are
-/// reported to `node` as fail_atom. Returns null and sets `error` when it cannot connect.
-std::shared_ptr<data_link> connect_data_link(const std::string& host, uint16_t port, caf::actor node,
+/// Connects a data_link to the data channel of node `peer_node` at host:port (with `tls`, the
+/// server must hold that node's certificate). Send failures are reported to `node` as
+/// fail_atom. Returns null and sets `error` when it cannot connect.
+std::shared_ptr<data_link> connect_data_link(const std::string& host, uint16_t port, const std::string& peer_node,
+                                             std::shared_ptr<const net::tls_context> tls, caf::actor node,
                                              std::string& error);
 
 }  // namespace fusion

@@ -81,12 +81,13 @@ void receive_chunk(node_ptr self, const wire_chunk& c) {
   finish_chunk(r, h, std::move(whole));
 }
 
-// The data channel to the node at host:port, connected on first use and shared by every edge
+// The data channel to node `peer` at host:port, connected on first use and shared by every edge
 // to that node.
-std::shared_ptr<data_link> link_to(node_ptr self, const std::string& host, uint16_t port, std::string& error) {
+std::shared_ptr<data_link> link_to(node_ptr self, const std::string& host, uint16_t port, const std::string& peer,
+                                   std::string& error) {
   auto key = host + ":" + std::to_string(port);
   auto& link = self->state.links[key];
-  if (!link) link = connect_data_link(host, port, caf::actor_cast<caf::actor>(self), error);
+  if (!link) link = connect_data_link(host, port, peer, self->state.id.tls, caf::actor_cast<caf::actor>(self), error);
   if (!link) self->state.links.erase(key);
   return link;
 }
@@ -120,6 +121,8 @@ caf::behavior measure_worker(caf::event_based_actor* self, node_identity id) {
         o.frame_bytes = size_t{64} << 10;
         o.connect_timeout = std::chrono::milliseconds(3000);
         o.ack_timeout = std::chrono::milliseconds(5000);
+        o.tls = id.tls;
+        o.peer = {security::role::node, peer};
         auto r = net::probe_link(host, port, o);
         if (!r)
           return make_error(fusion_errc::connect_failed,
@@ -172,11 +175,11 @@ caf::behavior node_actor_fn(node_ptr self, node_identity id, std::shared_ptr<std
         return true;
       },
       [=](edge_atom, uint64_t edge, caf::actor& peer, edge_config& cfg, std::string& host, uint16_t port,
-          codec_settings& codec) -> caf::result<caf::actor> {
+          std::string& peer_node, codec_settings& codec) -> caf::result<caf::actor> {
         std::shared_ptr<data_link> link;
         if (port != 0) {
           std::string err;
-          link = link_to(self, host, port, err);
+          link = link_to(self, host, port, peer_node, err);
           if (!link)
             return make_error(fusion_errc::connect_failed, "node " + self->state.id.name + ": " + err);
         }

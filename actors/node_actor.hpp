@@ -17,6 +17,10 @@
 
 namespace fusion {
 
+namespace net {
+class tls_context;
+}
+
 class route_table;
 
 /// Who a node is (from its config file).
@@ -24,6 +28,9 @@ struct node_identity {
   std::string name;
   std::string site;
   std::string device = "cpu";
+  /// The node's certificate and key for its data channel connections (TLS 1.3 to and from
+  /// other nodes); null in plaintext runs (security.mode=off).
+  std::shared_ptr<const net::tls_context> tls;
 };
 
 /// Sets CAF's middleman heartbeat and connection timeout, on both ends of every connection, so

@@ -33,6 +33,7 @@
 #include "core/cluster.hpp"
 #include "core/log.hpp"
 #include "core/wire.hpp"
+#include "net/tls.hpp"
 #include "ops/cpu/blas.hpp"
 
 namespace {
@@ -225,6 +226,15 @@ int run(int argc, char** argv) {
     return 2;
   }
   const bool tls = creds != nullptr;
+  if (tls) {
+    // The data channel speaks TLS 1.3 with the same files as the CAF connections.
+    auto ctx = net::tls_context::load(creds->files());
+    if (!ctx) {
+      log_error(me, "security: " + ctx.error());
+      return 2;
+    }
+    cfg.id.tls = std::move(*ctx);
+  }
   set_liveness(cfg, cfg.heartbeat_ms, cfg.peer_timeout_ms);
   load_network(cfg, creds.get());
   add_fusion_message_types(cfg);
@@ -259,7 +269,8 @@ int run(int argc, char** argv) {
   }
   std::unique_ptr<data_channel_server> data;
   try {
-    data = std::make_unique<data_channel_server>(cfg.host, static_cast<uint16_t>(cfg.data_port), node, routes);
+    data = std::make_unique<data_channel_server>(cfg.host, static_cast<uint16_t>(cfg.data_port), node, routes,
+                                                 cfg.id.tls);
   } catch (const std::exception& e) {
     log_error(me, e.what());
     anon_send_exit(node, caf::exit_reason::user_shutdown);

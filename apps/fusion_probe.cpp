@@ -1,11 +1,14 @@
 // fusion-probe: link throughput probe over the bulk data channel (no CAF).
 //
-//   fusion-probe serve [--host H] [--port P]          prints "port=<bound port>", serves until killed
+//   fusion-probe serve [--host H] [--port P] [--certs DIR --name NODE]
+//                                                     prints "port=<bound port>", serves until killed
 //   fusion-probe measure HOST:PORT [--seconds S] [--warmup S] [--frame-kib K]
+//                        [--certs DIR --name NODE --peer NODE]
 //                                                     prints "mbit=<value>" and a human line
 //
 // Used by the multi-site tests (network namespaces + tc) to compare measured link rates with
-// the cluster file's configured ones.
+// the cluster file's configured ones. Plaintext unless --certs names a directory made by
+// `fusion-cluster certs`: then TLS 1.3 as node NODE, exactly as between the nodes of a run.
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -16,14 +19,19 @@
 #include "core/wire.hpp"
 #include "net/frame_channel.hpp"
 #include "net/link_probe.hpp"
+#include "net/tls.hpp"
+#include "security/certs.hpp"
 
 namespace {
 
 int usage(const char* why) {
   if (why && *why) std::cerr << "fusion-probe: " << why << "\n";
-  std::cerr << "usage: fusion-probe serve [--host H] [--port P]\n"
+  std::cerr << "usage: fusion-probe serve [--host H] [--port P] [--certs DIR --name NODE]\n"
                "       fusion-probe measure HOST:PORT [--seconds S] [--warmup S] [--frame-kib K]\n"
-               "       fusion-probe --version\n";
+               "                            [--certs DIR --name NODE --peer NODE]\n"
+               "       fusion-probe --version\n"
+               "Plaintext unless --certs names a directory made by `fusion-cluster certs`: then TLS 1.3\n"
+               "with the certificate of node NODE; measure checks that the server is node --peer.\n";
   return 2;
 }
 
@@ -38,14 +46,43 @@ bool parse_number(const std::string& flag, const std::string& text, double& out)
   return true;
 }
 
+// --certs DIR --name NODE [--peer NODE]: TLS settings, collected while the options are parsed.
+struct tls_options {
+  std::string certs, name, peer;
+  bool take(const std::string& flag, const char* value) {
+    if (flag == "--certs") certs = value;
+    else if (flag == "--name") name = value;
+    else if (flag == "--peer") peer = value;
+    else return false;
+    return true;
+  }
+  // The context, null in plaintext; an error message otherwise.
+  std::shared_ptr<const fusion::net::tls_context> load(bool need_peer, std::string& error) const {
+    if (certs.empty() && name.empty() && peer.empty()) return nullptr;
+    if (certs.empty() || name.empty() || (need_peer && peer.empty())) {
+      error = need_peer ? "TLS needs --certs, --name and --peer together" : "TLS needs --certs and --name together";
+      return nullptr;
+    }
+    auto ctx = fusion::net::tls_context::load(
+        fusion::security::files_in(certs, fusion::security::role::node, name));
+    if (!ctx) error = ctx.error();
+    return ctx ? *ctx : nullptr;
+  }
+};
+
 int serve(int argc, char** argv) {
   fusion::net::frame_server_options opts;
   opts.host = "0.0.0.0";
+  tls_options tls;
   for (int i = 2; i < argc; ++i) {
     std::string a = argv[i];
-    if ((a == "--host" || a == "--port") && i + 1 >= argc) return usage((a + " needs a value").c_str());
+    if (a != "--host" && a != "--port" && a != "--certs" && a != "--name")
+      return usage(("unknown option " + a).c_str());
+    if (i + 1 >= argc) return usage((a + " needs a value").c_str());
     double v = 0;
-    if (a == "--host") {
+    if (tls.take(a, argv[i + 1])) {
+      ++i;
+    } else if (a == "--host") {
       opts.host = argv[++i];
     } else if (a == "--port") {
       if (!parse_number(a, argv[++i], v) || v > 65535) return 2;
@@ -54,6 +91,9 @@ int serve(int argc, char** argv) {
       return usage(("unknown option " + a).c_str());
     }
   }
+  std::string error;
+  opts.tls = tls.load(false, error);
+  if (!error.empty()) return usage(error.c_str());
   // Block the stop signals before any thread starts so that only sigwait below sees them.
   sigset_t stop_signals;
   sigemptyset(&stop_signals);
@@ -84,11 +124,13 @@ int measure(int argc, char** argv) {
   auto ep = fusion::net::parse_endpoint(argv[2]);
   if (!ep) return usage((std::string("bad endpoint '") + argv[2] + "' (expected HOST:PORT)").c_str());
   fusion::net::probe_options opts;
+  tls_options tls;
   for (int i = 3; i < argc; ++i) {
     std::string a = argv[i];
     if (i + 1 >= argc) return usage((a + " needs a value").c_str());
+    if (tls.take(a, argv[++i])) continue;
     double v = 0;
-    if (!parse_number(a, argv[++i], v)) return 2;
+    if (!parse_number(a, argv[i], v)) return 2;
     if (a == "--seconds") {
       opts.duration = std::chrono::milliseconds(static_cast<int64_t>(v * 1000));
     } else if (a == "--warmup") {
@@ -99,6 +141,10 @@ int measure(int argc, char** argv) {
       return usage(("unknown option " + a).c_str());
     }
   }
+  std::string error;
+  opts.tls = tls.load(true, error);
+  if (!error.empty()) return usage(error.c_str());
+  opts.peer = {fusion::security::role::node, tls.peer};
   auto r = fusion::net::probe_link(ep->first, ep->second, opts);
   if (!r) {
     std::cerr << "fusion-probe: " << r.error() << "\n";

@@ -6,11 +6,14 @@
 //   frame    net::frame_sender -> net::frame_server into a freshly allocated fusion::tensor
 //            (the real receive path; THP advice on, the server's default)
 //   frame, no THP advice / frame, reused buffer   diagnostics that split the gap of "frame"
+//   frame over TLS   "frame" through TLS 1.3 (AES-128-GCM) with node certificates of a cluster CA
+//            made for the run; the summary line gives its ratio to plaintext "frame"
 //   caf      CAF middleman, request(tensor) -> uint64 ack, raw-bytes inspect of actors/messages.hpp
 // Each receiver is a forked child (forked before any thread exists here); rounds interleave the
 // paths so that drift of this noisy VM hits every path alike.
 //
-//   fusion-bench-transfer [--rounds-4 N] [--rounds-64 N] [--no-caf] [--only PATH-SUBSTRING] [--sockbuf BYTES]
+//   fusion-bench-transfer [--rounds-4 N] [--rounds-64 N] [--no-caf] [--no-tls] [--only PATH-SUBSTRING]
+//                         [--sockbuf BYTES]
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -20,6 +23,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <map>
 #include <string>
 #include <vector>
@@ -27,6 +31,7 @@
 #include "actors/messages.hpp"
 #include "tensor/tensor.hpp"
 #include "net/frame_channel.hpp"
+#include "security/certs.hpp"
 
 using namespace fusion;
 using clock_type = std::chrono::steady_clock;
@@ -35,6 +40,7 @@ namespace {
 
 constexpr size_t max_size = size_t{64} << 20;
 int sockbuf = 0;  // --sockbuf: fixed SO_SNDBUF/SO_RCVBUF for the frame paths (0 = autotuning)
+std::string certs;  // a cluster CA with nodes "rx" and "tx", made before the children fork
 
 [[noreturn]] void die(const std::string& why) {
   std::fprintf(stderr, "fusion-bench-transfer: %s\n", why.c_str());
@@ -61,7 +67,13 @@ void write_ports(int fd, std::vector<uint16_t> ports) {
   }
 }
 
-// Child: two frame_servers (THP advice on / off) and an ack socket. meta "fresh" receives into a
+std::shared_ptr<const net::tls_context> tls_of(const std::string& node) {
+  auto ctx = net::tls_context::load(security::files_in(certs, security::role::node, node));
+  if (!ctx) die(ctx.error());
+  return *ctx;
+}
+
+// Child: three frame_servers (THP advice on / off, TLS) and an ack socket. meta "fresh" receives into a
 // new tensor (shape from the payload size, as a real header would give), "reuse" into one buffer.
 [[noreturn]] void frame_child(int pipe_fd) {
   auto ack_l = net::listen_tcp("127.0.0.1", 0);
@@ -78,10 +90,14 @@ void write_ports(int fd, std::vector<uint16_t> ports) {
   net::frame_server_options on, off;
   off.hugepage_advice = false;
   on.socket_buffer_bytes = off.socket_buffer_bytes = sockbuf;
+  auto secure = on;
+  secure.tls = tls_of("rx");
+  secure.peer = {security::role::node, "tx"};
   auto s1 = net::frame_server::start(on, handler);
   auto s2 = net::frame_server::start(off, handler);
-  if (!s1 || !s2) die(s1 ? s2.error() : s1.error());
-  write_ports(pipe_fd, {ack_l->local_port(), (*s1)->port(), (*s2)->port()});
+  auto s3 = net::frame_server::start(secure, handler);
+  if (!s1 || !s2 || !s3) die(!s1 ? s1.error() : !s2 ? s2.error() : s3.error());
+  write_ports(pipe_fd, {ack_l->local_port(), (*s1)->port(), (*s2)->port(), (*s3)->port()});
   auto ack = net::accept_tcp(*ack_l);
   if (!ack) die(ack.error());
   ack_fd = ack->fd();
@@ -135,22 +151,26 @@ double median(std::vector<double> v) {
 
 int main(int argc, char** argv) {
   int rounds4 = 10, rounds64 = 5;
-  bool with_caf = true;
+  bool with_caf = true, with_tls = true;
   std::string only;  // run raw TCP plus the paths whose name contains this (profiling)
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--rounds-4" && i + 1 < argc) rounds4 = std::max(1, std::atoi(argv[++i]));
     else if (a == "--rounds-64" && i + 1 < argc) rounds64 = std::max(1, std::atoi(argv[++i]));
     else if (a == "--no-caf") with_caf = false;
+    else if (a == "--no-tls") with_tls = false;
     else if (a == "--only" && i + 1 < argc) only = argv[++i];
     else if (a == "--sockbuf" && i + 1 < argc) sockbuf = std::atoi(argv[++i]);
-    else die("usage: fusion-bench-transfer [--rounds-4 N] [--rounds-64 N] [--no-caf] [--only PATH-SUBSTRING] [--sockbuf BYTES]");
+    else die("usage: fusion-bench-transfer [--rounds-4 N] [--rounds-64 N] [--no-caf] [--no-tls] [--only PATH-SUBSTRING] "
+             "[--sockbuf BYTES]");
   }
+  certs = (std::filesystem::temp_directory_path() / ("fusion-bench-transfer-" + std::to_string(getpid()))).string();
+  security::make_cluster_certs(certs, {"rx", "tx"});
   // Fork every receiver before this process starts any thread.
   std::vector<uint16_t> raw_ports, frame_ports, caf_ports;
   std::vector<pid_t> children;
   children.push_back(spawn_child(raw_child, raw_ports, 1));
-  children.push_back(spawn_child(frame_child, frame_ports, 3));
+  children.push_back(spawn_child(frame_child, frame_ports, 4));
   if (with_caf) children.push_back(spawn_child(caf_child, caf_ports, 1));
 
   auto raw = net::connect_tcp("127.0.0.1", raw_ports[0]);
@@ -160,6 +180,11 @@ int main(int argc, char** argv) {
   auto tx_thp = net::frame_sender::connect("127.0.0.1", frame_ports[1], txo);
   auto tx_nothp = net::frame_sender::connect("127.0.0.1", frame_ports[2], txo);
   if (!raw || !ack || !tx_thp || !tx_nothp) die("cannot connect to a receiver");
+  auto tlso = txo;
+  tlso.tls = tls_of("tx");
+  tlso.peer = {security::role::node, "rx"};
+  auto tx_tls = net::frame_sender::connect("127.0.0.1", frame_ports[3], tlso);
+  if (!tx_tls) die(tx_tls.error());
 
   caf::actor_system_config cfg;
   add_fusion_message_types(cfg);
@@ -173,8 +198,8 @@ int main(int argc, char** argv) {
   }
   caf::scoped_actor self{sys};
 
-  const std::vector<std::string> paths = {"raw TCP", "frame -> fresh tensor", "frame, no THP advice",
-                                          "frame -> reused buffer", "CAF middleman"};
+  const std::vector<std::string> paths = {"raw TCP", "frame -> fresh tensor", "frame over TLS -> fresh tensor",
+                                          "frame, no THP advice", "frame -> reused buffer", "CAF middleman"};
   std::map<std::pair<size_t, std::string>, std::vector<double>> times;
   for (size_t size : {size_t{4} << 20, size_t{64} << 20}) {
     auto src = tensor::uninitialized({static_cast<int64_t>(size / 4)});
@@ -183,6 +208,7 @@ int main(int argc, char** argv) {
     for (int r = -1; r < rounds; ++r) {  // round -1 warms every connection up, not recorded
       for (const auto& path : paths) {
         if (path == "CAF middleman" && !with_caf) continue;
+        if (path == "frame over TLS -> fresh tensor" && !with_tls) continue;
         if (!only.empty() && path != "raw TCP" && path.find(only) == std::string::npos) continue;
         tensor copy;
         if (path == "CAF middleman") copy = src;  // an actor sends a moved tensor: copy untimed
@@ -197,7 +223,7 @@ int main(int argc, char** argv) {
           self->request(remote, caf::infinite, std::move(copy))
               .receive([&](uint64_t n) { got = n; }, [&](caf::error& e) { die(sys.render(e)); });
         } else {
-          auto& tx = path == "frame, no THP advice" ? *tx_nothp : *tx_thp;
+          auto& tx = path == "frame, no THP advice" ? *tx_nothp : path == "frame over TLS -> fresh tensor" ? *tx_tls : *tx_thp;
           tx->send(path == "frame -> reused buffer" ? "reuse" : "fresh", src.bytes(), size, nullptr);
           if (!net::recv_all(ack->fd(), &got, 8)) die("frame ack missing");
         }
@@ -219,11 +245,18 @@ int main(int argc, char** argv) {
                   (size / 1048576.0) / (ms / 1000), raw_ms / ms);
     }
   }
+  for (size_t size : {size_t{4} << 20, size_t{64} << 20}) {
+    auto plain = times.find({size, "frame -> fresh tensor"}), secure = times.find({size, "frame over TLS -> fresh tensor"});
+    if (plain != times.end() && secure != times.end())
+      std::printf("\nTLS / plaintext frame channel at %zu MiB: %.2f\n", size >> 20, median(plain->second) / median(secure->second));
+  }
   std::fflush(stdout);
+  std::filesystem::remove_all(certs);
   raw->close();
   ack->close();
   (*tx_thp)->close();
   (*tx_nothp)->close();
+  (*tx_tls)->close();
   for (pid_t pid : children) {
     kill(pid, SIGTERM);
     waitpid(pid, nullptr, 0);

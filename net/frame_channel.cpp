@@ -26,6 +26,8 @@ T get_le(const std::byte* in) {
 
 // A writer may batch this many small frames into one sendmsg; 3 iovecs each stays below IOV_MAX.
 constexpr size_t max_batch = 64;
+// TLS records are 16 KiB: the writer gathers this many bytes of them per system call.
+constexpr size_t send_buffer_bytes = size_t{512} << 10;
 
 }  // namespace
 
@@ -75,14 +77,23 @@ const char* to_string(send_status s) {
 
 result<std::unique_ptr<frame_sender>> frame_sender::connect(const std::string& host, uint16_t port,
                                                             frame_sender_options options) {
+  const auto deadline = std::chrono::steady_clock::now() + options.connect_timeout;
   auto sock = connect_tcp(host, port, options.connect_timeout);
   if (!sock) return net_error{sock.error()};
   if (options.socket_buffer_bytes > 0) set_buffer_sizes(sock->fd(), options.socket_buffer_bytes);
-  return std::unique_ptr<frame_sender>(new frame_sender(std::move(*sock), endpoint_name(host, port), options));
+  auto peer = endpoint_name(host, port);
+  stream io(sock->fd());
+  if (options.tls) {
+    auto secured = tls_connect(sock->fd(), *options.tls, options.peer, deadline, peer);
+    if (!secured) return net_error{secured.error()};
+    io = std::move(*secured);
+    io.buffer_writes(send_buffer_bytes);
+  }
+  return std::unique_ptr<frame_sender>(new frame_sender(std::move(*sock), std::move(io), std::move(peer), options));
 }
 
-frame_sender::frame_sender(socket sock, std::string peer, frame_sender_options options)
-    : socket_(std::move(sock)), peer_(std::move(peer)), options_(options) {
+frame_sender::frame_sender(socket sock, stream io, std::string peer, frame_sender_options options)
+    : socket_(std::move(sock)), stream_(std::move(io)), peer_(std::move(peer)), options_(std::move(options)) {
   if (options_.max_queued_frames == 0) options_.max_queued_frames = 1;
   writer_ = std::thread([this] { writer_loop(); });
 }
@@ -143,7 +154,7 @@ void frame_sender::writer_loop() {
       iov.push_back({const_cast<std::byte*>(it.data), it.size});
       payload += it.size;
     }
-    auto st = writev_all(socket_.fd(), iov.data(), static_cast<int>(iov.size()));
+    auto st = stream_.writev_all(iov.data(), static_cast<int>(iov.size()));
     if (!st) {
       std::string err;
       {
@@ -211,6 +222,7 @@ void frame_sender::close(std::chrono::milliseconds flush_timeout) {
     return;
   }
   if (writer_.joinable() && writer_.get_id() != std::this_thread::get_id()) writer_.join();
+  if (!writer_.joinable()) stream_.close_notify();  // the writer is gone: the session is ours
   socket_.close();
 }
 

@@ -25,6 +25,8 @@
 #include <thread>
 
 #include "net/socket.hpp"
+#include "net/stream.hpp"
+#include "net/tls.hpp"
 
 namespace fusion::net {
 
@@ -81,13 +83,19 @@ struct frame_sender_options {
   size_t max_queued_frames = 64;
   /// 0 keeps the kernel's buffer auto-tuning (measured best on loopback).
   int socket_buffer_bytes = 0;
+  /// Connect and (with TLS) handshake within this time.
   std::chrono::milliseconds connect_timeout{5000};
+  /// TLS 1.3 with these credentials; null: plaintext.
+  std::shared_ptr<const tls_context> tls;
+  /// With TLS: the certificate the server must hold.
+  peer_rule peer;
 };
 
 /// One outgoing connection with a writer thread and a bounded queue.
 class frame_sender {
  public:
-  /// Connects to a frame_server; the error reads "cannot connect to HOST:PORT: reason".
+  /// Connects to a frame_server (with options.tls: and completes the TLS handshake); the error
+  /// reads "cannot connect to HOST:PORT: reason" or "TLS connection to HOST:PORT: reason".
   static result<std::unique_ptr<frame_sender>> connect(const std::string& host, uint16_t port,
                                                        frame_sender_options options = {});
   /// Aborts (does not flush): call close() first to deliver what is queued.
@@ -129,13 +137,14 @@ class frame_sender {
     std::shared_ptr<const void> keep_alive;
     send_done done;
   };
-  frame_sender(socket sock, std::string peer, frame_sender_options options);
+  frame_sender(socket sock, stream io, std::string peer, frame_sender_options options);
   send_status enqueue(std::string meta, const std::byte* data, size_t n,
                       std::shared_ptr<const void> keep_alive, send_done done, bool block);
   void writer_loop();
   void fail_all(std::deque<item>& items, const std::string& error);
 
   socket socket_;
+  stream stream_;  // the writer's, through TLS or not
   std::string peer_;
   frame_sender_options options_;
   mutable std::mutex mutex_;
@@ -212,6 +221,11 @@ struct frame_server_options {
   /// A new connection must deliver its first frame's preamble and meta within this time, or it
   /// is closed (0: no limit). The whole read counts, not each byte.
   std::chrono::milliseconds first_frame_timeout{10000};
+  /// TLS 1.3 with these credentials: a connection must complete the handshake with a
+  /// certificate that fits `peer`, within first_frame_timeout (10 s when that is 0), or it is
+  /// refused. Null: plaintext.
+  std::shared_ptr<const tls_context> tls;
+  peer_rule peer;
 };
 
 /// Snapshot of the server's counters.
@@ -222,6 +236,7 @@ struct frame_server_stats {
   uint64_t broken_connections = 0;  // closed on a bad preamble, mid-frame drop or I/O error
   uint64_t connections = 0;         // accepted so far
   uint64_t turned_away = 0;         // closed at once: max_connections were open
+  uint64_t tls_refused = 0;         // failed the TLS handshake or the certificate check
   uint64_t probe_frames = 0;
   uint64_t probe_bytes = 0;
 };
@@ -248,6 +263,7 @@ class frame_server {
   struct connection {
     uint64_t id = 0;
     socket sock;
+    stream io;  // set up by the connection's thread (after the handshake, with TLS)
     std::string peer;
     std::thread thread;
     std::atomic<bool> finished{false};
@@ -270,7 +286,7 @@ class frame_server {
   std::list<std::unique_ptr<connection>> connections_;
   uint64_t next_id_ = 1;
   std::thread acceptor_;
-  std::atomic<uint64_t> frames_{0}, bytes_{0}, rejected_{0}, broken_{0}, accepted_{0}, turned_away_{0};
+  std::atomic<uint64_t> frames_{0}, bytes_{0}, rejected_{0}, broken_{0}, accepted_{0}, turned_away_{0}, tls_refused_{0};
   std::atomic<uint64_t> probe_frames_{0}, probe_bytes_{0};
 };
 

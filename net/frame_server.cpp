@@ -90,6 +90,7 @@ frame_server_stats frame_server::stats() const {
   s.broken_connections = broken_.load();
   s.connections = accepted_.load();
   s.turned_away = turned_away_.load();
+  s.tls_refused = tls_refused_.load();
   s.probe_frames = probe_frames_.load();
   s.probe_bytes = probe_bytes_.load();
   return s;
@@ -150,14 +151,13 @@ bool frame_server::discard(connection& c, uint64_t n) {
   std::vector<std::byte> scratch(static_cast<size_t>(std::min<uint64_t>(n, discard_chunk)));
   while (n > 0) {
     auto chunk = static_cast<size_t>(std::min<uint64_t>(n, scratch.size()));
-    if (!recv_all(c.sock.fd(), scratch.data(), chunk)) return false;
+    if (!c.io.read_all(scratch.data(), chunk)) return false;
     n -= chunk;
   }
   return true;
 }
 
 void frame_server::read_loop(connection& c) {
-  const int fd = c.sock.fd();
   const std::string from = "frame channel connection from " + c.peer;
   uint64_t received = 0;  // payload bytes read on this connection (echoed in acks)
   bool established = false;  // a frame arrived whole (see channel_error::established)
@@ -170,9 +170,24 @@ void frame_server::read_loop(connection& c) {
   // connects and sends nothing (or a byte now and then) is closed instead of holding its thread.
   const bool deadline_on = options_.first_frame_timeout.count() > 0;
   const auto deadline = std::chrono::steady_clock::now() + options_.first_frame_timeout;
+  if (options_.tls) {
+    // A handshake always has a deadline: TLS needs several reads, each of which could wait.
+    auto secured = tls_accept(c.sock.fd(), *options_.tls, options_.peer,
+                              deadline_on ? deadline : std::chrono::steady_clock::now() + std::chrono::seconds(10),
+                              c.peer);
+    if (!secured) {
+      if (!stopping_.load()) ++tls_refused_, report(channel_error_kind::refused, c, secured.error());
+      c.sock.shutdown();
+      c.finished.store(true);
+      return;
+    }
+    c.io = std::move(*secured);
+  } else {
+    c.io = stream(c.sock.fd());
+  }
   bool greeted = false;  // a whole preamble and meta arrived: the peer speaks the protocol
   auto read = [&](void* data, size_t n, size_t* got) {
-    return greeted || !deadline_on ? recv_all(fd, data, n, got) : recv_all_by(fd, data, n, deadline, got);
+    return greeted || !deadline_on ? c.io.read_all(data, n, got) : c.io.read_all_by(data, n, deadline, got);
   };
   const std::string silent = "sent no frame within " + std::to_string(options_.first_frame_timeout.count()) +
                              " ms of connecting, closing the connection";
@@ -233,7 +248,7 @@ void frame_server::read_loop(connection& c) {
         if (options_.hugepage_advice && pre->payload_size >= hugepage_min_payload)
           advise_hugepages(target.data, pre->payload_size);
         size_t payload_got = 0;
-        auto st = recv_all(fd, target.data, static_cast<size_t>(pre->payload_size), &payload_got);
+        auto st = c.io.read_all(target.data, static_cast<size_t>(pre->payload_size), &payload_got);
         if (!st) {
           std::string why = "closed mid-frame after " + std::to_string(payload_got) + " of " +
                             std::to_string(pre->payload_size) + " payload bytes (" + st.error() + ")";
@@ -257,7 +272,7 @@ void frame_server::read_loop(connection& c) {
       std::byte ack[preamble_size + 8];
       encode_preamble({flag_ack, 8, 0}, ack);
       for (size_t i = 0; i < 8; ++i) ack[preamble_size + i] = static_cast<std::byte>((received >> (8 * i)) & 0xff);
-      if (auto st = send_all(fd, ack, sizeof(ack)); !st) {
+      if (auto st = c.io.write_all(ack, sizeof(ack)); !st) {
         broken(channel_error_kind::io_error, "cannot send ack: " + st.error());
         break;
       }

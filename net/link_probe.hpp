@@ -8,6 +8,10 @@
 // buffer nor the one-way latency inflates or deflates the rate. The sender keeps the unacked
 // data within about half a second of traffic so that the pipe stays full on fast links while a
 // slow link does not sit on megabytes of queued data at the end.
+//
+// One thread drives both directions with poll() on a non-blocking socket, because a TLS
+// session cannot be read and written from two threads; acks are still stamped when they
+// arrive, since the loop never blocks in a write.
 #pragma once
 
 #include <chrono>
@@ -15,7 +19,10 @@
 #include <cstdint>
 #include <string>
 
+#include <memory>
+
 #include "net/socket.hpp"
+#include "net/tls.hpp"
 
 namespace fusion::net {
 
@@ -32,6 +39,9 @@ struct probe_options {
   std::chrono::milliseconds connect_timeout{5000};
   /// Give up when no ack arrives for this long (a dead or stalled link).
   std::chrono::milliseconds ack_timeout{20000};
+  /// TLS 1.3 with these credentials (the server must hold `peer`'s certificate); null: plaintext.
+  std::shared_ptr<const tls_context> tls;
+  peer_rule peer;
 };
 
 struct probe_result {

@@ -208,37 +208,6 @@ status recv_all(int fd, void* data, size_t n, size_t* received) {
   return {};
 }
 
-status recv_all_by(int fd, void* data, size_t n, std::chrono::steady_clock::time_point deadline, size_t* received) {
-  auto* p = static_cast<char*>(data);
-  size_t got = 0;
-  while (got < n) {
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
-    if (left.count() <= 0) {
-      if (received) *received = got;
-      return net_error{deadline_passed};
-    }
-    pollfd pfd{fd, POLLIN, 0};
-    const int ready = ::poll(&pfd, 1, static_cast<int>(std::min<int64_t>(left.count() + 1, INT_MAX)));
-    if (ready < 0 && errno == EINTR) continue;
-    if (ready < 0) {
-      if (received) *received = got;
-      return net_error{"poll failed: " + errno_text(errno)};
-    }
-    if (ready == 0) continue;  // the deadline check above ends the loop
-    ssize_t r = ::recv(fd, p + got, n - got, MSG_DONTWAIT);
-    if (r > 0) {
-      got += static_cast<size_t>(r);
-      continue;
-    }
-    if (r < 0 && (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK)) continue;
-    if (received) *received = got;
-    if (r == 0) return net_error{closed_by_peer};
-    return net_error{"receive failed: " + errno_text(errno)};
-  }
-  if (received) *received = got;
-  return {};
-}
-
 status set_nodelay(int fd) {
   int one = 1;
   if (setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one)) < 0)

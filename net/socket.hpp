@@ -111,13 +111,8 @@ inline constexpr const char* closed_by_peer = "connection closed by peer";
 /// so that callers can tell a clean close between messages (0) from a truncated one.
 status recv_all(int fd, void* data, size_t n, size_t* received = nullptr);
 
-/// recv_all's error text when `deadline` passed first.
+/// The error text of a read that gave up at its deadline (stream::read_all_by).
 inline constexpr const char* deadline_passed = "deadline passed";
-
-/// recv_all that gives up at `deadline` (the whole read, not each system call: a peer that
-/// trickles a byte at a time cannot stretch it).
-status recv_all_by(int fd, void* data, size_t n, std::chrono::steady_clock::time_point deadline,
-                   size_t* received = nullptr);
 
 /// Disables Nagle (small frames and acks must not wait for 40 ms timers).
 status set_nodelay(int fd);

@@ -2,7 +2,8 @@
 // counted, and reported to the coordinator, and the node keeps working; strangers on the data
 // channel are refused and counted without a report. The test plays the
 // coordinator: it accepts the node's hello, has it host an input actor that forwards to the test,
-// and routes an edge to that actor.
+// and routes an edge to that actor. A second case checks a node's TLS data channel against
+// plaintext, foreign, admin and misnamed peers.
 #include <doctest/doctest.h>
 
 #include <caf/all.hpp>
@@ -17,6 +18,8 @@
 #include "actors/op_actor.hpp"
 #include "core/wire.hpp"
 #include "net/frame_channel.hpp"
+#include "security/certs.hpp"
+#include "tests/support/certs_fixture.hpp"
 #include "tests/support/child_process.hpp"
 
 using namespace fusion;
@@ -24,6 +27,22 @@ using fusion::test::child_process;
 using namespace std::chrono_literals;
 
 namespace {
+
+// A port nothing listens on (bound, read and closed again).
+uint16_t unused_port() {
+  auto l = net::listen_tcp("127.0.0.1", 0);
+  REQUIRE(l);
+  return l->local_port();
+}
+
+// Waits up to 10 s for `text` in the node's log.
+bool logged(child_process& node, const std::string& text) {
+  for (int i = 0; i < 100; ++i) {
+    if (node.output().find(text) != std::string::npos) return true;
+    std::this_thread::sleep_for(100ms);
+  }
+  return false;
+}
 
 wire_chunk make_chunk(const wire_header& h, size_t payload_bytes) {
   wire_chunk c;
@@ -183,4 +202,77 @@ TEST_CASE("node: malformed wire messages are rejected and counted, and the node 
 
   self->request(node_actor, 10s, shutdown_atom::value).receive([](bool) {}, [](caf::error&) {});
   CHECK(node.wait(10) == 0);
+}
+
+TEST_CASE("node: its TLS data channel refuses plaintext, foreign, admin and misnamed peers, and takes a node's frames") {
+  // The node listens on its data channel before it joins, and keeps trying to reach a
+  // coordinator that does not exist: long enough for this test.
+  const uint16_t data_port = unused_port();
+  auto log = (std::filesystem::temp_directory_path() / ("fusion_node_tls_" + std::to_string(::getpid()) + ".log"));
+  child_process node({std::string(FUSION_BINARY_DIR) + "/apps/fusion-node", "--config",
+                      std::string(FUSION_SOURCE_DIR) + "/configs/nodes/site-a.ini", "--node.name=w0",
+                      "--node.coordinator=127.0.0.1:" + std::to_string(unused_port()),
+                      "--node.data-port=" + std::to_string(data_port), "--runtime.threads=1",
+                      test::certs_arg()},
+                     log.string());
+  bool listening = false;
+  for (int i = 0; i < 300 && !listening; ++i) {
+    listening = net::connect_tcp("127.0.0.1", data_port, 200ms).ok();
+    if (!listening) std::this_thread::sleep_for(100ms);
+  }
+  REQUIRE_MESSAGE(listening, node.output());
+  auto tls_of = [](const std::string& dir, security::role r, const std::string& name = {}) {
+    auto ctx = net::tls_context::load(security::files_in(dir, r, name));
+    REQUIRE_MESSAGE(ctx, ctx.error());
+    return *ctx;
+  };
+  auto connect_as = [&](std::shared_ptr<const net::tls_context> tls, const std::string& expect) {
+    net::frame_sender_options o;
+    o.tls = std::move(tls);
+    o.peer = {security::role::node, expect};
+    return net::frame_sender::connect("127.0.0.1", data_port, o);
+  };
+  auto payload = std::make_shared<std::vector<std::byte>>(16, std::byte{3});
+  wire_header h;
+  h.edge = 5;
+  h.dir = wire_direction::forward;
+  h.type = dtype::f32;
+  h.shape = {2, 2};
+  h.total_bytes = h.chunk_bytes = 16;
+
+  // Plaintext: the TCP connect succeeds, the node refuses what follows.
+  auto plain = net::frame_sender::connect("127.0.0.1", data_port);
+  REQUIRE(plain);
+  (*plain)->send(encode_wire_header(h), payload->data(), 16, payload);
+  CHECK_MESSAGE(logged(node, "refused a connection to the data channel: TLS connection from 127.0.0.1:"), node.output());
+  CHECK(logged(node, "it does not speak TLS"));
+
+  // A node certificate of another cluster's CA.
+  auto other = test::temp_path("certs-other-node", "dir");
+  std::filesystem::remove_all(other);
+  security::make_cluster_certs(other, {"n1"});
+  auto foreign = connect_as(tls_of(other, security::role::node, "n1"), "w0");
+  REQUIRE_FALSE(foreign);
+  CHECK_MESSAGE(foreign.error().find("not issued by this cluster's CA") != std::string::npos, foreign.error());
+  std::filesystem::remove_all(other);
+
+  // The admin's certificate of this cluster.
+  auto admin = connect_as(tls_of(test::certs_dir(), security::role::admin), "w0");
+  REQUIRE_FALSE(admin);
+  CHECK_MESSAGE(admin.error().find("it refused this process's certificate") != std::string::npos, admin.error());
+  CHECK_MESSAGE(logged(node, "admin certificate of 'admin', and only a node may connect here"), node.output());
+
+  // A node of the run that expects another node at this address.
+  auto misnamed = connect_as(tls_of(test::certs_dir(), security::role::node, "n1"), "n3");
+  REQUIRE_FALSE(misnamed);
+  CHECK_MESSAGE(misnamed.error().find("it holds the certificate of node 'w0', not of 'n3'") != std::string::npos,
+                misnamed.error());
+
+  // A node of the run gets through: its frame reaches the node's checks (no such edge here).
+  auto peer = connect_as(tls_of(test::certs_dir(), security::role::node, "n1"), "w0");
+  REQUIRE_MESSAGE(peer, peer.error());
+  (*peer)->send(encode_wire_header(h), payload->data(), 16, payload);
+  CHECK_MESSAGE(logged(node, "no edge 5 ends at this node"), node.output());
+  (*peer)->close();
+  CHECK(node.wait(0) == -2);  // still running
 }

@@ -19,6 +19,12 @@ std::unique_ptr<frame_sender> connect_to(uint16_t port, frame_sender_options opt
   return std::move(*s);
 }
 
+frame_sender_options queue_of(size_t frames) {
+  frame_sender_options o;
+  o.max_queued_frames = frames;
+  return o;
+}
+
 }  // namespace
 
 TEST_CASE("net preamble encodes the documented little-endian layout and round-trips") {
@@ -67,7 +73,7 @@ TEST_CASE("net frames of 0 B, 1 B, 4 MiB and 64 MiB arrive intact over loopback"
 
 TEST_CASE("net many small frames keep their order") {
   collecting_server srv;
-  auto tx = connect_to(srv.port(), {.max_queued_frames = 8});
+  auto tx = connect_to(srv.port(), queue_of(8));
   constexpr int count = 2000;
   for (int i = 0; i < count; ++i) {
     auto p = std::make_shared<std::vector<std::byte>>(pattern(static_cast<size_t>(i % 97), static_cast<uint32_t>(i)));
@@ -134,7 +140,7 @@ TEST_CASE("net a refused frame is counted and later frames still arrive") {
 TEST_CASE("net try_send reports a full queue when the peer does not read") {
   auto listener = listen_tcp("127.0.0.1", 0);
   REQUIRE(listener.ok());
-  auto tx = connect_to(listener->local_port(), {.max_queued_frames = 2});
+  auto tx = connect_to(listener->local_port(), queue_of(2));
   auto idle = accept_tcp(*listener);  // accepted, never read: the writer blocks in sendmsg
   REQUIRE(idle.ok());
   auto big = std::make_shared<std::vector<std::byte>>(size_t{64} << 20);
