@@ -76,17 +76,61 @@ T* scratch(int which, int64_t n) {
   return v.data();
 }
 
+// Where kernel tap (ki, kj) reads, computed once per call rather than once per channel and
+// tap (the divisions in valid_outputs, the fill and copy loop set-up, cost as much as the copy
+// itself for the 4x4 and 7x7 images of late ResNet stages). Wide images copy row segments;
+// narrow ones (Wo < narrow_width) gather through a table of input offsets, -1 for padding.
+constexpr int64_t narrow_width = 8;
+
+struct tap_geometry {
+  std::vector<index_range> rh, rw;  // valid outputs per ki and per kj
+  std::vector<int64_t> src;         // narrow images: k k P offsets into one input channel, or -1
+
+  explicit tap_geometry(const conv2d_dims& d) {
+    const int64_t P = d.Ho * d.Wo;
+    for (int64_t t = 0; t < d.k; ++t) {
+      rh.push_back(valid_outputs(d.H, d.Ho, t * d.dilation - d.pad, d.stride));
+      rw.push_back(valid_outputs(d.W, d.Wo, t * d.dilation - d.pad, d.stride));
+    }
+    if (d.Wo >= narrow_width) return;
+    src.assign(static_cast<size_t>(d.k * d.k * P), -1);
+    for (int64_t ki = 0; ki < d.k; ++ki)
+      for (int64_t kj = 0; kj < d.k; ++kj) {
+        int64_t* tab = src.data() + (ki * d.k + kj) * P;
+        for (int64_t oh = rh[ki].lo; oh < rh[ki].hi; ++oh)
+          for (int64_t ow = rw[kj].lo; ow < rw[kj].hi; ++ow)
+            tab[oh * d.Wo + ow] = (oh * d.stride + ki * d.dilation - d.pad) * d.W + ow * d.stride +
+                                  kj * d.dilation - d.pad;
+      }
+  }
+};
+
 // Unrolls one image x (Cin, H, W) into col rows (c, ki, kj) of Ho*Wo elements, row stride ld.
 template <class T>
-void im2col(T* col, int64_t ld, const T* x, const conv2d_dims& d) {
-  const int64_t s = d.stride, Wo = d.Wo, P = d.Ho * d.Wo;
+void im2col(T* col, int64_t ld, const T* x, const conv2d_dims& d, const tap_geometry& g) {
+  const int64_t s = d.stride, Wo = d.Wo, P = d.Ho * d.Wo, kk = d.k * d.k;
+  if (d.k == 1 && s == 1 && d.pad == 0) {  // pointwise: every row is one input channel
+    for (int64_t c = 0; c < d.Cin; ++c) std::copy_n(x + c * P, P, col + c * ld);
+    return;
+  }
+  if (!g.src.empty()) {
+    for (int64_t c = 0; c < d.Cin; ++c) {
+      const T* xc = x + c * d.H * d.W;
+      for (int64_t t = 0; t < kk; ++t) {
+        const int64_t* tab = g.src.data() + t * P;
+        T* row = col + (c * kk + t) * ld;
+        for (int64_t o = 0; o < P; ++o) row[o] = tab[o] >= 0 ? xc[tab[o]] : T(0);
+      }
+    }
+    return;
+  }
   for (int64_t c = 0; c < d.Cin; ++c)
     for (int64_t ki = 0; ki < d.k; ++ki) {
       const int64_t offh = ki * d.dilation - d.pad;
-      const index_range rh = valid_outputs(d.H, d.Ho, offh, s);
+      const index_range rh = g.rh[ki];
       for (int64_t kj = 0; kj < d.k; ++kj) {
         const int64_t offw = kj * d.dilation - d.pad;
-        const index_range rw = valid_outputs(d.W, Wo, offw, s);
+        const index_range rw = g.rw[kj];
         T* row = col + ((c * d.k + ki) * d.k + kj) * ld;
         std::fill(row, row + rh.lo * Wo, T(0));
         std::fill(row + rh.hi * Wo, row + P, T(0));
@@ -111,15 +155,36 @@ void im2col(T* col, int64_t ld, const T* x, const conv2d_dims& d) {
 
 // The adjoint of im2col: adds every col element back onto the input pixel it was copied from.
 template <class T>
-void col2im_add(T* dx, const T* col, int64_t ld, const conv2d_dims& d) {
-  const int64_t s = d.stride, Wo = d.Wo;
+void col2im_add(T* dx, const T* col, int64_t ld, const conv2d_dims& d, const tap_geometry& g) {
+  const int64_t s = d.stride, Wo = d.Wo, P = d.Ho * d.Wo, kk = d.k * d.k;
+  if (d.k == 1 && s == 1 && d.pad == 0) {
+    for (int64_t c = 0; c < d.Cin; ++c) {
+      T* dst = dx + c * P;
+      const T* src = col + c * ld;
+      for (int64_t o = 0; o < P; ++o) dst[o] += src[o];
+    }
+    return;
+  }
+  if (!g.src.empty()) {
+    // A tap reads distinct pixels at distinct outputs, so the scatter has no collisions.
+    for (int64_t c = 0; c < d.Cin; ++c) {
+      T* xc = dx + c * d.H * d.W;
+      for (int64_t t = 0; t < kk; ++t) {
+        const int64_t* tab = g.src.data() + t * P;
+        const T* row = col + (c * kk + t) * ld;
+        for (int64_t o = 0; o < P; ++o)
+          if (tab[o] >= 0) xc[tab[o]] += row[o];
+      }
+    }
+    return;
+  }
   for (int64_t c = 0; c < d.Cin; ++c)
     for (int64_t ki = 0; ki < d.k; ++ki) {
       const int64_t offh = ki * d.dilation - d.pad;
-      const index_range rh = valid_outputs(d.H, d.Ho, offh, s);
+      const index_range rh = g.rh[ki];
       for (int64_t kj = 0; kj < d.k; ++kj) {
         const int64_t offw = kj * d.dilation - d.pad;
-        const index_range rw = valid_outputs(d.W, Wo, offw, s);
+        const index_range rw = g.rw[kj];
         const T* row = col + ((c * d.k + ki) * d.k + kj) * ld;
         for (int64_t oh = rh.lo; oh < rh.hi; ++oh) {
           const T* src = row + oh * Wo;
@@ -136,12 +201,13 @@ void col2im_add(T* dx, const T* col, int64_t ld, const conv2d_dims& d) {
 // The column matrix of images [b0, b0 + n) side by side (row stride n P), or the input itself
 // for a single image of a pointwise convolution.
 template <class T>
-const T* columns(const T* in, int64_t b0, int64_t n, const conv_plan& p, const conv2d_dims& d) {
+const T* columns(const T* in, int64_t b0, int64_t n, const conv_plan& p, const conv2d_dims& d,
+                 const tap_geometry& g) {
   const T* x0 = in + b0 * d.Cin * p.HW;
   if (p.pointwise && n == 1) return x0;
   const int64_t ld = n * p.P;
   T* col = scratch<T>(0, p.rows * ld);
-  for (int64_t i = 0; i < n; ++i) im2col(col + i * p.P, ld, x0 + i * d.Cin * p.HW, d);
+  for (int64_t i = 0; i < n; ++i) im2col(col + i * p.P, ld, x0 + i * d.Cin * p.HW, d, g);
   return col;
 }
 
@@ -151,10 +217,11 @@ template <class T>
 void conv2d_forward_cpu(T* out, const T* in, const T* weight, const T* bias, const conv2d_dims& d) {
   if (d.B == 0) return;
   const conv_plan p = make_plan(d);
+  const tap_geometry g(d);
   const int m = static_cast<int>(p.cout_g), kk = static_cast<int>(p.ckk_g);
   for (int64_t b0 = 0; b0 < d.B; b0 += p.per_gemm) {
     const int64_t n = std::min(p.per_gemm, d.B - b0), ld = n * p.P;
-    const T* col = columns(in, b0, n, p, d);
+    const T* col = columns(in, b0, n, p, d, g);
     // One image writes its output in place (bias seeded, gemm accumulates onto it); several
     // go through a (Cout, n P) scratch that is then split per image.
     T* y = n == 1 ? out + b0 * d.Cout * p.P : scratch<T>(1, d.Cout * ld);
@@ -189,6 +256,7 @@ void conv2d_backward_cpu(T* din, T* dweight, T* dbias, const T* dout, const T* i
         dbias[co] += lane_sum<T>(p.P, [&](int64_t j) { return r[j]; });
       }
   if (!din && !dweight) return;
+  const tap_geometry geo(d);
   const int m = static_cast<int>(p.cout_g), kk = static_cast<int>(p.ckk_g);
   for (int64_t b0 = 0; b0 < d.B; b0 += p.per_gemm) {
     const int64_t n = std::min(p.per_gemm, d.B - b0), ld = n * p.P;
@@ -202,7 +270,7 @@ void conv2d_backward_cpu(T* din, T* dweight, T* dbias, const T* dout, const T* i
       dy = g;
     }
     if (dweight) {
-      const T* col = columns(in, b0, n, p, d);
+      const T* col = columns(in, b0, n, p, d, geo);
       for (int64_t g = 0; g < d.groups; ++g)
         gemm(false, true, m, kk, static_cast<int>(ld), T(1), dy + g * p.cout_g * ld, static_cast<int>(ld),
              col + g * p.ckk_g * ld, static_cast<int>(ld), T(1), dweight + g * p.cout_g * p.ckk_g, kk);
@@ -220,7 +288,7 @@ void conv2d_backward_cpu(T* din, T* dweight, T* dbias, const T* dout, const T* i
     for (int64_t g = 0; g < d.groups; ++g)
       gemm(true, false, kk, static_cast<int>(ld), m, T(1), weight + g * p.cout_g * p.ckk_g, kk,
            dy + g * p.cout_g * ld, static_cast<int>(ld), T(0), dcol + g * p.ckk_g * ld, static_cast<int>(ld));
-    for (int64_t i = 0; i < n; ++i) col2im_add(dx0 + i * d.Cin * p.HW, dcol + i * p.P, ld, d);
+    for (int64_t i = 0; i < n; ++i) col2im_add(dx0 + i * d.Cin * p.HW, dcol + i * p.P, ld, d, geo);
   }
 }
 

@@ -82,6 +82,8 @@ TEST_CASE("ops/conv2d: forward matches a naive direct convolution") {
   // Images share a gemm until it is 256 columns wide (ops/cpu/conv.cpp): small images with
   // B > 1 take that path (8x8 outputs: 4 images per gemm, then the rest), B = 1 or >= 256
   // outputs per image the in-place one, and a 1x1 stride-1 unpadded conv there skips im2col.
+  // im2col copies row segments for outputs at least 8 wide and gathers through an offset
+  // table for narrower ones; both are covered with strides, padding and dilation.
   const named cases[] = {
       {"3x3 pad 1", {5, 3, 1, 1}, {2, 3, 6, 7}},
       {"stride 2 pad 1, no bias", {4, 3, 2, 1, 1, 1, false}, {2, 3, 7, 6}},
@@ -95,6 +97,8 @@ TEST_CASE("ops/conv2d: forward matches a naive direct convolution") {
       {"1x1 stride 2", {3, 1, 2}, {2, 4, 5, 5}},
       {"pad larger than kernel reach", {2, 2, 3, 3}, {2, 1, 3, 4}},
       {"images per gemm 4 + 1", {3, 3, 1, 1}, {5, 2, 8, 8}},
+      {"stride 2 pad 1, wide outputs (row copies)", {3, 3, 2, 1}, {2, 2, 17, 18}},
+      {"dilation 2 pad 1, narrow outputs (offset table)", {3, 3, 1, 1, 2}, {3, 2, 6, 7}},
   };
   for (const auto& tc : cases) {
     CAPTURE(tc.name);
@@ -144,6 +148,8 @@ TEST_CASE("ops/conv2d: gradcheck against finite differences") {
       {"3x3 pad 1, one image per gemm, batch 2", {2, 3, 1, 1}, {2, 1, 16, 16}},
       {"1x1 fast path, groups 2, no bias", {4, 1, 1, 0, 1, 2, false}, {1, 4, 3, 2}},
       {"images per gemm 4 + 2", {2, 3, 1, 1}, {6, 1, 8, 8}},
+      {"stride 2, padding 1, wide outputs (row copies)", {2, 3, 2, 1}, {1, 1, 17, 16}},
+      {"1x1 batched, groups 2 (pointwise copies)", {4, 1, 1, 0, 1, 2}, {3, 4, 3, 3}},
   };
   for (const auto& tc : cases) {
     CAPTURE(tc.name);
