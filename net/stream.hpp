@@ -73,8 +73,9 @@ class stream {
   /// blocking writers only (write_all, writev_all flush at their end). No-op in plaintext.
   void buffer_writes(size_t bytes);
 
-  /// Tells a TLS peer that no more data follows (close_notify), best effort; nothing in
-  /// plaintext. Call before closing the socket on an orderly end.
+  /// Tells a TLS peer that no more data follows (close_notify), best effort and without
+  /// blocking (the socket is left non-blocking); nothing in plaintext. Call just before closing
+  /// the socket on an orderly end.
   void close_notify() noexcept;
 
  private:

@@ -144,25 +144,22 @@ result<stream> establish(int fd, const tls_context& ctx, const peer_rule& rule, 
     return fail(why);
   std::string name;
   if (auto why = check_peer(ssl.get(), rule, name); !why.empty()) return fail(why);
+  // The welcome, written by the server and read by the client whole, against the deadline.
   std::byte welcome[welcome_size] = {};
+  size_t moved = 0;
+  auto transfer = [&](auto io) {
+    return drive(ssl.get(), fd, deadline, [&] {
+      size_t n = 0;
+      const int rc = io(ssl.get(), welcome + moved, welcome_size - moved, &n);
+      moved += n;
+      return rc == 1 && moved < welcome_size ? more : rc;
+    });
+  };
   if (server) {
     encode_preamble({flag_ack, 8, 0}, welcome);
-    size_t put = 0;
-    auto why = drive(ssl.get(), fd, deadline, [&] {
-      size_t n = 0;
-      const int rc = SSL_write_ex(ssl.get(), welcome + put, welcome_size - put, &n);
-      put += n;
-      return rc == 1 && put < welcome_size ? more : rc;
-    });
-    if (!why.empty()) return fail(why);
+    if (auto why = transfer(SSL_write_ex); !why.empty()) return fail(why);
   } else {
-    size_t got = 0;
-    auto why = drive(ssl.get(), fd, deadline, [&] {
-      size_t n = 0;
-      const int rc = SSL_read_ex(ssl.get(), welcome + got, welcome_size - got, &n);
-      got += n;
-      return rc == 1 && got < welcome_size ? more : rc;
-    });
+    auto why = transfer(SSL_read_ex);
     // The server checks our certificate after our side of the handshake is done: a refusal
     // arrives here, as an alert or as the end of the connection.
     if (why == "it closed the connection")
