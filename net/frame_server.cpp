@@ -176,7 +176,10 @@ void frame_server::read_loop(connection& c) {
                               deadline_on ? deadline : std::chrono::steady_clock::now() + std::chrono::seconds(10),
                               c.peer);
     if (!secured) {
-      if (!stopping_.load()) ++tls_refused_, report(channel_error_kind::refused, c, secured.error());
+      if (!stopping_.load()) {
+        ++tls_refused_;
+        report(channel_error_kind::refused, c, secured.error());
+      }
       c.sock.shutdown();
       c.finished.store(true);
       return;
