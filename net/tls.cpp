@@ -22,7 +22,7 @@ using clock = std::chrono::steady_clock;
 
 constexpr size_t welcome_size = preamble_size + 8;
 // With read-ahead, one recv fills this much of OpenSSL's buffer: many records per system call.
-constexpr size_t read_buffer_bytes = size_t{256} << 10;
+constexpr size_t read_buffer_bytes = size_t{64} << 10;
 
 // What the certificate check found wrong, in words a user can act on.
 std::string verify_problem(long verify) {
