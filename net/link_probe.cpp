@@ -51,10 +51,11 @@ class prober {
   // Waits up to `timeout_ms` for acks (and for room to write when `want_write`), reads every
   // ack that arrived; returns whether the socket can take bytes now, or an error.
   result<bool> wait(bool want_write, int timeout_ms) {
+    // read_acks reads until the socket would block, so TLS holds no whole ack that poll could
+    // not see, and poll may sleep.
     pollfd pfd{io_.fd(), static_cast<short>(POLLIN | (want_write ? POLLOUT : 0)), 0};
-    // Bytes TLS already holds are invisible to poll: do not sleep on them.
-    if (::poll(&pfd, 1, io_.has_buffered_input() ? 0 : timeout_ms) < 0) pfd.revents = 0;
-    if (io_.has_buffered_input() || (pfd.revents & (POLLIN | POLLERR | POLLHUP)))
+    if (::poll(&pfd, 1, timeout_ms) < 0) pfd.revents = 0;
+    if (pfd.revents & (POLLIN | POLLERR | POLLHUP))
       if (auto st = read_acks(); !st) return net_error{st.error()};
     return (pfd.revents & POLLOUT) != 0;
   }

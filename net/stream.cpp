@@ -133,8 +133,6 @@ io_step stream::write_some(const void* data, size_t n) {
   return tls_failure(ssl_, rc);
 }
 
-bool stream::has_buffered_input() const noexcept { return ssl_ && SSL_has_pending(ssl_) == 1; }
-
 status stream::tls_write(const void* data, size_t n) {
   const auto* p = static_cast<const std::byte*>(data);
   while (n > 0) {
@@ -233,7 +231,8 @@ status stream::read_all_by(void* data, size_t n, std::chrono::steady_clock::time
       result = net_error{step.error};
       break;
     }
-    if (step.would_block && !has_buffered_input() && !wait_for(fd_, POLLIN, deadline)) {
+    // would_block: the socket is drained and a record is incomplete, so poll is right to wait.
+    if (step.would_block && !wait_for(fd_, POLLIN, deadline)) {
       result = net_error{deadline_passed};
       break;
     }

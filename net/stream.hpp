@@ -61,12 +61,10 @@ class stream {
   status read_all_by(void* data, size_t n, std::chrono::steady_clock::time_point deadline,
                      size_t* received = nullptr);
 
-  /// Non-blocking transfers, for a socket switched with set_nonblocking(fd, true).
+  /// Non-blocking transfers, for a socket switched with set_nonblocking(fd, true). TLS may hold
+  /// bytes a poll cannot see: read until `would_block` before waiting for the socket again.
   io_step read_some(void* data, size_t n);
   io_step write_some(const void* data, size_t n);
-  /// True when TLS holds bytes read from the socket and not yet handed out: a poll on the
-  /// socket cannot see them, so a reader must not wait for it first.
-  bool has_buffered_input() const noexcept;
 
   /// Through TLS: gathers encrypted records into `bytes` before they go to the socket, so that a
   /// large payload costs one system call per `bytes` instead of one per 16 KiB record. For

@@ -4,6 +4,7 @@
 // and a peer that stalls the handshake.
 #include <doctest/doctest.h>
 #include <openssl/ssl.h>
+#include <sys/resource.h>
 
 #include <chrono>
 #include <filesystem>
@@ -190,6 +191,30 @@ TEST_CASE("net tls a peer that stalls the handshake is closed at the deadline") 
   auto why = server_error(srv);
   CHECK_MESSAGE(contains(why, "the TLS handshake did not finish in time"), why);
   CHECK(srv.server().stats().tls_refused == 1);
+}
+
+TEST_CASE("net tls a peer that stops inside a record is waited for without spinning, then closed") {
+  auto opts = tls_server_options();
+  opts.first_frame_timeout = 500ms;
+  collecting_server srv(opts);
+  auto sock = connect_tcp("127.0.0.1", srv.port());
+  REQUIRE(sock.ok());
+  auto io = tls_connect(sock->fd(), *node_context("n1"), {security::role::node, "n0"},
+                        std::chrono::steady_clock::now() + 5s, "the test server");
+  REQUIRE_MESSAGE(io.ok(), io.error());
+  auto cpu_seconds = [] {
+    rusage u{};
+    getrusage(RUSAGE_SELF, &u);
+    return static_cast<double>(u.ru_utime.tv_sec + u.ru_stime.tv_sec) +
+           static_cast<double>(u.ru_utime.tv_usec + u.ru_stime.tv_usec) / 1e6;
+  };
+  const double before = cpu_seconds();
+  // The header of a 64-byte application record, and 3 of its bytes.
+  REQUIRE(send_all(sock->fd(), "\x17\x03\x03\x00\x40" "abc", 8).ok());
+  auto why = server_error(srv);
+  CHECK_MESSAGE(contains(why, "sent no frame within 500 ms"), why);
+  // A reader that polled in a loop on the bytes TLS holds would burn the whole 500 ms.
+  CHECK(cpu_seconds() - before < 0.25);
 }
 
 TEST_CASE("net tls contexts name the file that cannot be used") {
