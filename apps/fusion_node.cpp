@@ -342,7 +342,9 @@ int run(int argc, char** argv) {
               return;
             }
             log_info(me, "joined the coordinator at " + cfg.coordinator + " as node " + std::to_string(index) + " (" +
-                             hello.device + ", " + std::to_string(static_cast<int>(hello.gflops)) + " GFLOP/s)");
+                             hello.device + ", " + std::to_string(static_cast<int>(hello.gflops)) +
+                             " GFLOP/s); data channel on port " + std::to_string(hello.data_port) +
+                             (tls ? ", TLS 1.3" : ", plaintext"));
             self->send(node, welcome_atom::value, coordinator);
           },
           [&](caf::error& e) {

@@ -228,6 +228,9 @@ TEST_CASE("cluster: fusion-train exits non-zero naming a node that was killed") 
   nodes.push_back(start_node("n1", port, "binkill-n1"));
   for (int i = 0; i < 1000 && coordinator.output().find("step 20/") == std::string::npos; ++i)
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  // Secured by default, the data channel included, and the node says so when it joins.
+  CHECK_MESSAGE(nodes[0].output().find("; data channel on port ") != std::string::npos, nodes[0].output());
+  CHECK(nodes[0].output().find(", TLS 1.3") != std::string::npos);
   nodes[1].signal(SIGKILL);
   int status = coordinator.wait(20);
   INFO(coordinator.output());
