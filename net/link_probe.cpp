@@ -109,9 +109,12 @@ result<probe_result> probe_link(const std::string& host, uint16_t port, const pr
 
   // Writes all of [data, data + n), reading acks meanwhile.
   auto write = [&](prober& p, const std::byte* data, size_t n) -> status {
+    const auto give_up = clock::now() + options.ack_timeout;
     while (n > 0) {
       auto room = p.wait(true, ack_wait);
       if (!room) return net_error{room.error()};
+      if (!*room && clock::now() >= give_up)
+        return net_error{"cannot send for " + std::to_string(options.ack_timeout.count()) + " ms"};
       if (!*room) continue;
       auto step = io.write_some(data, n);
       if (!step.error.empty()) return net_error{step.error};
