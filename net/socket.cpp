@@ -190,6 +190,14 @@ status writev_all(int fd, iovec* iov, int count) {
   return {};
 }
 
+bool poll_until(int fd, short events, std::chrono::steady_clock::time_point deadline) {
+  const auto left =
+      std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now()).count();
+  if (left <= 0) return false;
+  pollfd pfd{fd, events, 0};
+  return ::poll(&pfd, 1, static_cast<int>(std::min<int64_t>(left + 1, INT_MAX))) != 0;
+}
+
 status recv_all(int fd, void* data, size_t n, size_t* received) {
   auto* p = static_cast<char*>(data);
   size_t got = 0;

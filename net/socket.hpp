@@ -114,6 +114,10 @@ status recv_all(int fd, void* data, size_t n, size_t* received = nullptr);
 /// The error text of a read that gave up at its deadline (stream::read_all_by).
 inline constexpr const char* deadline_passed = "deadline passed";
 
+/// Waits until poll() reports `events` on fd or `deadline` passes; false when it passed. An
+/// interrupted poll counts as ready: the caller's next attempt finds out.
+bool poll_until(int fd, short events, std::chrono::steady_clock::time_point deadline);
+
 /// Disables Nagle (small frames and acks must not wait for 40 ms timers).
 status set_nodelay(int fd);
 

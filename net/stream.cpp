@@ -10,7 +10,6 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <climits>
 #include <cstring>
 #include <utility>
 
@@ -54,20 +53,9 @@ io_step tls_failure(ssl_st* ssl, int rc) {
   }
 }
 
-// Waits for `events` on fd until `deadline`; false when it passed. An interrupted poll counts as
-// ready: the caller's next attempt finds out.
-bool wait_for(int fd, short events, std::chrono::steady_clock::time_point deadline) {
-  const auto left =
-      std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now()).count();
-  if (left <= 0) return false;
-  pollfd pfd{fd, events, 0};
-  return ::poll(&pfd, 1, static_cast<int>(std::min<int64_t>(left + 1, INT_MAX))) != 0;
-}
-
 }  // namespace
 
-stream::stream(int fd, ssl_st* ssl, std::string peer_name) noexcept
-    : fd_(fd), ssl_(ssl), peer_name_(std::move(peer_name)) {}
+stream::stream(int fd, ssl_st* ssl) noexcept : fd_(fd), ssl_(ssl) {}
 
 stream::~stream() {
   if (ssl_) SSL_free(ssl_);
@@ -76,7 +64,6 @@ stream::~stream() {
 stream::stream(stream&& o) noexcept
     : fd_(std::exchange(o.fd_, -1)),
       ssl_(std::exchange(o.ssl_, nullptr)),
-      peer_name_(std::move(o.peer_name_)),
       staging_(std::move(o.staging_)),
       buffered_writes_(std::exchange(o.buffered_writes_, false)) {}
 
@@ -85,7 +72,6 @@ stream& stream::operator=(stream&& o) noexcept {
     if (ssl_) SSL_free(ssl_);
     fd_ = std::exchange(o.fd_, -1);
     ssl_ = std::exchange(o.ssl_, nullptr);
-    peer_name_ = std::move(o.peer_name_);
     staging_ = std::move(o.staging_);
     buffered_writes_ = std::exchange(o.buffered_writes_, false);
   }
@@ -232,7 +218,7 @@ status stream::read_all_by(void* data, size_t n, std::chrono::steady_clock::time
       break;
     }
     // would_block: the socket is drained and a record is incomplete, so poll is right to wait.
-    if (step.would_block && !wait_for(fd_, POLLIN, deadline)) {
+    if (step.would_block && !poll_until(fd_, POLLIN, deadline)) {
       result = net_error{deadline_passed};
       break;
     }

@@ -33,9 +33,9 @@ class stream {
   stream() = default;
   /// Plaintext on `fd`.
   explicit stream(int fd) noexcept : fd_(fd) {}
-  /// TLS on `fd`: takes ownership of `ssl`, a session whose handshake has completed;
-  /// `peer_name` is the name in the peer's certificate.
-  stream(int fd, ssl_st* ssl, std::string peer_name) noexcept;
+  /// TLS on `fd`: takes ownership of `ssl`, a session whose handshake (and the peer check of
+  /// net/tls.hpp) has completed.
+  stream(int fd, ssl_st* ssl) noexcept;
   ~stream();
   stream(stream&& o) noexcept;
   stream& operator=(stream&& o) noexcept;
@@ -45,8 +45,6 @@ class stream {
   int fd() const noexcept { return fd_; }
   /// True when the bytes go through TLS.
   bool secure() const noexcept { return ssl_ != nullptr; }
-  /// The holder named by the peer's certificate (empty in plaintext).
-  const std::string& peer_name() const noexcept { return peer_name_; }
 
   /// Writes all n bytes (blocking socket).
   status write_all(const void* data, size_t n);
@@ -83,7 +81,6 @@ class stream {
 
   int fd_ = -1;
   ssl_st* ssl_ = nullptr;
-  std::string peer_name_;
   std::vector<std::byte> staging_;  // small TLS writes gathered into one record
   bool buffered_writes_ = false;
 };

@@ -7,12 +7,12 @@
 #include <poll.h>
 
 #include <cerrno>
-#include <climits>
 #include <csignal>
 #include <cstring>
 #include <mutex>
 
 #include "net/frame_channel.hpp"
+#include "security/openssl_util.hpp"
 
 namespace fusion::net {
 
@@ -75,13 +75,6 @@ std::string failure_text(SSL* ssl, int rc) {
   }
 }
 
-bool wait_for(int fd, short events, clock::time_point deadline) {
-  const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - clock::now()).count();
-  if (left <= 0) return false;
-  pollfd pfd{fd, events, 0};
-  return ::poll(&pfd, 1, static_cast<int>(std::min<int64_t>(left + 1, INT_MAX))) != 0;
-}
-
 // Runs `op` (a handshake, read or write step on a non-blocking socket) until it succeeds, fails
 // or `deadline` passes; returns the failure, or "" on success. `op` returns 1 when done,
 // `more` after progress short of done, else what the SSL call returned.
@@ -97,7 +90,7 @@ std::string drive(SSL* ssl, int fd, clock::time_point deadline, Op op) {
     if (rc == more) continue;
     const int kind = SSL_get_error(ssl, rc);
     if (kind == SSL_ERROR_WANT_READ || kind == SSL_ERROR_WANT_WRITE) {
-      if (!wait_for(fd, kind == SSL_ERROR_WANT_READ ? POLLIN : POLLOUT, deadline)) return deadline_passed;
+      if (!poll_until(fd, kind == SSL_ERROR_WANT_READ ? POLLIN : POLLOUT, deadline)) return deadline_passed;
       continue;
     }
     return failure_text(ssl, rc);
@@ -105,13 +98,12 @@ std::string drive(SSL* ssl, int fd, clock::time_point deadline, Op op) {
 }
 
 // The role and name on the peer's certificate, checked against `rule`; "" when they fit.
-std::string check_peer(SSL* ssl, const peer_rule& rule, std::string& name) {
+std::string check_peer(SSL* ssl, const peer_rule& rule) {
   const X509* cert = SSL_get0_peer_certificate(ssl);
   if (!cert) return "it presented no certificate";
   std::string error;
   auto id = security::identity_of(cert, error);
   if (!id) return "its certificate names no holder: " + error;
-  name = id->name;
   if (id->r != rule.role)
     return std::string("its certificate is the ") + security::to_string(id->r) + " certificate of '" + id->name +
            "', and only a " + security::to_string(rule.role) + " may connect here";
@@ -121,15 +113,11 @@ std::string check_peer(SSL* ssl, const peer_rule& rule, std::string& name) {
   return {};
 }
 
-struct ssl_deleter {
-  void operator()(SSL* s) const noexcept { SSL_free(s); }
-};
-
 // The handshake and the welcome, both directions: the body of tls_accept and tls_connect.
 result<stream> establish(int fd, const tls_context& ctx, const peer_rule& rule, clock::time_point deadline,
                          const std::string& peer, bool server) {
   const std::string where = std::string(server ? "TLS connection from " : "TLS connection to ") + peer + ": ";
-  std::unique_ptr<SSL, ssl_deleter> ssl(SSL_new(ctx.native()));
+  security::ssl_ptr ssl(SSL_new(ctx.native()));
   if (!ssl || SSL_set_fd(ssl.get(), fd) != 1) {
     ERR_clear_error();
     return net_error{where + "cannot set up a TLS session"};
@@ -142,8 +130,7 @@ result<stream> establish(int fd, const tls_context& ctx, const peer_rule& rule, 
   };
   if (auto why = drive(ssl.get(), fd, deadline, [&] { return SSL_do_handshake(ssl.get()); }); !why.empty())
     return fail(why);
-  std::string name;
-  if (auto why = check_peer(ssl.get(), rule, name); !why.empty()) return fail(why);
+  if (auto why = check_peer(ssl.get(), rule); !why.empty()) return fail(why);
   // The welcome, written by the server and read by the client whole, against the deadline.
   std::byte welcome[welcome_size] = {};
   size_t moved = 0;
@@ -170,7 +157,7 @@ result<stream> establish(int fd, const tls_context& ctx, const peer_rule& rule, 
       return fail("its first message is not a data channel welcome");
   }
   if (auto st = set_nonblocking(fd, false); !st) return net_error{where + st.error()};
-  return stream(fd, ssl.release(), name);
+  return stream(fd, ssl.release());
 }
 
 }  // namespace
