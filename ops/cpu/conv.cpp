@@ -43,6 +43,9 @@ index_range valid_outputs(int64_t n, int64_t n_out, int64_t off, int64_t s) {
   return {std::min(lo, hi), hi};
 }
 
+// 1x1, stride 1, no padding: every row of the column matrix is one input channel.
+bool is_pointwise(const conv2d_dims& d) { return d.k == 1 && d.stride == 1 && d.pad == 0; }
+
 // Derived sizes of one call, shared by forward and backward.
 struct conv_plan {
   int64_t P, HW, cin_g, cout_g, ckk_g, rows;  // rows = Cin k k: height of the whole column matrix
@@ -59,7 +62,7 @@ conv_plan make_plan(const conv2d_dims& d) {
   p.ckk_g = p.cin_g * d.k * d.k;
   p.rows = d.Cin * d.k * d.k;
   p.per_gemm = std::clamp<int64_t>((gemm_columns_target + p.P - 1) / p.P, 1, std::max<int64_t>(d.B, 1));
-  p.pointwise = d.k == 1 && d.stride == 1 && d.pad == 0;
+  p.pointwise = is_pointwise(d);
   blas_int(p.cout_g, conv2d_name);
   blas_int(p.ckk_g, conv2d_name);
   blas_int(p.per_gemm * p.P, conv2d_name);
@@ -109,7 +112,7 @@ struct tap_geometry {
 template <class T>
 void im2col(T* col, int64_t ld, const T* x, const conv2d_dims& d, const tap_geometry& g) {
   const int64_t s = d.stride, Wo = d.Wo, P = d.Ho * d.Wo, kk = d.k * d.k;
-  if (d.k == 1 && s == 1 && d.pad == 0) {  // pointwise: every row is one input channel
+  if (is_pointwise(d)) {
     for (int64_t c = 0; c < d.Cin; ++c) std::copy_n(x + c * P, P, col + c * ld);
     return;
   }
@@ -157,7 +160,7 @@ void im2col(T* col, int64_t ld, const T* x, const conv2d_dims& d, const tap_geom
 template <class T>
 void col2im_add(T* dx, const T* col, int64_t ld, const conv2d_dims& d, const tap_geometry& g) {
   const int64_t s = d.stride, Wo = d.Wo, P = d.Ho * d.Wo, kk = d.k * d.k;
-  if (d.k == 1 && s == 1 && d.pad == 0) {
+  if (is_pointwise(d)) {
     for (int64_t c = 0; c < d.Cin; ++c) {
       T* dst = dx + c * P;
       const T* src = col + c * ld;
