@@ -66,8 +66,8 @@ void for_each_run(int64_t B, int64_t C, int64_t S, F f) {
 
 // out = (in - mean[c]) * scale[c] + shift[c] over every run.
 template <class T>
-void normalise(T* out, const T* in, const std::vector<T>& mean, const std::vector<T>& scale,
-               const std::vector<T>& shift, int64_t B, int64_t C, int64_t S) {
+void normalise(T* out, const T* in, const T* mean, const T* scale, const T* shift, int64_t B, int64_t C,
+               int64_t S) {
   for_each_run(B, C, S, [&](int64_t off, int64_t c) {
     const T m = mean[c], k = scale[c], t = shift[c];
     const T* x = in + off;
@@ -91,32 +91,28 @@ void batchnorm_forward_train_cpu(T* out, T* mean, T* rstd, T* running_mean, T* r
     }
   });
   const double n = static_cast<double>(B * S), mo = static_cast<double>(momentum);
-  std::vector<T> mt(C), scale(C), shift(C);
+  std::vector<T> scale(C);
   for (int64_t c = 0; c < C; ++c) {
     const double m = mom[c].mean, v = mom[c].m2 / n;
     const double s = 1 / std::sqrt(v + static_cast<double>(eps));
-    mt[c] = static_cast<T>(m);
     scale[c] = static_cast<T>(s * static_cast<double>(w[c]));
-    shift[c] = b[c];
-    mean[c] = mt[c];
+    mean[c] = static_cast<T>(m);
     rstd[c] = static_cast<T>(s);
     if (running_mean) running_mean[c] = static_cast<T>((1 - mo) * running_mean[c] + mo * m);
     if (running_var) running_var[c] = static_cast<T>((1 - mo) * running_var[c] + mo * v * n / (n - 1));
   }
-  normalise(out, in, mt, scale, shift, B, C, S);
+  normalise(out, in, mean, scale.data(), b, B, C, S);
 }
 
 template <class T>
 void batchnorm_forward_eval_cpu(T* out, const T* in, const T* w, const T* b, const T* running_mean,
                                 const T* running_var, int64_t B, int64_t C, int64_t S, T eps) {
-  std::vector<T> mt(C), scale(C), shift(C);
+  std::vector<T> scale(C);
   for (int64_t c = 0; c < C; ++c) {
     const double s = 1 / std::sqrt(static_cast<double>(running_var[c]) + static_cast<double>(eps));
-    mt[c] = running_mean[c];
     scale[c] = static_cast<T>(s * static_cast<double>(w[c]));
-    shift[c] = b[c];
   }
-  normalise(out, in, mt, scale, shift, B, C, S);
+  normalise(out, in, running_mean, scale.data(), b, B, C, S);
 }
 
 template <class T>
