@@ -140,6 +140,7 @@ void spawn_ops(coord_ptr self, std::function<void()> done) {
   auto& st = self->state;
   const graph& g = st.in->model;
   actor_run_params run{static_cast<uint32_t>(st.in->cfg.micro_batches), st.in->cfg.seed, st.in->cfg.optim};
+  run.precision = st.in->cfg.precision;
   const auto cpu_ops = split_patterns(st.in->cfg.cpu_ops);
   st.actors.assign(g.nodes.size(), caf::actor{});
   if (!cluster_mode(st)) {

@@ -231,6 +231,7 @@ void migrate(coord_ptr self, placement where, std::string reason, std::function<
   st.act = activity::migrating;
   const auto cpu_ops = split_patterns(st.in->cfg.cpu_ops);
   actor_run_params run{static_cast<uint32_t>(st.in->cfg.micro_batches), st.in->cfg.seed, st.in->cfg.optim};
+  run.precision = st.in->cfg.precision;
   gather<caf::actor>(self, m->ops.size(), [=](size_t i) mutable {
     auto& s = self->state;
     const int node = m->moves[i].second;

@@ -540,6 +540,7 @@ void write_run_record(coord_ptr self) {
               {"optim.grad-clip", o.grad_clip}, {"output.checkpoint", c.checkpoint_file},
               {"output.checkpoint-every", c.checkpoint_every}, {"runtime.threads", c.threads},
               {"runtime.blas-threads", c.blas_threads}, {"runtime.device", c.device},
+              {"runtime.precision", c.precision},
               {"runtime.cpu-ops", c.cpu_ops}, {"runtime.step-timeout", c.step_timeout_s},
               {"runtime.scheduler", c.scheduler}, {"cluster.file", c.cluster_file},
               {"flow.transport", c.transport}, {"flow.window", c.flow.window}, {"flow.chunk-bytes", c.flow.chunk_bytes},

@@ -422,9 +422,11 @@ caf::behavior op_actor_fn(self_ptr self, node_spec spec, actor_run_params run, s
 }  // namespace
 
 caf::actor spawn_op_actor(caf::actor_system& sys, node_spec spec, actor_run_params params) {
-  auto compute = std::make_shared<op_compute>(make_op_compute(params.device, spec.kind, attr_map{spec.attrs},
-                                                              spec.input_shapes, spec.name, params.seed,
-                                                              params.optim));
+  // A precision no node knows (a damaged or newer coordinator) throws here, which the node
+  // reports as a spawn error naming it.
+  auto compute = std::make_shared<op_compute>(make_op_compute(params.device, parse_gemm_precision(params.precision),
+                                                              spec.kind, attr_map{spec.attrs}, spec.input_shapes,
+                                                              spec.name, params.seed, params.optim));
   return sys.spawn(op_actor_fn, std::move(spec), std::move(params), std::move(compute));
 }
 

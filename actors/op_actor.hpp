@@ -38,6 +38,8 @@ struct actor_run_params {
   /// Where the op computes: "cpu", "cuda" or "cuda:N" (ops/backend.hpp make_backend). Data
   /// inputs always stay on the CPU.
   std::string device = "cpu";
+  /// How the GEMMs of a CUDA op compute: "fp32" or "bf16" (runtime.precision; ignored on the CPU).
+  std::string precision = "fp32";
 };
 
 // Serialization for remote spawning (fusion-node): the same names on every node.
@@ -55,7 +57,8 @@ typename Inspector::result_type inspect(Inspector& f, optim_config& x) {
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, actor_run_params& x) {
-  return f(caf::meta::type_name("actor_run_params"), x.micro_batches, x.seed, x.optim, x.device);
+  return f(caf::meta::type_name("actor_run_params"), x.micro_batches, x.seed, x.optim, x.device,
+           x.precision);
 }
 
 /// Builds the spec of node `id` of a loaded graph.

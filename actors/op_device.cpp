@@ -50,12 +50,12 @@ std::string device_for_op(const std::string& device, const std::vector<std::stri
   return device;
 }
 
-op_compute make_op_compute(const std::string& device, const std::string& kind, const attr_map& attrs,
-                           const std::vector<shape_t>& input_shapes, const std::string& name, uint64_t seed,
-                           const optim_config& optim) {
+op_compute make_op_compute(const std::string& device, gemm_precision gemm, const std::string& kind,
+                           const attr_map& attrs, const std::vector<shape_t>& input_shapes, const std::string& name,
+                           uint64_t seed, const optim_config& optim) {
   op_compute c;
   // A data input only passes host tensors on: a device (stream, cuBLAS handle) would be wasted.
-  c.dev = make_backend(kind == "input" ? std::string("cpu") : device);
+  c.dev = make_backend(kind == "input" ? std::string("cpu") : device, gemm);
   if (kind == "input") return c;
   c.impl = c.dev->make_op(kind, attrs);
   c.param_specs = c.impl->params(input_shapes);

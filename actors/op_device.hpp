@@ -40,11 +40,12 @@ struct op_compute {
 };
 
 /// Builds the compute state of an op of kind `kind` ("input": none) with these input shapes on
-/// `device`. Buffers start as their spec says (zeros or ones). Parameters are initialised on the CPU (core/param_init.hpp, keyed "name/param") and
+/// `device`, its GEMMs computing in `gemm` there. Buffers start as their spec says (zeros or
+/// ones). Parameters are initialised on the CPU (core/param_init.hpp, keyed "name/param") and
 /// then uploaded, so every device starts from the same weights.
-op_compute make_op_compute(const std::string& device, const std::string& kind, const attr_map& attrs,
-                           const std::vector<shape_t>& input_shapes, const std::string& name, uint64_t seed,
-                           const optim_config& optim);
+op_compute make_op_compute(const std::string& device, gemm_precision gemm, const std::string& kind,
+                           const attr_map& attrs, const std::vector<shape_t>& input_shapes, const std::string& name,
+                           uint64_t seed, const optim_config& optim);
 
 /// `t` as CPU data: moved when it already is, downloaded (waiting for `dev`'s queued work)
 /// otherwise. A CPU tensor is never copied here.

@@ -54,6 +54,9 @@ struct train_config {
   /// Comma-separated op-name globs ("lm_head, h1.*") that stay on the CPU although their
   /// actor's device is a GPU (runtime.device, or a cuda node of the cluster file).
   std::string cpu_ops;
+  /// How the GEMMs of ops on a GPU compute: "fp32" or "bf16" (tensor-core products of f32 operands
+  /// rounded to bf16, f32 sums; weights, activations and gradients stay f32). CPU ops: always f32.
+  std::string precision = "fp32";
   double step_timeout_s = 600;             ///< a step that takes longer is a hang: abort
   double stop_grace_s = 5;                 ///< after stop_flag, a step still running this long is abandoned
   bool progress = true;                    ///< progress lines on stderr

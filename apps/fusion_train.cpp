@@ -138,6 +138,8 @@ struct train_app_config : table_config {
         {"runtime", "threads", "actor scheduler threads (0: one per core)", &threads},
         {"runtime", "blas-threads", "OpenBLAS threads per op call", &blas_threads},
         {"runtime", "device", "where the op actors compute in a one-process run: cpu, cuda or cuda:N", &run.device},
+        {"runtime", "precision", "GEMMs of ops on a GPU: fp32, or bf16 (tensor cores; f32 weights and activations)",
+         &run.precision},
         {"runtime", "cpu-ops", "comma-separated op-name globs kept on the CPU in a GPU run (e.g. \"lm_head,h1.*\")",
          &run.cpu_ops},
         {"runtime", "step-timeout", "seconds before a stuck step aborts the run", &step_timeout_s},

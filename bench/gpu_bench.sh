@@ -7,15 +7,17 @@
 # token (fusion-bench-flops) and the GPU's peak rate you pass in, and where our step's time goes
 # (each op kind's forward and backward milliseconds, from the run's own per-op measurements).
 #
-#   bench/gpu_bench.sh [--steps 20] [--warmup 3] [--batch 8] [--micro-batches 1]
+#   bench/gpu_bench.sh [--steps 20] [--warmup 3] [--batch 8] [--micro-batches 1] [--precision fp32]
 #                      [--peak-tflops 67] [--build build] [--out DIR]
 #
-# --peak-tflops is the dense fp32-accumulate peak used for MFU (H100 SXM: 989 bf16 / 67 fp32;
-# H200 the same); say which one you used when recording results. Needs a CUDA build and a GPU;
-# exits 3 with a message when there is none.
+# --precision bf16 runs ours with --runtime.precision=bf16 (bf16 tensor-core GEMMs on f32
+# tensors) and PyTorch under torch.autocast(bfloat16) (bf16 matmuls and activations).
+# --peak-tflops is the dense peak used for MFU (H100 SXM and H200: 67 fp32, 989 bf16; the default
+# follows --precision); say which one you used when recording results. Needs a CUDA build and a
+# GPU; exits 3 with a message when there is none.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-steps=20 warmup=3 batch=8 micro=1 peak=67 build=${BUILD_DIR:-build} work=""
+steps=20 warmup=3 batch=8 micro=1 peak="" precision=fp32 build=${BUILD_DIR:-build} work=""
 while [[ $# -gt 0 ]]; do
   case $1 in
     --steps) steps=$2; shift 2 ;;
@@ -23,12 +25,18 @@ while [[ $# -gt 0 ]]; do
     --batch) batch=$2; shift 2 ;;
     --micro-batches) micro=$2; shift 2 ;;
     --peak-tflops) peak=$2; shift 2 ;;
+    --precision) precision=$2; shift 2 ;;
     --build) build=$2; shift 2 ;;
     --out) work=$2; shift 2 ;;
-    -h|--help) sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "gpu_bench: unknown option '$1' (try --help)" >&2; exit 2 ;;
   esac
 done
+case $precision in
+  fp32) peak=${peak:-67} ;;
+  bf16) peak=${peak:-989} ;;
+  *) echo "gpu_bench: --precision must be fp32 or bf16, not '$precision'" >&2; exit 2 ;;
+esac
 command -v nvidia-smi >/dev/null && nvidia-smi -L || { echo "gpu_bench: no GPU here (nvidia-smi missing)" >&2; exit 3; }
 if [[ -n $work ]]; then mkdir -p "$work"; else work=$(mktemp -d /tmp/fusion-gpu-bench.XXXX); fi
 # The PyTorch peer runs under the python3 on PATH (GPU images keep torch in their own venv).
@@ -38,7 +46,8 @@ T=1024
 flops=$("$build/bench/fusion-bench-flops" configs/models/gpt2-124m.pbtxt | sed -n 's/.*flops_per_token=\([0-9.e+]*\).*/\1/p')
 
 "$build/apps/fusion-train" --config configs/runs/char-small.ini --model configs/models/gpt2-124m.pbtxt \
-  --runtime.device=cuda --steps "$total" --train.batch="$batch" --train.micro-batches="$micro" \
+  --runtime.device=cuda --runtime.precision="$precision" --steps "$total" --train.batch="$batch" \
+  --train.micro-batches="$micro" \
   --train.eval-every=0 --train.eval-batches=0 --output.sample-chars=0 --output.checkpoint="" \
   --output.metrics="$work/fusion.jsonl" --runtime.quiet 2>"$work/fusion.log" || { cat "$work/fusion.log"; exit 1; }
 ours=$(python3 - "$work/fusion.jsonl" "$warmup" "$batch" "$T" <<'PY'
@@ -51,13 +60,14 @@ PY
 )
 torch_rate() {  # ATTENTION: tokens/s of the PyTorch peer, or "-" when it cannot run
   "$python" bench/torch_char_gpt.py --device cuda --vocab 50257 --context $T --channels 768 --heads 12 \
-    --layers 12 --batch "$batch" --steps "$steps" --warmup "$warmup" --attention "$1" 2>"$work/torch-$1.log" |
+    --layers 12 --batch "$batch" --steps "$steps" --warmup "$warmup" --attention "$1" \
+    --precision "$precision" 2>"$work/torch-$1.log" |
     sed -n 's/^RESULT tokens_per_s=\([0-9.]*\).*/\1/p' | grep . || echo "-"
 }
 theirs=$(torch_rate spelled)
 fused=$(torch_rate sdpa)
 echo
-echo "gpt2-124m, batch $batch x $T, $steps steps after $warmup warm-up; MFU against $peak TFLOP/s"
+echo "gpt2-124m, batch $batch x $T, $precision, $steps steps after $warmup warm-up; MFU against $peak TFLOP/s"
 printf "%-34s %12s %8s %8s\n" "trainer" "tokens/s" "ratio" "MFU"
 for row in "PyTorch eager (reference):$theirs" "PyTorch eager, fused SDPA:$fused" "fusion-train, all ops cuda:$ours"; do
   name=${row%%:*} v=${row##*:}

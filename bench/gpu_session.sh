@@ -6,10 +6,11 @@
 # .deps/gpu-carry.tar.gz; `run` (on the GPU machine, from the repository root, with that archive
 # carried) unpacks it and runs the stages:
 #
-#   bench/gpu_session.sh pack [BUILD]               # here
-#   bench/gpu_session.sh run [cuda] [bench] [suite] # there (default: all three)
+#   bench/gpu_session.sh pack [BUILD]                       # here
+#   bench/gpu_session.sh run [cuda] [bench] [bf16] [suite]  # there (default: all four)
 #
-# Each stage has its own time limit (GPU_SESSION_CUDA_S, _BENCH_S, _SUITE_S seconds); logs go to
+# bench is bench/gpu_bench.sh in fp32, bf16 the same with --precision bf16. Each stage has its
+# own time limit (GPU_SESSION_CUDA_S, _BENCH_S, _SUITE_S seconds); logs go to
 # $OUT (default /tmp/gpu-session) and a summary is printed last.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -74,7 +75,7 @@ run() {
   ldd build/tests/fusion_cuda_tests build/apps/fusion-train | grep 'not found' && echo "gpu_session: libraries missing (above)"
   command -v ctest >/dev/null || echo "gpu_session: no ctest here; running the test binaries directly"
   local stages=("$@")
-  ((${#stages[@]})) || stages=(cuda bench suite)
+  ((${#stages[@]})) || stages=(cuda bench bf16 suite)
   for s in "${stages[@]}"; do
     case $s in
       cuda)
@@ -84,8 +85,10 @@ run() {
           stage cuda "${GPU_SESSION_CUDA_S:-240}" sh -c 'build/tests/fusion_cuda_tests && build/tests/fusion_cuda_actor_tests'
         fi ;;
       bench) stage bench "${GPU_SESSION_BENCH_S:-200}" bench/gpu_bench.sh --steps 10 --warmup 3 --out "$out/bench" ;;
+      bf16) stage bf16 "${GPU_SESSION_BENCH_S:-200}" bench/gpu_bench.sh --steps 10 --warmup 3 --precision bf16 \
+              --out "$out/bench-bf16" ;;
       suite) stage suite "${GPU_SESSION_SUITE_S:-180}" ctest --test-dir build -LE cuda -j "$(nproc)" --timeout 150 ;;
-      *) echo "gpu_session: unknown stage '$s' (cuda, bench, suite)" >&2; exit 2 ;;
+      *) echo "gpu_session: unknown stage '$s' (cuda, bench, bf16, suite)" >&2; exit 2 ;;
     esac
   done
   echo
@@ -96,5 +99,5 @@ run() {
 case ${1:-} in
   pack) shift; pack "$@" ;;
   run) shift; run "$@" ;;
-  *) sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
+  *) sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
 esac

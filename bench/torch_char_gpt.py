@@ -19,6 +19,7 @@ sampling, forward, backward, gradient clipping and the AdamW update.
 """
 
 import argparse
+import contextlib
 import math
 import os
 import resource
@@ -140,6 +141,8 @@ def main():
     ap.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N (bench/gpu_bench.sh)")
     ap.add_argument("--attention", choices=("spelled", "sdpa"), default="spelled",
                     help="spelled-out softmax(QK^T)V, or F.scaled_dot_product_attention (PyTorch >= 2.0)")
+    ap.add_argument("--precision", choices=("fp32", "bf16"), default="fp32",
+                    help="fp32, or bf16 autocast (bf16 matmuls and activations, fp32 weights; CUDA only)")
     a = ap.parse_args()
     if a.steps < 1 or a.warmup < 0 or a.threads < 1:
         sys.exit("torch_char_gpt: need --steps >= 1, --warmup >= 0, --threads >= 1")
@@ -158,6 +161,15 @@ def main():
         sys.exit("torch_char_gpt: --device cuda but torch sees no CUDA device")
     if a.attention == "sdpa" and not hasattr(F, "scaled_dot_product_attention"):
         sys.exit(f"torch_char_gpt: --attention sdpa needs PyTorch 2.0 or later (this is {torch.__version__})")
+    if a.precision == "bf16" and device.type != "cuda":
+        sys.exit("torch_char_gpt: --precision bf16 is for --device cuda")
+    # fp32 matmuls stay IEEE fp32 (TF32 off, PyTorch's default); bf16 is torch.autocast, PyTorch's
+    # usual mixed precision.
+    torch.backends.cuda.matmul.allow_tf32 = False
+    def autocast():
+        if a.precision == "bf16":
+            return torch.autocast("cuda", dtype=torch.bfloat16)
+        return contextlib.nullcontext()
     model = char_gpt(a.vocab, T, a.channels, a.heads, a.layers, a.attention == "sdpa").to(device)
     decay = [p for p in model.parameters() if p.dim() >= 2]
     no_decay = [p for p in model.parameters() if p.dim() < 2]
@@ -166,7 +178,7 @@ def main():
     total = a.warmup + a.steps
     n_params = sum(p.numel() for p in model.parameters())
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, {n_params} parameters, "
-          f"batch {B} x {T}, {a.warmup} warm-up + {a.steps} timed steps", file=sys.stderr)
+          f"batch {B} x {T}, {a.precision}, {a.warmup} warm-up + {a.steps} timed steps", file=sys.stderr)
 
     loss_value = float("nan")
     t_start = time.perf_counter()
@@ -179,7 +191,8 @@ def main():
         lr = lr_at(step, a.lr, a.min_lr, a.lr_warmup, total)
         for g in opt.param_groups:
             g["lr"] = lr
-        loss = model(x, y)
+        with autocast():
+            loss = model(x, y)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)

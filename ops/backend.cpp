@@ -105,14 +105,14 @@ int cuda_device_count() noexcept {
 #endif
 }
 
-std::unique_ptr<backend> make_backend(const std::string& device) {
+std::unique_ptr<backend> make_backend(const std::string& device, gemm_precision gemm) {
   if (device == "cpu") return std::make_unique<cpu_backend>();
   const int index = cuda_index_of(device);  // throws std::runtime_error for a bad name
 #if FUSION_HAVE_CUDA
   register_cuda_backend();
-  return cuda::make_backend(index);
+  return cuda::make_backend(index, gemm);
 #else
-  (void)index;
+  (void)index, (void)gemm;
   throw std::runtime_error("device '" + device +
                            "' requested but this build has no CUDA backend (reconfigure with -DFUSION_CUDA=ON "
                            "on a machine with the CUDA toolkit)");

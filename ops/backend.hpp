@@ -78,7 +78,8 @@ class backend {
 
 /// "cpu", "cuda" (= "cuda:0") or "cuda:N". Throws std::runtime_error with a clear message for an
 /// unknown name, when the CUDA backend is not compiled in, or when device N does not exist.
-std::unique_ptr<backend> make_backend(const std::string& device);
+/// `gemm` sets how the GEMMs of a CUDA backend's ops compute; the CPU backend computes in f32.
+std::unique_ptr<backend> make_backend(const std::string& device, gemm_precision gemm = gemm_precision::fp32);
 
 /// Whether this build contains the CUDA backend (FUSION_HAVE_CUDA).
 bool cuda_compiled() noexcept;

@@ -49,6 +49,14 @@ const char* to_string(device_kind d) {
   return "?";
 }
 
+const char* to_string(gemm_precision p) noexcept { return p == gemm_precision::bf16 ? "bf16" : "fp32"; }
+
+gemm_precision parse_gemm_precision(const std::string& name) {
+  if (name == "fp32") return gemm_precision::fp32;
+  if (name == "bf16") return gemm_precision::bf16;
+  throw std::runtime_error("precision '" + name + "' is not one of fp32, bf16");
+}
+
 void register_device_hooks(device_kind kind, const device_hooks* hooks) {
   if (kind != device_kind::cuda)
     throw std::runtime_error(std::string("register_device_hooks: no hooks for device kind ") + to_string(kind));

@@ -71,6 +71,17 @@ const device_hooks* find_device_hooks(device_kind kind) noexcept;
 /// is not compiled in or not registered (call fusion::register_cuda_backend()).
 const device_hooks& device_hooks_for(device_kind kind);
 
+/// How the GEMMs of CUDA ops compute (runtime.precision). fp32: cuBLAS SGEMM. bf16: operands
+/// stay f32 in memory (f32 master weights, activations and gradients) and cuBLAS rounds them to
+/// bf16 for the tensor cores, accumulating in f32 (CUBLAS_COMPUTE_32F_FAST_16BF). CPU ops always
+/// compute in f32.
+enum class gemm_precision : uint8_t { fp32, bf16 };
+
+/// "fp32" or "bf16".
+const char* to_string(gemm_precision p) noexcept;
+/// Parses "fp32" or "bf16"; std::runtime_error naming the accepted values otherwise.
+gemm_precision parse_gemm_precision(const std::string& name);
+
 /// Execution resources of one op actor, handed to op::forward/backward (forward_args::ctx).
 /// Owned by a fusion::backend (ops/backend.hpp); opaque handles keep this header CUDA-free.
 struct exec_context {
@@ -80,6 +91,7 @@ struct exec_context {
   void* blas = nullptr;          ///< cublasHandle_t bound to `stream`
   int* error_flag = nullptr;     ///< device int[4]: kernels record the first bad token/target id
                                  ///< (code, position, id, limit); backend::synchronize() reports it
+  gemm_precision gemm = gemm_precision::fp32;  ///< how the op's GEMMs compute (CUDA only)
 };
 
 }  // namespace fusion

@@ -94,7 +94,7 @@ void attention_forward_cuda(float* out, float* att, const float* qkv, int64_t B,
   for (int64_t b = 0; b < B; ++b) {
     const float* q = qkv + b * T * 3 * C;
     // S_h = scale Q_h K_h^T for every head h at once.
-    gemm_batched(l.blas, false, true, z.t, z.t, z.hs, scale, q, z.c3, z.hs, q + C, z.c3, z.hs, 0.0f, att + b * NH * TT,
+    gemm_batched(l, false, true, z.t, z.t, z.hs, scale, q, z.c3, z.hs, q + C, z.c3, z.hs, 0.0f, att + b * NH * TT,
                  z.t, TT, z.nh);
   }
   const int64_t rows = B * NH * T;
@@ -103,7 +103,7 @@ void attention_forward_cuda(float* out, float* att, const float* qkv, int64_t B,
   for (int64_t b = 0; b < B; ++b) {
     const float* v = qkv + b * T * 3 * C + 2 * C;
     // O_h = P_h V_h, written to the head's columns of out.
-    gemm_batched(l.blas, false, false, z.t, z.hs, z.t, 1.0f, att + b * NH * TT, z.t, TT, v, z.c3, z.hs, 0.0f,
+    gemm_batched(l, false, false, z.t, z.hs, z.t, 1.0f, att + b * NH * TT, z.t, TT, v, z.c3, z.hs, 0.0f,
                  out + b * T * C, z.c, z.hs, z.nh);
   }
 }
@@ -125,14 +125,14 @@ void attention_backward_cuda(float* dqkv, float* ds, const float* dout, const fl
     float* dk = dq + C;
     float* dv = dq + 2 * C;
     // dP = dO V^T and dV += P^T dO.
-    gemm_batched(l.blas, false, true, z.t, z.t, z.hs, 1.0f, dout_b, z.c, z.hs, v, z.c3, z.hs, 0.0f, ds, z.t, TT, z.nh);
-    gemm_batched(l.blas, true, false, z.t, z.hs, z.t, 1.0f, p, z.t, TT, dout_b, z.c, z.hs, 1.0f, dv, z.c3, z.hs, z.nh);
+    gemm_batched(l, false, true, z.t, z.t, z.hs, 1.0f, dout_b, z.c, z.hs, v, z.c3, z.hs, 0.0f, ds, z.t, TT, z.nh);
+    gemm_batched(l, true, false, z.t, z.hs, z.t, 1.0f, p, z.t, TT, dout_b, z.c, z.hs, 1.0f, dv, z.c3, z.hs, z.nh);
     const int64_t rows = NH * T;
     softmax_backward_kernel<<<softmax_grid(rows), 32 * softmax_rows_per_block, 0, l.stream>>>(ds, p, rows, T, causal);
     CUDA_CHECK_LAUNCH();
     // S = scale Q K^T:  dQ += scale dS K,  dK += scale dS^T Q.
-    gemm_batched(l.blas, false, false, z.t, z.hs, z.t, scale, ds, z.t, TT, k, z.c3, z.hs, 1.0f, dq, z.c3, z.hs, z.nh);
-    gemm_batched(l.blas, true, false, z.t, z.hs, z.t, scale, ds, z.t, TT, q, z.c3, z.hs, 1.0f, dk, z.c3, z.hs, z.nh);
+    gemm_batched(l, false, false, z.t, z.hs, z.t, scale, ds, z.t, TT, k, z.c3, z.hs, 1.0f, dq, z.c3, z.hs, z.nh);
+    gemm_batched(l, true, false, z.t, z.hs, z.t, scale, ds, z.t, TT, q, z.c3, z.hs, 1.0f, dk, z.c3, z.hs, z.nh);
   }
 }
 

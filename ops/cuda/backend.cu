@@ -71,7 +71,7 @@ void check_pair(const char* who, const tensor& a, const tensor& b) {
 
 class cuda_backend final : public backend {
  public:
-  explicit cuda_backend(int index) : index_(index) {
+  cuda_backend(int index, gemm_precision gemm) : index_(index) {
     const int n = device_count();
     if (index < 0 || index >= n)
       throw std::runtime_error("cuda:" + std::to_string(index) + " requested but " +
@@ -98,6 +98,7 @@ class cuda_backend final : public backend {
     ctx_.stream = stream_;
     ctx_.blas = blas_;
     ctx_.error_flag = flag_;
+    ctx_.gemm = gemm;
   }
 
   ~cuda_backend() override { release(); }
@@ -258,6 +259,8 @@ std::unique_ptr<op> make_op(const std::string& kind, const attr_map& attrs) {
   throw op_error(kind + ": no CUDA kernels for this op yet (run it on a CPU node)");
 }
 
-std::unique_ptr<backend> make_backend(int index) { return std::make_unique<cuda_backend>(index); }
+std::unique_ptr<backend> make_backend(int index, gemm_precision gemm) {
+  return std::make_unique<cuda_backend>(index, gemm);
+}
 
 }  // namespace fusion::cuda

@@ -39,7 +39,8 @@ launch launch_of(const exec_context* ctx, const char* who) {
       throw op_error(std::string(who) + ": CUDA op called with a non-CUDA execution context");
     // Actor threads come from a pool: make the context's device current (cheap when it is).
     CUDA_CHECK(cudaSetDevice(ctx->device_index));
-    return {static_cast<cudaStream_t>(ctx->stream), static_cast<cublasHandle_t>(ctx->blas), ctx->error_flag};
+    return {static_cast<cudaStream_t>(ctx->stream), static_cast<cublasHandle_t>(ctx->blas), ctx->error_flag,
+            ctx->gemm};
   }
   if (thread_default.blas == nullptr) {
     cublasHandle_t h = nullptr;
@@ -71,19 +72,33 @@ void check_f32_call(const char* who, dtype t) {
 
 // Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: cuBLAS gets the operands
 // swapped, n and m swapped, and each stored matrix with its own row stride as leading dimension.
-void gemm(cublasHandle_t h, bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* a, int lda,
+// fp32 keeps cublasSgemm (bit-for-bit the results of every earlier build); bf16 asks GemmEx for
+// the tensor-core path on the same f32 arrays, so no op needs a bf16 copy of its tensors.
+void gemm(const launch& l, bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* a, int lda,
           const float* b, int ldb, float beta, float* c, int ldc) {
-  CUBLAS_CHECK(cublasSgemm(h, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, n, m, k,
-                           &alpha, b, ldb, a, lda, &beta, c, ldc));
+  const cublasOperation_t op_b = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, op_a = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+  if (l.gemm == gemm_precision::fp32) {
+    CUBLAS_CHECK(cublasSgemm(l.blas, op_b, op_a, n, m, k, &alpha, b, ldb, a, lda, &beta, c, ldc));
+    return;
+  }
+  CUBLAS_CHECK(cublasGemmEx(l.blas, op_b, op_a, n, m, k, &alpha, b, CUDA_R_32F, ldb, a, CUDA_R_32F, lda, &beta, c,
+                            CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F_FAST_16BF, CUBLAS_GEMM_DEFAULT));
 }
 
-void gemm_batched(cublasHandle_t h, bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* a,
+void gemm_batched(const launch& l, bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* a,
                   int lda, int64_t stride_a, const float* b, int ldb, int64_t stride_b, float beta, float* c, int ldc,
                   int64_t stride_c, int batch) {
-  CUBLAS_CHECK(cublasSgemmStridedBatched(h, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, trans_a ? CUBLAS_OP_T : CUBLAS_OP_N,
-                                         n, m, k, &alpha, b, ldb, static_cast<long long>(stride_b), a, lda,
-                                         static_cast<long long>(stride_a), &beta, c, ldc,
-                                         static_cast<long long>(stride_c), batch));
+  const cublasOperation_t op_b = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, op_a = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const auto sa = static_cast<long long>(stride_a), sb = static_cast<long long>(stride_b),
+             sc = static_cast<long long>(stride_c);
+  if (l.gemm == gemm_precision::fp32) {
+    CUBLAS_CHECK(cublasSgemmStridedBatched(l.blas, op_b, op_a, n, m, k, &alpha, b, ldb, sb, a, lda, sa, &beta, c, ldc,
+                                           sc, batch));
+    return;
+  }
+  CUBLAS_CHECK(cublasGemmStridedBatchedEx(l.blas, op_b, op_a, n, m, k, &alpha, b, CUDA_R_32F, ldb, sb, a, CUDA_R_32F,
+                                          lda, sa, &beta, c, CUDA_R_32F, ldc, sc, batch,
+                                          CUBLAS_COMPUTE_32F_FAST_16BF, CUBLAS_GEMM_DEFAULT));
 }
 
 namespace {

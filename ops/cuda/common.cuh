@@ -54,6 +54,7 @@ struct launch {
   cudaStream_t stream;
   cublasHandle_t blas;
   int* error_flag;  ///< device int[4] (code, position, id, limit), may be null
+  gemm_precision gemm = gemm_precision::fp32;  ///< how gemm() and gemm_batched() compute
 };
 
 /// Resolves forward_args/backward_args::ctx. A null ctx selects the calling thread's default
@@ -155,12 +156,13 @@ __device__ inline float block_max(float v, float* shared) {
 // ---- host launchers shared by several ops ------------------------------------------------
 
 /// Row-major C[m,n] = alpha * op(A)[m,k] * op(B)[k,n] + beta * C (same arguments as
-/// ops/cpu/blas.hpp gemm), through cublasSgemm.
-void gemm(cublasHandle_t h, bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* a, int lda,
+/// ops/cpu/blas.hpp gemm) on the call's stream: cublasSgemm in fp32; in bf16, cublasGemmEx on
+/// the same f32 arrays with CUBLAS_COMPUTE_32F_FAST_16BF (bf16 tensor-core products, f32 sums).
+void gemm(const launch& l, bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* a, int lda,
           const float* b, int ldb, float beta, float* c, int ldc);
 
 /// `batch` independent row-major GEMMs; matrix i of A starts at a + i * stride_a (same for B, C).
-void gemm_batched(cublasHandle_t h, bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* a,
+void gemm_batched(const launch& l, bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* a,
                   int lda, int64_t stride_a, const float* b, int ldb, int64_t stride_b, float beta, float* c, int ldc,
                   int64_t stride_c, int batch);
 

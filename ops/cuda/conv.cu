@@ -114,7 +114,7 @@ void conv2d_forward_cuda(float* out, const float* in, const float* weight, const
       cols = col.f32();
     }
     for (int64_t grp = 0; grp < g.G; ++grp)
-      gemm_batched(l.blas, false, false, m, n, k, 1.0f, weight + grp * OG * KG, k, 0, cols + grp * KG * L, n, KC * L,
+      gemm_batched(l, false, false, m, n, k, 1.0f, weight + grp * OG * KG, k, 0, cols + grp * KG * L, n, KC * L,
                    beta, out + (b0 * g.O + grp * OG) * L, n, g.O * L, cpu::blas_int(nb, conv_name));
   }
 }
@@ -146,7 +146,7 @@ void conv2d_backward_cuda(float* din, float* dweight, float* dbias, const float*
       // dW[group] (OG, KG) += dy[b, group] (OG, L) x col[b, group]^T (L, KG): image by image
       // (every image adds into the same dW), the groups of one image batched (disjoint dW blocks).
       for (int64_t b = 0; b < nb; ++b)
-        gemm_batched(l.blas, false, true, og, kg, n, 1.0f, dy + b * g.O * L, n, OG * L, cols + b * KC * L, n, KG * L,
+        gemm_batched(l, false, true, og, kg, n, 1.0f, dy + b * g.O * L, n, OG * L, cols + b * KC * L, n, KG * L,
                      1.0f, dweight, kg, OG * KG, cpu::blas_int(g.G, conv_name));
     }
     if (din) {
@@ -155,7 +155,7 @@ void conv2d_backward_cuda(float* din, float* dweight, float* dbias, const float*
       float* dcol = g.direct() ? din + b0 * KC * L : col.f32();
       const float beta = g.direct() ? 1.0f : 0.0f;
       for (int64_t grp = 0; grp < g.G; ++grp)
-        gemm_batched(l.blas, true, false, kg, n, og, 1.0f, weight + grp * OG * KG, kg, 0, dy + grp * OG * L, n,
+        gemm_batched(l, true, false, kg, n, og, 1.0f, weight + grp * OG * KG, kg, 0, dy + grp * OG * L, n,
                      g.O * L, beta, dcol + grp * KG * L, n, KC * L, cpu::blas_int(nb, conv_name));
       if (!g.direct()) {
         col2im_kernel<<<grid_for(nb * g.C * g.H * g.W), block_threads, 0, l.stream>>>(

@@ -17,8 +17,9 @@ const device_hooks* tensor_hooks() noexcept;
 /// cudaGetDeviceCount, or 0 on any error (no driver, no device). Never throws.
 int device_count() noexcept;
 
-/// Backend on CUDA device `index`; std::runtime_error when it does not exist.
-std::unique_ptr<backend> make_backend(int index);
+/// Backend on CUDA device `index` whose ops' GEMMs compute in `gemm`; std::runtime_error when
+/// the device does not exist.
+std::unique_ptr<backend> make_backend(int index, gemm_precision gemm);
 
 /// The CUDA implementation of op `kind` (same attributes, shapes and parameters as the CPU op
 /// from fusion::make_op, which it uses for everything but forward and backward).

@@ -32,15 +32,15 @@ void linear_forward_cuda(float* out, const float* in, const float* weight, const
     CUDA_CHECK_LAUNCH();
     beta = 1.0f;
   }
-  gemm(l.blas, false, true, m, n, k, 1.0f, in, k, weight, k, beta, out, n);
+  gemm(l, false, true, m, n, k, 1.0f, in, k, weight, k, beta, out, n);
 }
 
 void linear_backward_cuda(float* din, float* dweight, float* dbias, const float* dout, const float* in,
                           const float* weight, int64_t M, int64_t K, int64_t N, const launch& l) {
   if (M == 0) return;
   const int m = cpu::blas_int(M, linear_name), k = cpu::blas_int(K, linear_name), n = cpu::blas_int(N, linear_name);
-  if (din) gemm(l.blas, false, false, m, k, n, 1.0f, dout, n, weight, k, 1.0f, din, k);
-  if (dweight) gemm(l.blas, true, false, n, k, m, 1.0f, dout, n, in, k, 1.0f, dweight, k);
+  if (din) gemm(l, false, false, m, k, n, 1.0f, dout, n, weight, k, 1.0f, din, k);
+  if (dweight) gemm(l, true, false, n, k, m, 1.0f, dout, n, in, k, 1.0f, dweight, k);
   if (dbias) column_sum_accumulate_cuda(dbias, dout, M, N, l.stream);
 }
 

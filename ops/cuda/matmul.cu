@@ -22,7 +22,7 @@ void matmul_forward_cuda(float* out, const float* a, const float* b, int64_t Z, 
   }
   const int m = cpu::blas_int(M, matmul_name), k = cpu::blas_int(K, matmul_name), n = cpu::blas_int(N, matmul_name);
   const int z = cpu::blas_int(Z, matmul_name);
-  gemm_batched(l.blas, false, transpose_b, m, n, k, 1.0f, a, k, M * K, b, transpose_b ? k : n, K * N, 0.0f, out, n,
+  gemm_batched(l, false, transpose_b, m, n, k, 1.0f, a, k, M * K, b, transpose_b ? k : n, K * N, 0.0f, out, n,
                M * N, z);
 }
 
@@ -33,13 +33,13 @@ void matmul_backward_cuda(float* da, float* db, const float* dout, const float* 
   const int z = cpu::blas_int(Z, matmul_name);
   // (M,N) x (K,N)^T when b is (K,N); (M,N) x (N,K) when b is (N,K).
   if (da)
-    gemm_batched(l.blas, false, !transpose_b, m, k, n, 1.0f, dout, n, M * N, b, transpose_b ? k : n, K * N, 1.0f, da,
+    gemm_batched(l, false, !transpose_b, m, k, n, 1.0f, dout, n, M * N, b, transpose_b ? k : n, K * N, 1.0f, da,
                  k, M * K, z);
   if (db) {
     if (transpose_b)  // (N,K) += dout^T a
-      gemm_batched(l.blas, true, false, n, k, m, 1.0f, dout, n, M * N, a, k, M * K, 1.0f, db, k, K * N, z);
+      gemm_batched(l, true, false, n, k, m, 1.0f, dout, n, M * N, a, k, M * K, 1.0f, db, k, K * N, z);
     else  // (K,N) += a^T dout
-      gemm_batched(l.blas, true, false, k, n, m, 1.0f, a, k, M * K, dout, n, M * N, 1.0f, db, n, K * N, z);
+      gemm_batched(l, true, false, k, n, m, 1.0f, a, k, M * K, dout, n, M * N, 1.0f, db, n, K * N, z);
   }
 }
 

@@ -1,5 +1,5 @@
 // Device choice of op actors, on any machine: device names, the runtime.cpu-ops globs, a run that
-// asks for a missing GPU failing before it starts, a CPU run that names every op in cpu-ops
+// asks for a missing GPU or for bf16 without a GPU failing before it starts, a CPU run that names every op in cpu-ops
 // matching the plain CPU run bit for bit, and a node whose device contradicts the cluster file
 // being refused at join time.
 #include <doctest/doctest.h>
@@ -52,6 +52,19 @@ TEST_CASE("actors/device: device names, cpu-ops patterns and the op's device") {
   CHECK(device_for_op("cuda:0", pats, "h1.attn") == "cpu");
   CHECK(device_for_op("cuda:0", pats, "h0.attn") == "cuda:0");
   CHECK(device_for_op("cpu", pats, "h0.attn") == "cpu");
+}
+
+TEST_CASE("actors/device: runtime.precision names fp32 or bf16, and bf16 needs ops on a GPU") {
+  CHECK(parse_gemm_precision("fp32") == gemm_precision::fp32);
+  CHECK(parse_gemm_precision("bf16") == gemm_precision::bf16);
+  CHECK(std::string(to_string(gemm_precision::bf16)) == "bf16");
+  auto c = tiny_config(1);
+  c.precision = "fp16";
+  CHECK_THROWS_WITH_AS(session{c}, doctest::Contains("runtime.precision: precision 'fp16' is not one of fp32, bf16"),
+                       std::runtime_error);
+  c.precision = "bf16";
+  CHECK_THROWS_WITH_AS(session{c}, doctest::Contains("runtime.precision: bf16 applies to the GEMMs of ops on a GPU"),
+                       std::runtime_error);
 }
 
 TEST_CASE("actors/device: a session that asks for a missing GPU fails before it starts") {

@@ -31,23 +31,27 @@ struct run_opts {
   bool metrics = false;  ///< pass forward_args::metrics and compare the values
 };
 
-// max |a-b| / max(1,|b|) over the elements where both are numbers; +inf when NaN positions
-// differ (a NaN only in `a` is also an element CUDA left unwritten).
-double nan_aware_diff(const tensor& a, const tensor& b) {
+// max |a-b| / max(1,|b|) over the elements where both are numbers, or with `to_max` max |a-b| /
+// max |b| (rel_to_max, the bf16 measure); +inf when NaN positions differ (a NaN only in `a` is
+// also an element CUDA left unwritten).
+double nan_aware_diff(const tensor& a, const tensor& b, bool to_max) {
   REQUIRE(a.shape() == b.shape());
-  double d = 0;
+  double d = 0, scale = 0;
   for (int64_t i = 0; i < a.numel(); ++i) {
     const float x = a.f32()[i], y = b.f32()[i];
     if (std::isnan(x) || std::isnan(y)) {
       if (std::isnan(x) != std::isnan(y)) return std::numeric_limits<double>::infinity();
       continue;
     }
-    d = std::max(d, std::abs(double(x) - double(y)) / std::max(1.0, std::abs(double(y))));
+    const double diff = std::abs(double(x) - double(y));
+    d = std::max(d, to_max ? diff : diff / std::max(1.0, std::abs(double(y))));
+    scale = std::max(scale, std::abs(double(y)));
   }
-  return d;
+  return to_max && scale > 0 ? d / scale : d;
 }
 
-void check_close(backend& g, const tensor& dev, const tensor& ref, double tol, const std::string& what) {
+void check_close(backend& g, const tensor& dev, const tensor& ref, double tol, const std::string& what,
+                 bool bf16 = false) {
   const tensor h = g.download(dev);
   REQUIRE_MESSAGE(h.type() == ref.type(), what << ": dtype differs");
   REQUIRE_MESSAGE(h.shape() == ref.shape(), what << ": shape " << to_string(h.shape()) << " vs "
@@ -58,7 +62,7 @@ void check_close(backend& g, const tensor& dev, const tensor& ref, double tol, c
     CHECK_MESSAGE(bad == 0, what << ": " << bad << " of " << h.numel() << " indices differ from the CPU");
     return;
   }
-  const double e = nan_aware_diff(h, ref);
+  const double e = nan_aware_diff(h, ref, bf16);
   CHECK_MESSAGE(e <= tol, what << " differs from the CPU by " << e << " > " << tol);
 }
 
@@ -68,11 +72,11 @@ std::vector<tensor*> mut_ptrs(std::vector<tensor>& v) {
   return out;
 }
 
-// compare_op (cuda_test_util.hpp) extended by buffers, the training flag, saved tensors and
-// metrics. Buffers start random (running_var positive) so evaluation is not the identity.
-void compare_cnn(backend& g, const std::string& kind, const attr_map& attrs, const std::vector<tensor>& inputs,
-                 double fwd_tol, double bwd_tol, run_opts o = {}, uint32_t seed = 11) {
-  INFO("op " << kind << (o.training ? " (training)" : " (evaluation)"));
+// One pass of compare_cnn on `g` (in bf16 within bf16_tol by rel_to_max, as compare_op).
+void compare_cnn_once(backend& g, bool bf16, const std::string& kind, const attr_map& attrs,
+                      const std::vector<tensor>& inputs, double fwd_tol, double bwd_tol, run_opts o, uint32_t seed) {
+  if (bf16) fwd_tol = bwd_tol = bf16_tol;
+  INFO("op " << kind << (o.training ? " (training)" : " (evaluation)") << (bf16 ? " with bf16 GEMMs" : ""));
   auto cpu_op = make_op(kind, attrs);
   auto gpu_op = g.make_op(kind, attrs);
   std::vector<shape_t> shapes;
@@ -106,11 +110,12 @@ void compare_cnn(backend& g, const std::string& kind, const attr_map& attrs, con
   fg.buffers = b_g, fg.training = o.training, fg.metrics = o.metrics ? &metrics_g : nullptr;
   gpu_op->forward(fg);
   g.synchronize();
-  check_close(g, out_g, out_c, fwd_tol, "output");
+  check_close(g, out_g, out_c, fwd_tol, "output", bf16);
   REQUIRE_MESSAGE(saved_g.size() == saved_c.size(), "saved " << saved_g.size() << " tensors, CPU " << saved_c.size());
-  for (size_t i = 0; i < saved_c.size(); ++i) check_close(g, saved_g[i], saved_c[i], fwd_tol, "saved " + std::to_string(i));
+  for (size_t i = 0; i < saved_c.size(); ++i)
+    check_close(g, saved_g[i], saved_c[i], fwd_tol, "saved " + std::to_string(i), bf16);
   for (size_t i = 0; i < bufs_c.size(); ++i) {
-    check_close(g, bufs_g[i], bufs_c[i], fwd_tol, "buffer " + std::to_string(i));
+    check_close(g, bufs_g[i], bufs_c[i], fwd_tol, "buffer " + std::to_string(i), bf16);
     if (!o.training)  // evaluation reads the running statistics only
       CHECK_MESSAGE(max_rel_diff(g.download(bufs_g[i]), bufs_before[i]) == 0, "buffer " << i << " changed in eval");
   }
@@ -124,9 +129,19 @@ void compare_cnn(backend& g, const std::string& kind, const attr_map& attrs, con
   backward_pair bw;
   run_backward_pair(g, *cpu_op, *gpu_op, inputs, params, out_shape, in_c, p_c, saved_c, in_g, p_g, saved_g, rng, bw);
   for (size_t i = 0; i < inputs.size(); ++i)
-    if (bw.din_c_p[i]) check_close(g, bw.din_g[i], bw.din_c[i], bwd_tol, "input " + std::to_string(i) + " grad");
+    if (bw.din_c_p[i])
+      check_close(g, bw.din_g[i], bw.din_c[i], bwd_tol, "input " + std::to_string(i) + " grad", bf16);
   for (size_t i = 0; i < bw.dp_c.size(); ++i)
-    check_close(g, bw.dp_g[i], bw.dp_c[i], bwd_tol, "param " + std::to_string(i) + " grad");
+    check_close(g, bw.dp_g[i], bw.dp_c[i], bwd_tol, "param " + std::to_string(i) + " grad", bf16);
+}
+
+// compare_op (cuda_test_util.hpp) extended by buffers, the training flag, saved tensors and
+// metrics, on the fp32 and then the bf16 backend. Buffers start random (running_var positive)
+// so evaluation is not the identity.
+void compare_cnn(backend& g, const std::string& kind, const attr_map& attrs, const std::vector<tensor>& inputs,
+                 double fwd_tol, double bwd_tol, run_opts o = {}, uint32_t seed = 11) {
+  for (const parity_pass pass : parity_passes(g))
+    compare_cnn_once(*pass.g, pass.bf16, kind, attrs, inputs, fwd_tol, bwd_tol, o, seed);
 }
 
 // Integer values in [-levels, -1]: many ties and nothing above the padding's would-be zero.

@@ -33,6 +33,36 @@ inline backend* gpu() {
   return b.get();
 }
 
+/// The CUDA backend whose ops' GEMMs compute in bf16 (runtime.precision = bf16), or null.
+inline backend* gpu_bf16() {
+  static const std::unique_ptr<backend> b = []() -> std::unique_ptr<backend> {
+    if (cuda_device_count() == 0) return nullptr;
+    return make_backend("cuda", gemm_precision::bf16);
+  }();
+  return b.get();
+}
+
+/// Tolerance of every op's bf16 pass, relative to the largest magnitude of the CPU tensor
+/// (rel_to_max): bf16 keeps 8 significant bits, so each operand of a product is rounded by up to
+/// 2^-9 relative, and a sum over K products errs by about sqrt(K) such roundings while the
+/// tensor's largest element grows like sqrt(K) too; 2e-2 is several times what K up to 576
+/// gives and far below what a wrong index or a missed term gives.
+inline constexpr double bf16_tol = 2e-2;
+
+/// One pass of a parity check: the backend and whether it is the bf16 one.
+struct parity_pass {
+  backend* g;
+  bool bf16;
+};
+
+/// The passes every op comparison makes: `g` as given, then, when `g` is the shared fp32 GPU
+/// backend, the bf16 backend, so every op of every parity test also runs with bf16 GEMMs.
+inline std::vector<parity_pass> parity_passes(backend& g) {
+  std::vector<parity_pass> out{{&g, false}};
+  if (&g == gpu() && gpu_bf16() != nullptr) out.push_back({gpu_bf16(), true});
+  return out;
+}
+
 /// Declares `backend& NAME` bound to the GPU backend, or prints the skip reason and returns.
 /// ctest marks the case skipped from the printed "skipped: " (SKIP_REGULAR_EXPRESSION).
 #define FUSION_GPU_OR_SKIP(NAME)                                 \
@@ -113,13 +143,16 @@ inline void run_backward_pair(backend& g, const op& cpu_op, const op& gpu_op, co
   g.synchronize();
 }
 
-/// Runs op `kind` forward and backward on the CPU and on `g` with the same random parameters,
-/// output gradient and non-zero gradient start values, and checks: the CUDA output has no
-/// unwritten (NaN-poisoned) element and is within `fwd_tol` of the CPU's (max_rel_diff), and
-/// every accumulated gradient is within `bwd_tol` (max_rel_diff). `inputs` are CPU tensors.
-inline void compare_op(backend& g, const std::string& kind, const attr_map& attrs, const std::vector<tensor>& inputs,
-                       double fwd_tol, double bwd_tol, uint32_t seed = 11) {
-  INFO("op " << kind);
+/// The error of a CUDA result against the CPU's: max_rel_diff in fp32, rel_to_max in bf16.
+inline double parity_error(const tensor& got, const tensor& want, bool bf16) {
+  return bf16 ? rel_to_max(got, want) : max_rel_diff(got, want);
+}
+
+/// One pass of compare_op on `g`: in bf16, within bf16_tol of the CPU by rel_to_max.
+inline void compare_op_once(backend& g, bool bf16, const std::string& kind, const attr_map& attrs,
+                            const std::vector<tensor>& inputs, double fwd_tol, double bwd_tol, uint32_t seed) {
+  if (bf16) fwd_tol = bwd_tol = bf16_tol;
+  INFO("op " << kind << (bf16 ? " with bf16 GEMMs" : ""));
   auto cpu_op = make_op(kind, attrs);
   auto gpu_op = g.make_op(kind, attrs);
   std::vector<shape_t> shapes;
@@ -143,7 +176,7 @@ inline void compare_op(backend& g, const std::string& kind, const attr_map& attr
   gpu_op->forward({in_g, p_g, &out_g, &saved_g, g.context()});
   const tensor out_h = g.download(out_g);
   CHECK_MESSAGE(count_nan(out_h) == 0, kind << ": CUDA forward left " << count_nan(out_h) << " elements unwritten");
-  const double fe = max_rel_diff(out_h, out_c);
+  const double fe = parity_error(out_h, out_c, bf16);
   CHECK_MESSAGE(fe <= fwd_tol, kind << ": forward differs from the CPU by " << fe << " > " << fwd_tol);
 
   // Backward onto non-zero gradients: accumulation (+=) is part of the contract.
@@ -152,13 +185,24 @@ inline void compare_op(backend& g, const std::string& kind, const attr_map& attr
   auto check_grad = [&](const tensor& dev, const tensor& ref, const std::string& what) {
     const tensor h = g.download(dev);
     CHECK_MESSAGE(count_nan(h) == 0, kind << ": " << what << " has NaN");
-    const double be = max_rel_diff(h, ref);
+    const double be = parity_error(h, ref, bf16);
     CHECK_MESSAGE(be <= bwd_tol, kind << ": " << what << " differs from the CPU by " << be << " > " << bwd_tol);
   };
   for (size_t i = 0; i < inputs.size(); ++i)
     if (bw.din_c_p[i]) check_grad(bw.din_g[i], bw.din_c[i], "input " + std::to_string(i) + " grad");
   for (size_t i = 0; i < bw.dp_c.size(); ++i)
     check_grad(bw.dp_g[i], bw.dp_c[i], "param " + std::to_string(i) + " grad");
+}
+
+/// Runs op `kind` forward and backward on the CPU and on `g` with the same random parameters,
+/// output gradient and non-zero gradient start values, and checks: the CUDA output has no
+/// unwritten (NaN-poisoned) element and is within `fwd_tol` of the CPU's (max_rel_diff), and
+/// every accumulated gradient is within `bwd_tol` (max_rel_diff). `inputs` are CPU tensors.
+/// Then the same with bf16 GEMMs, within bf16_tol (parity_passes).
+inline void compare_op(backend& g, const std::string& kind, const attr_map& attrs, const std::vector<tensor>& inputs,
+                       double fwd_tol, double bwd_tol, uint32_t seed = 11) {
+  for (const parity_pass pass : parity_passes(g))
+    compare_op_once(*pass.g, pass.bf16, kind, attrs, inputs, fwd_tol, bwd_tol, seed);
 }
 
 }  // namespace fusion::test

@@ -4,7 +4,8 @@
 //   GELU, embeddings with atomics    1e-5 (tanhf vs the CPU's rational tanh; atomic order)
 //   layernorm, softmax-based ops     1e-4 (block reductions in another order than the CPU's)
 //   cuBLAS GEMM-based ops            2e-3 (fp32 GEMMs, TF32 off; different blocking and order)
-// Without a CUDA device every case prints "skipped: ..." and returns.
+// Every comparison runs again on a backend with bf16 GEMMs, within bf16_tol of the tensor's
+// largest magnitude (cuda_test_util.hpp). Without a CUDA device every case prints "skipped: ..." and returns.
 #include <doctest/doctest.h>
 
 #include <random>
@@ -95,6 +96,41 @@ TEST_CASE("cuda cross_entropy matches the CPU") {
   // V = 1000 > 256 threads per row; large logits check the max subtraction.
   compare_op(g, "cross_entropy", {}, {random_f32({2, 5, 1000}, rng, 40.0f), random_ids({2, 5}, 1000, rng)},
              reduction_tol, reduction_tol);
+}
+
+TEST_CASE("cuda bf16 GEMMs round their operands to bf16 and stay within bf16's precision") {
+  FUSION_GPU_OR_SKIP(g);
+  backend& h = *gpu_bf16();
+  // K = 512: a linear forward whose fp32 result is within float rounding of the CPU's, and whose
+  // bf16 result is not (the runtime.precision setting reached cuBLAS) yet within bf16_tol.
+  std::mt19937 rng(12);
+  const attr_map attrs({{"out", "256"}});
+  const std::vector<tensor> x{random_f32({64, 512}, rng)};
+  const std::vector<shape_t> shapes{x[0].shape()};
+  auto cpu_op = make_op("linear", attrs);
+  std::vector<tensor> params;
+  for (auto& ps : cpu_op->params(shapes)) params.push_back(random_f32(ps.shape, rng));
+  tensor want({64, 256}, dtype::f32);
+  std::vector<tensor> saved;
+  cpu_op->forward({ptrs(x), ptrs(params), &want, &saved});
+  auto run_on = [&](backend& b) {
+    auto op = b.make_op("linear", attrs);
+    std::vector<tensor> dp;
+    for (auto& p : params) dp.push_back(b.upload(p));
+    const std::vector<tensor> dx{b.upload(x[0])};
+    tensor out = b.empty({64, 256}, dtype::f32);
+    std::vector<tensor> s;
+    op->forward({ptrs(dx), ptrs(dp), &out, &s, b.context()});
+    return rel_to_max(b.download(out), want);
+  };
+  const double e32 = run_on(g), e16 = run_on(h);
+  MESSAGE("linear 64x512 -> 256, error relative to the largest output: fp32 " << e32 << ", bf16 " << e16);
+  // Measured on an H100 (cuBLAS 13): fp32 3.3e-7, bf16 2.5e-4. The bounds sit a factor of 5 to
+  // 15 away from each, and bf16 must be at least 10x fp32: the two cannot be confused.
+  CHECK(e32 < 5e-6);
+  CHECK(e16 > 5e-5);
+  CHECK(e16 > 10 * e32);
+  CHECK(e16 < bf16_tol);
 }
 
 TEST_CASE("cuda ops reject host tensors and other dtypes with op_error") {
