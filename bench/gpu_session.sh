@@ -74,6 +74,9 @@ run() {
   echo "host: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2)"
   ldd build/tests/fusion_cuda_tests build/apps/fusion-train | grep 'not found' && echo "gpu_session: libraries missing (above)"
   command -v ctest >/dev/null || echo "gpu_session: no ctest here; running the test binaries directly"
+  # The corpus is not in the repository (scripts/get-data.sh writes it): the GPU tests and the
+  # benchmark train on it, so it must be carried along with the archive.
+  [[ -f data/kjv.txt ]] || echo "gpu_session: data/kjv.txt is missing: carry data/ too (scripts/get-data.sh makes it)"
   local stages=("$@")
   ((${#stages[@]})) || stages=(cuda bench bf16 suite)
   for s in "${stages[@]}"; do
