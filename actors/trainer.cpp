@@ -156,14 +156,16 @@ session::impl::impl(train_config c) {
   } else if (auto why = device_problem(cfg.device); !why.empty()) {
     throw std::runtime_error("runtime.device: " + why);
   }
+  gemm_precision precision;
   try {
-    if (parse_gemm_precision(cfg.precision) == gemm_precision::bf16 && cfg.cluster_file.empty() &&
-        cuda_index_of(cfg.device) < 0)
-      throw std::runtime_error("bf16 applies to the GEMMs of ops on a GPU, and this run has none (runtime.device=" +
-                               cfg.device + ")");
+    precision = parse_gemm_precision(cfg.precision);
   } catch (const std::runtime_error& e) {
     throw std::runtime_error(std::string("runtime.precision: ") + e.what());
   }
+  // cfg.device was checked above, so cuda_index_of does not throw here.
+  if (precision == gemm_precision::bf16 && cfg.cluster_file.empty() && cuda_index_of(cfg.device) < 0)
+    throw std::runtime_error("runtime.precision: bf16 applies to the GEMMs of ops on a GPU, and this run has none "
+                             "(runtime.device=" + cfg.device + ")");
   in->model = load_graph(cfg.model_file, cfg.batch / cfg.micro_batches);
   load_data(*in);
 
