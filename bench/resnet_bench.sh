@@ -6,7 +6,7 @@
 #   bench/resnet_bench.sh [--models resnet-fmnist,resnet50-small] [--steps N] [--skip K]
 #                         [--threads T] [--eval-batches E] [--out runs/resnet-bench] [--quick]
 #                         [--config configs/runs/resnet-fmnist.ini] [--build build]
-#                         [-- EXTRA fusion-train ARGS]
+#                         [--shared-start] [-- EXTRA fusion-train ARGS]
 #
 # --steps: optimizer steps of every model (default: 2 epochs = ceil(2 * 60000 / batch) steps for
 #   resnet-fmnist, 50 for the others, which are far slower). --skip: first steps left out of
@@ -15,6 +15,11 @@
 #   at the end by both (default: the config's train.eval-batches; resnet50-small evaluates slowly,
 #   minutes on 2 cores). --quick: a smoke test (10 steps of resnet-fmnist, 2 of the others, first
 #   step untimed, 1 test batch). Builds nothing: expects $build/apps/fusion-train (scripts/build.sh).
+# --shared-start: PyTorch starts from our initial weights (fusion-train --train.steps=0 writes
+#   them to $out/MODEL.init.ckpt) and trains on our batches, image for image (core/image_source's
+#   shuffle and augmentation for train.seed), so the two runs differ only in floating-point
+#   rounding; the script then compares the training losses step by step and fails when the first
+#   step's differ by more than 1e-4 (the models or the batches are not the same).
 # Everything else comes from the run config; only the model file changes per model. Logs, our
 # metrics and PyTorch's JSON stay in --out. Numbers are valid on a quiet machine only (the
 # script warns when other processes took > 10% of the CPUs during a run); see bench/RESULTS.md.
@@ -22,7 +27,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 models=resnet-fmnist,resnet50-small steps="" skip="" torch_threads="" eval_batches="" quick=0
-out=runs/resnet-bench config=configs/runs/resnet-fmnist.ini build=${BUILD_DIR:-build}
+out=runs/resnet-bench config=configs/runs/resnet-fmnist.ini build=${BUILD_DIR:-build} shared=0
 extra=()
 usage() { awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; }
 need_value() { [[ $# -ge 2 && -n "$2" ]] || { echo "resnet_bench: $1 needs a value" >&2; exit 2; }; }
@@ -35,6 +40,7 @@ while [[ $# -gt 0 ]]; do
     --eval-batches) need_value "$@"; eval_batches=$2; shift 2 ;;
     --out) need_value "$@"; out=$2; shift 2 ;;
     --quick) quick=1; shift ;;
+    --shared-start) shared=1; shift ;;
     --config) need_value "$@"; config=$2; shift 2 ;;
     --build) need_value "$@"; build=$2; shift 2 ;;
     -h|--help) usage; exit 0 ;;
@@ -65,6 +71,9 @@ image_dir=$(ini_get data image-dir /usr/share/datasets/fashion-mnist)
 crop_padding=$(ini_get data crop-padding 0) flip=$(ini_get data flip false)
 [[ $flip == true ]] && flip=1 || flip=0
 eval_batches=${eval_batches:-$(ini_get train eval-batches 0)}
+seed=$(ini_get train seed 1337)
+for a in "${extra[@]}"; do [[ $a == --train.seed=* ]] && seed=${a#--train.seed=}; done
+[[ $seed =~ ^[0-9]+$ ]] || { echo "resnet_bench: train.seed wants a non-negative integer, got '$seed'" >&2; exit 2; }
 ((eval_batches > 0)) || { echo "resnet_bench: $config has train.eval-batches=0: pass --eval-batches N" >&2; exit 1; }
 [[ $image_dir == /* ]] || image_dir=$(dirname "$config")/$image_dir  # relative to the config file
 [[ -d $image_dir ]] || { echo "resnet_bench: image directory $image_dir not found (scripts/setup.sh installs dataset-fashion-mnist)" >&2; exit 1; }
@@ -124,6 +133,30 @@ echo "resnet_bench: $config: batch $batch in $micro_batches micro-batches, AdamW
      "crop padding $crop_padding, flip $flip; test: $eval_batches batches of $batch; first $skip steps untimed;" \
      "PyTorch threads $torch_threads"
 
+# compare_losses MODEL: a shared start's training losses, ours against PyTorch's, step by step.
+compare_losses() {
+  /usr/bin/python3 - "$out/$1.metrics.jsonl" "$out/$1.torch.losses" <<'EOF'
+import json, sys
+ours = [json.loads(l)["loss"] for l in open(sys.argv[1]) if '"type": "step"' in l]
+torch_ = [float(l) for l in open(sys.argv[2])]
+n = min(len(ours), len(torch_))
+if n == 0:
+    sys.exit("resnet_bench: no training losses to compare")
+d = [abs(a - b) for a, b in zip(ours, torch_)]
+first = lambda tol: next((i + 1 for i in range(n) if d[i] > tol), None)
+print(f"  shared start: step 1 loss ours {ours[0]:.6f}, PyTorch {torch_[0]:.6f}; largest difference over steps 1-"
+      f"{min(n, 10)}: {max(d[:10]):.2e}; first step differing by more than 1e-3: {first(1e-3) or 'none'}, "
+      f"by more than 1e-2: {first(1e-2) or 'none'}")
+w = max(1, n // 10)
+print(f"  mean training loss per window of {w} steps (ours / PyTorch): " + ", ".join(
+    f"{i + 1}-{min(n, i + w)}: {sum(ours[i:i + w]) / len(ours[i:i + w]):.4f} / {sum(torch_[i:i + w]) / len(torch_[i:i + w]):.4f}"
+    for i in range(0, n, w)))
+if d[0] > 1e-4:
+    sys.exit(f"resnet_bench: the first step's losses differ by {d[0]:.2e} (> 1e-4): the shared start failed, "
+             "the two runs do not see the same model or the same batches")
+EOF
+}
+
 # run_logged NAME LOG CMD...: runs CMD with stdout to LOG.out and stderr to LOG.err, showing the
 # stderr lines indented as they come; returns CMD's status.
 run_logged() {
@@ -145,6 +178,28 @@ for m in "${model_list[@]}"; do
 
   # ---- ours ----
   rm -f "$out/$m.metrics.jsonl"
+  if ((shared)); then
+    init=("$train_bin" --config "$config" --model.file="\"configs/models/$m.pbtxt\"" --train.steps=0
+          --train.eval-batches=0 --output.metrics="\"\"" --output.checkpoint="\"$out/$m.init.ckpt\"" "${extra[@]}")
+    echo "${init[*]}" >"$out/$m.init.cmd"
+    echo "  initial weights: ${init[*]}"
+    "${init[@]}" >"$out/$m.init.log" 2>&1 ||
+      { echo "resnet_bench: fusion-train could not write the initial weights of $m (log: $out/$m.init.log)" >&2; exit 1; }
+    # Step 1's gradients, ours and float32 PyTorch's, against float64 PyTorch's from the same start.
+    step1=("${init[@]/--train.steps=0/--train.steps=1}")
+    step1=("${step1[@]/$m.init.ckpt/$m.step1.ckpt}")
+    "${step1[@]}" >"$out/$m.step1.log" 2>&1 ||
+      { echo "resnet_bench: fusion-train failed on one step of $m (log: $out/$m.step1.log)" >&2; exit 1; }
+    if ! OMP_WAIT_POLICY=PASSIVE /usr/bin/python3 bench/resnet_torch.py --model "$m" --batch "$batch" \
+         --micro-batches "$micro_batches" --grad-clip "$grad_clip" --beta1 "$beta1" --crop-padding "$crop_padding" \
+         --flip "$flip" --data-dir "$image_dir" --threads "$torch_threads" --seed "$seed" \
+         --init-from "$out/$m.init.ckpt" --data-order fusion --grad-check "$out/$m.step1.ckpt" \
+         >"$out/$m.gradcheck.out" 2>"$out/$m.gradcheck.err"; then
+      sed 's/^/    /' "$out/$m.gradcheck.out" "$out/$m.gradcheck.err" >&2
+      echo "resnet_bench: $m: our step-1 gradients are further from float64 than float32 PyTorch's" >&2; exit 1
+    fi
+    sed 's/^/    /' "$out/$m.gradcheck.out"
+  fi
   ours=("$train_bin" --config "$config" --model.file="\"configs/models/$m.pbtxt\"" --train.steps="$n"
         --train.eval-every=0 --train.eval-batches="$eval_batches" --train.log-every="$log_every"
         --output.metrics="\"$out/$m.metrics.jsonl\"" --output.checkpoint="\"\"" --output.checkpoint-every=0
@@ -165,7 +220,9 @@ for m in "${model_list[@]}"; do
              --warmup-steps "$warmup_steps" --total-steps "$total_steps" --weight-decay "$weight_decay"
              --beta1 "$beta1" --beta2 "$beta2" --eps "$eps" --grad-clip "$grad_clip"
              --crop-padding "$crop_padding" --flip "$flip" --data-dir "$image_dir"
-             --eval-images "$((eval_batches * batch))" --log-every "$log_every" --json "$out/$m.torch.json")
+             --eval-images "$((eval_batches * batch))" --log-every "$log_every" --json "$out/$m.torch.json"
+             --seed "$seed")
+  ((shared)) && torch_cmd+=(--init-from "$out/$m.init.ckpt" --data-order fusion --loss-log "$out/$m.torch.losses")
   [[ -n $time_v ]] && torch_cmd=("$time_v" -v -o "$out/$m.torch.time" "${torch_cmd[@]}")
   echo "OMP_WAIT_POLICY=PASSIVE ${torch_cmd[*]}" >"$out/$m.torch.cmd"
   echo "  PyTorch: OMP_WAIT_POLICY=PASSIVE ${torch_cmd[*]}"
@@ -211,6 +268,7 @@ EOF
        "PyTorch $ti images/s, test accuracy $(awk -v a="$ta" 'BEGIN { printf "%.2f%%", 100 * a }');" \
        "other processes took ${ours_others}% / ${torch_others}% of the CPUs"
   [[ $op == "$tp" ]] || echo "resnet_bench: WARNING: $m has $op parameters in fusion-train but $tp in PyTorch: the models differ" >&2
+  ((shared)) && compare_losses "$m"
 done
 load_after=$(cut -d' ' -f1-3 /proc/loadavg)
 

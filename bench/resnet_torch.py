@@ -15,6 +15,14 @@ crop from the image padded by --crop-padding pixels of (normalised) black, rando
 flip; evaluation on the test split, never augmented. Written for Debian's PyTorch 1.13
 (python3-torch, no torchvision).
 
+A shared start: --init-from takes the initial weights from a FusionLLM checkpoint
+(`fusion-train --train.steps=0 --output.checkpoint=FILE` writes them) and --data-order fusion
+draws FusionLLM's batches for --seed, image for image (core/image_source's shuffle, crops and
+flips), so the two runs differ only in floating-point rounding; --loss-log keeps each step's
+loss for a step-by-step comparison. --grad-check CKPT trains nothing: it compares step 1's
+gradients, ours (from the checkpoint after one step) and float32 PyTorch's, with float64
+PyTorch's. bench/resnet_bench.sh --shared-start does all of it.
+
     OMP_WAIT_POLICY=PASSIVE /usr/bin/python3 bench/resnet_torch.py --model resnet-fmnist --steps 1875
     OMP_WAIT_POLICY=PASSIVE /usr/bin/python3 bench/resnet_torch.py --model resnet50-small --steps 50 --skip 3
 
@@ -28,10 +36,12 @@ test_accuracy is a fraction (0..1), test_loss the mean cross-entropy over the ev
 """
 
 import argparse
+import copy
 import gzip
 import json
 import math
 import os
+import re
 import sys
 import time
 
@@ -100,6 +110,7 @@ class bottleneck(nn.Module):
 class resnet(nn.Module):
     def __init__(self, name, in_channels=1, classes=10):
         super().__init__()
+        self.name = name
         kind, stem, stages = MODELS[name]
         block = basic if kind == "basic" else bottleneck
         self.conv1, self.bn1 = conv(in_channels, stem, 3), bn(stem)
@@ -158,6 +169,175 @@ def load_split(d, prefix):
     return images, labels
 
 
+# ---- a shared start with FusionLLM: its initial weights and its batches -----------------------------
+
+def read_fusion_checkpoint(path):
+    """The f32 tensors of a FusionLLM checkpoint (format: core/checkpoint.hpp) as {name: ndarray}.
+    The trailing XXH64 is not verified here; fusion-train verified it when it wrote the file."""
+    import struct
+    try:
+        raw = open(path, "rb").read()
+    except OSError as e:
+        sys.exit(f"resnet_torch: cannot read checkpoint {path}: {e.strerror or e}")
+    bad = f"resnet_torch: {path} is not a FusionLLM checkpoint (format version 1)"
+    if len(raw) < 44 or raw[:8] != b"FUSNCKPT" or struct.unpack_from("<I", raw, 8)[0] != 1:
+        sys.exit(bad)
+    try:
+        count = struct.unpack_from("<I", raw, 32)[0]
+        o = 36
+        for _ in range(2):  # model name, meta
+            o += 4 + struct.unpack_from("<I", raw, o)[0]
+        out = {}
+        for _ in range(count):
+            n = struct.unpack_from("<I", raw, o)[0]
+            name = raw[o + 4:o + 4 + n].decode()
+            o += 4 + n
+            dt, rank = raw[o], raw[o + 1]
+            o += 4
+            dims = struct.unpack_from(f"<{rank}q", raw, o)
+            o += 8 * rank
+            nbytes = struct.unpack_from("<Q", raw, o)[0]
+            o += 8
+            if o + nbytes > len(raw) - 8:
+                sys.exit(f"resnet_torch: {path} is truncated (tensor {name})")
+            if dt == 0:
+                out[name] = np.frombuffer(raw, dtype="<f4", count=nbytes // 4, offset=o).reshape(dims)
+            o += nbytes
+    except (struct.error, UnicodeDecodeError, ValueError):
+        sys.exit(bad)
+    return out
+
+
+def fusion_names(ckpt, model, path):
+    """{checkpoint tensor: model state_dict entry} for every parameter and running statistic of
+    `model` in the FusionLLM checkpoint `ckpt` (read from `path`); stops naming the first tensor
+    that does not fit. Our residual blocks (s<stage><letters><index>: s2a0, s2b1, ...) in stage
+    and index order are model.layers in order; c1/bn1/... keep their names inside a block, and
+    the shortcut's proj/pbn are proj.0/proj.1."""
+    blocks = sorted({k.split(".")[0] for k in ckpt if re.match(r"s\d[a-z]*\d+\.", k)},
+                    key=lambda p: (int(p[1]), re.sub(r"\d+$", "", p[2:]), int(re.search(r"\d+$", p).group())))
+    if len(blocks) != len(model.layers):
+        sys.exit(f"resnet_torch: {path} holds {len(blocks)} residual blocks, model {model.name} "
+                 f"{len(model.layers)}: not a checkpoint of this model")
+    state = model.state_dict()
+    names = {}
+    for fusion_name, value in ckpt.items():
+        if fusion_name.endswith((".m", ".v")) or "/" not in fusion_name:
+            continue  # AdamW moments, not model state
+        op, leaf = fusion_name.split("/", 1)
+        block, _, inner = op.partition(".")
+        if inner:
+            op = f"layers.{blocks.index(block)}.{ {'proj': 'proj.0', 'pbn': 'proj.1'}.get(inner, inner) }"
+        torch_name = f"{op}.{leaf}"
+        if torch_name not in state:
+            sys.exit(f"resnet_torch: {path}: tensor {fusion_name} has no counterpart ({torch_name}) in model {model.name}")
+        if tuple(state[torch_name].shape) != value.shape:
+            sys.exit(f"resnet_torch: {path}: {fusion_name} is {value.shape}, {torch_name} {tuple(state[torch_name].shape)}")
+        names[fusion_name] = torch_name
+    missing = set(state) - set(names.values())
+    missing = sorted(k for k in missing if not k.endswith("num_batches_tracked"))
+    if missing:
+        sys.exit(f"resnet_torch: {path} lacks {len(missing)} tensors of model {model.name}, e.g. {missing[0]}")
+    return names
+
+
+def load_fusion_init(model, path):
+    """Copies a FusionLLM checkpoint's parameters and batchnorm running statistics into `model`
+    (AdamW's moments start at zero on both sides)."""
+    ckpt = read_fusion_checkpoint(path)
+    state = model.state_dict()
+    for fusion_name, torch_name in fusion_names(ckpt, model, path).items():
+        state[torch_name] = torch.from_numpy(ckpt[fusion_name].copy())
+    model.load_state_dict(state)
+
+
+def grad_check(model, x, y, M, clip, beta1, path):
+    """Step 1's clipped gradients three ways against float64 PyTorch from the same weights and
+    batch: FusionLLM's (read back from its step-1 checkpoint `path`: AdamW's first moment after one
+    step is (1 - beta1) * gradient) and float32 PyTorch's. Prints a table; returns 0 when ours is
+    no further from float64 than float32 PyTorch is, up to rounding noise (median over
+    tensors, 1.5x)."""
+    ckpt = read_fusion_checkpoint(path)
+    names = fusion_names(ckpt, model, path)
+
+    def grads(m, xb):
+        m.zero_grad(set_to_none=True)
+        for xm, ym in zip(xb.chunk(M), y.chunk(M)):
+            (F.cross_entropy(m(xm), ym) / M).backward()
+        if clip > 0:
+            torch.nn.utils.clip_grad_norm_(m.parameters(), clip)
+        return {n: p.grad.detach().double() for n, p in m.named_parameters()}
+
+    exact = grads(copy.deepcopy(model).double(), x.double())
+    f32 = grads(model, x)
+    rows = []
+    for fusion_name, torch_name in names.items():
+        if torch_name not in exact:
+            continue  # running statistics
+        if fusion_name + ".m" not in ckpt:
+            sys.exit(f"resnet_torch: {path} has no AdamW moment {fusion_name}.m: not a checkpoint of step 1")
+        ours = torch.from_numpy(ckpt[fusion_name + ".m"].astype(np.float64)) / (1.0 - beta1)
+        ref = exact[torch_name]
+        scale = float(ref.norm()) or 1.0
+        rows.append((torch_name, float((ours - ref).norm()) / scale, float((f32[torch_name] - ref).norm()) / scale))
+    med_ours = float(np.median([r[1] for r in rows]))
+    med_torch = float(np.median([r[2] for r in rows]))
+    print(f"step 1 gradients against float64 PyTorch (relative L2 error per tensor, {len(rows)} tensors):")
+    print("| tensor | FusionLLM | PyTorch float32 |\n|---|---:|---:|")
+    last_conv = [n for n, _ in model.layers[-1].named_parameters() if n.startswith("c")][-1]
+    shown = ("conv1.weight", "layers.0.c1.weight", f"layers.{len(model.layers) - 1}.{last_conv}", "fc.weight")
+    for name, e_ours, e_torch in rows:
+        if name in shown:
+            print(f"| {name} | {e_ours:.2e} | {e_torch:.2e} |")
+    print(f"| median | {med_ours:.2e} | {med_torch:.2e} |")
+    print(f"| largest | {max(r[1] for r in rows):.2e} | {max(r[2] for r in rows):.2e} |")
+    return 0 if med_ours <= 1.5 * med_torch else 1
+
+
+M64 = (1 << 64) - 1
+
+
+def splitmix64(x):
+    """core/data.cpp splitmix64."""
+    x = (x + 0x9E3779B97F4A7C15) & M64
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & M64
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & M64
+    return x ^ (x >> 31)
+
+
+def below(h, n):
+    """core/image_source.cpp below: h mapped onto [0, n) by a 128-bit multiply."""
+    return (h * n) >> 64
+
+
+class fusion_order:
+    """core/image_source.cpp's batches: the shuffle (epoch-wise Fisher-Yates keyed by the seed) and
+    the augmentation draws (crop offsets, flip bit) of each row, bit for bit."""
+    PERM_SALT = 0x5045524D55544531  # "PERMUTE1"
+
+    def __init__(self, seed, n):
+        self.seed, self.n, self.epoch, self.perm = seed & M64, n, -1, None
+
+    def index(self, step, B, r):
+        p = step * B + r
+        e = p // self.n
+        if e != self.epoch:
+            key = splitmix64(splitmix64(self.seed ^ self.PERM_SALT) ^ e)
+            perm = list(range(self.n))
+            for i in range(self.n - 1, 0, -1):
+                j = below(splitmix64(key ^ i), i + 1)
+                perm[i], perm[j] = perm[j], perm[i]
+            self.epoch, self.perm = e, perm
+        return self.perm[p % self.n]
+
+    def augmentation(self, step, r, pad):
+        step_key = splitmix64(splitmix64(self.seed) ^ step)
+        h1 = splitmix64(step_key ^ r)
+        h2 = splitmix64(h1)
+        h3 = splitmix64(h2)
+        return below(h1, 2 * pad + 1), below(h2, 2 * pad + 1), (h3 >> 63) != 0
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--model", default="resnet-fmnist", choices=sorted(MODELS))
@@ -184,6 +364,17 @@ def main():
     ap.add_argument("--eval-images", type=int, default=0,
                     help="evaluate on the first N test images (0: all of them)")
     ap.add_argument("--seed", type=int, default=1337)
+    ap.add_argument("--init-from", default="",
+                    help="start from this FusionLLM checkpoint's weights and running statistics "
+                         "(fusion-train --train.steps=0 --output.checkpoint=FILE writes the initial ones)")
+    ap.add_argument("--data-order", default="torch", choices=("torch", "fusion"),
+                    help="torch: batches shuffled and augmented by torch's generator from --seed; "
+                         "fusion: FusionLLM's batches for --seed (core/image_source), image for image")
+    ap.add_argument("--loss-log", default="", help="write each step's training loss to this file, one per line")
+    ap.add_argument("--grad-check", default="", metavar="CKPT",
+                    help="instead of training: compare step 1's gradients, FusionLLM's (its checkpoint after "
+                         "one step, CKPT) and float32 PyTorch's, with float64 PyTorch's; needs --init-from "
+                         "and --data-order fusion; exit status 1 when ours is the less accurate")
     ap.add_argument("--log-every", type=int, default=50, help="progress line every N steps (0: none)")
     ap.add_argument("--json", default="", help="also write the result JSON to this file")
     a = ap.parse_args()
@@ -191,6 +382,8 @@ def main():
         sys.exit(f"resnet_torch: --micro-batches {a.micro_batches} must divide --batch {a.batch}")
     if a.batch // a.micro_batches < 2:
         sys.exit("resnet_torch: batchnorm needs at least 2 images per micro-batch")
+    if a.grad_check and (not a.init_from or a.data_order != "fusion"):
+        sys.exit("resnet_torch: --grad-check needs --init-from (the same initial weights) and --data-order fusion")
     if a.threads < 1 or a.skip < 0 or a.steps < 0 or a.eval_images < 0 or a.eval_every < 0:
         sys.exit("resnet_torch: need --threads >= 1 and --skip, --steps, --eval-images, --eval-every >= 0")
 
@@ -226,10 +419,26 @@ def main():
     cols = torch.arange(W).view(1, 1, W)
 
     perm, perm_epoch = None, -1
+    order = fusion_order(a.seed, N) if a.data_order == "fusion" else None
+
+    def fusion_batch(step):
+        """FusionLLM's batch `step`: its shuffle and its crop offsets and flips."""
+        idx = torch.tensor([order.index(step, B, r) for r in range(B)], dtype=torch.int64)
+        x = train_x[idx]
+        if P > 0:
+            x = F.pad(x, (P, P, P, P), value=black)
+        out = torch.empty(B, 1, H, W)
+        for r in range(B):
+            dy, dx, flip = order.augmentation(step, r, P)
+            img = x[r, :, dy:dy + H, dx:dx + W]  # dy = dx = P without padding: the image itself
+            out[r] = img.flip(-1) if a.flip and flip else img
+        return out, train_t[idx]
 
     def train_batch(step):
         """Rows step*B .. step*B+B-1 of the epoch-wise shuffled training set, augmented."""
         nonlocal perm, perm_epoch
+        if order is not None:
+            return fusion_batch(step)
         idx = torch.empty(B, dtype=torch.int64)
         for r in range(B):  # at most one epoch boundary per batch; cheap next to a step
             p = step * B + r
@@ -251,6 +460,8 @@ def main():
 
     # ---- model and optimizer -----------------------------------------------------------------------
     model = resnet(a.model)
+    if a.init_from:
+        load_fusion_init(model, a.init_from)
     n_params = sum(p.numel() for p in model.parameters())
     decay = [p for p in model.parameters() if p.dim() >= 2]     # conv and linear weights
     no_decay = [p for p in model.parameters() if p.dim() < 2]   # batchnorm weights and biases, linear bias
@@ -262,7 +473,13 @@ def main():
           f"{n_params} parameters, batch {B} in {M} micro-batches, {steps} steps ({steps * B / N:.2f} epochs), "
           f"first {a.skip} untimed; data: {N} training and {len(test_px)} test images of {H}x{W}, "
           f"pixel mean {mean:.4f}, std {std:.4f}, crop padding {P}, flip {bool(a.flip)}; "
-          f"evaluating on {n_eval} test images", file=sys.stderr, flush=True)
+          f"evaluating on {n_eval} test images; {a.data_order}'s batches for seed {a.seed}, "
+          f"initial weights {'from ' + a.init_from if a.init_from else 'drawn by torch'}",
+          file=sys.stderr, flush=True)
+
+    if a.grad_check:
+        x, y = train_batch(0)
+        sys.exit(grad_check(model, x, y, M, a.grad_clip, a.beta1, a.grad_check))
 
     def evaluate():
         model.eval()
@@ -280,6 +497,7 @@ def main():
     timed_s = train_s = eval_s = 0.0
     loss_value = float("nan")
     test_loss = test_acc = float("nan")
+    loss_log = open(a.loss_log, "w") if a.loss_log else None
     t_all = time.perf_counter()
     for step in range(steps):
         t0 = time.perf_counter()
@@ -300,6 +518,9 @@ def main():
         opt.step()
         sched.step()
         loss_value = loss_sum
+        if loss_log:
+            loss_log.write(f"{loss_sum:.9g}\n")
+            loss_log.flush()
         dt = time.perf_counter() - t0
         train_s += dt
         if step >= a.skip:
