@@ -222,7 +222,9 @@ for m in "${model_list[@]}"; do
              --crop-padding "$crop_padding" --flip "$flip" --data-dir "$image_dir"
              --eval-images "$((eval_batches * batch))" --log-every "$log_every" --json "$out/$m.torch.json"
              --seed "$seed")
-  ((shared)) && torch_cmd+=(--init-from "$out/$m.init.ckpt" --data-order fusion --loss-log "$out/$m.torch.losses")
+  if ((shared)); then
+    torch_cmd+=(--init-from "$out/$m.init.ckpt" --data-order fusion --loss-log "$out/$m.torch.losses")
+  fi
   [[ -n $time_v ]] && torch_cmd=("$time_v" -v -o "$out/$m.torch.time" "${torch_cmd[@]}")
   echo "OMP_WAIT_POLICY=PASSIVE ${torch_cmd[*]}" >"$out/$m.torch.cmd"
   echo "  PyTorch: OMP_WAIT_POLICY=PASSIVE ${torch_cmd[*]}"
@@ -268,7 +270,7 @@ EOF
        "PyTorch $ti images/s, test accuracy $(awk -v a="$ta" 'BEGIN { printf "%.2f%%", 100 * a }');" \
        "other processes took ${ours_others}% / ${torch_others}% of the CPUs"
   [[ $op == "$tp" ]] || echo "resnet_bench: WARNING: $m has $op parameters in fusion-train but $tp in PyTorch: the models differ" >&2
-  ((shared)) && compare_losses "$m"
+  if ((shared)); then compare_losses "$m"; fi
 done
 load_after=$(cut -d' ' -f1-3 /proc/loadavg)
 

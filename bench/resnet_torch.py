@@ -42,6 +42,7 @@ import json
 import math
 import os
 import re
+import struct
 import sys
 import time
 
@@ -173,8 +174,8 @@ def load_split(d, prefix):
 
 def read_fusion_checkpoint(path):
     """The f32 tensors of a FusionLLM checkpoint (format: core/checkpoint.hpp) as {name: ndarray}.
-    The trailing XXH64 is not verified here; fusion-train verified it when it wrote the file."""
-    import struct
+    The trailing XXH64 is not checked (the standard library has no XXH64): a damaged file shows
+    as the shared start's first-step loss mismatch."""
     try:
         raw = open(path, "rb").read()
     except OSError as e:
