@@ -173,7 +173,8 @@ def load_split(d, prefix):
 # ---- a shared start with FusionLLM: its initial weights and its batches -----------------------------
 
 def read_fusion_checkpoint(path):
-    """The f32 tensors of a FusionLLM checkpoint (format: core/checkpoint.hpp) as {name: ndarray}.
+    """A FusionLLM checkpoint (format: core/checkpoint.hpp): its step and its f32 tensors as
+    {name: ndarray}.
     The trailing XXH64 is not checked (the standard library has no XXH64): a damaged file shows
     as the shared start's first-step loss mismatch."""
     try:
@@ -184,7 +185,7 @@ def read_fusion_checkpoint(path):
     if len(raw) < 44 or raw[:8] != b"FUSNCKPT" or struct.unpack_from("<I", raw, 8)[0] != 1:
         sys.exit(bad)
     try:
-        count = struct.unpack_from("<I", raw, 32)[0]
+        step, count = struct.unpack_from("<QI", raw, 24)
         o = 36
         for _ in range(2):  # model name, meta
             o += 4 + struct.unpack_from("<I", raw, o)[0]
@@ -206,7 +207,7 @@ def read_fusion_checkpoint(path):
             o += nbytes
     except (struct.error, UnicodeDecodeError, ValueError):
         sys.exit(bad)
-    return out
+    return step, out
 
 
 def fusion_names(ckpt, model, path):
@@ -245,7 +246,7 @@ def fusion_names(ckpt, model, path):
 def load_fusion_init(model, path):
     """Copies a FusionLLM checkpoint's parameters and batchnorm running statistics into `model`
     (AdamW's moments start at zero on both sides)."""
-    ckpt = read_fusion_checkpoint(path)
+    _, ckpt = read_fusion_checkpoint(path)
     state = model.state_dict()
     for fusion_name, torch_name in fusion_names(ckpt, model, path).items():
         state[torch_name] = torch.from_numpy(ckpt[fusion_name].copy())
@@ -253,12 +254,14 @@ def load_fusion_init(model, path):
 
 
 def grad_check(model, x, y, M, clip, beta1, path):
-    """Step 1's clipped gradients three ways against float64 PyTorch from the same weights and
-    batch: FusionLLM's (read back from its step-1 checkpoint `path`: AdamW's first moment after one
-    step is (1 - beta1) * gradient) and float32 PyTorch's. Prints a table; returns 0 when ours is
+    """Step 1's clipped gradients, FusionLLM's (read back from its step-1 checkpoint `path`:
+    AdamW's first moment after one step is (1 - beta1) * gradient) and float32 PyTorch's, against
+    float64 PyTorch's from the same weights and batch. Prints a table; returns 0 when ours is
     no further from float64 than float32 PyTorch is, up to rounding noise (median over
     tensors, 1.5x)."""
-    ckpt = read_fusion_checkpoint(path)
+    step, ckpt = read_fusion_checkpoint(path)
+    if step != 1:
+        sys.exit(f"resnet_torch: {path} is the checkpoint of step {step}; the gradient check needs step 1's")
     names = fusion_names(ckpt, model, path)
 
     def grads(m, xb):
