@@ -137,7 +137,7 @@ echo "resnet_bench: $config: batch $batch in $micro_batches micro-batches, AdamW
 compare_losses() {
   /usr/bin/python3 - "$out/$1.metrics.jsonl" "$out/$1.torch.losses" <<'EOF'
 import json, sys
-ours = [json.loads(l)["loss"] for l in open(sys.argv[1]) if '"type": "step"' in l]
+ours = [r["loss"] for r in map(json.loads, open(sys.argv[1])) if r.get("type") == "step"]
 torch_ = [float(l) for l in open(sys.argv[2])]
 n = min(len(ours), len(torch_))
 if n == 0:

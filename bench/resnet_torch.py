@@ -425,24 +425,16 @@ def main():
     perm, perm_epoch = None, -1
     order = fusion_order(a.seed, N) if a.data_order == "fusion" else None
 
-    def fusion_batch(step):
-        """FusionLLM's batch `step`: its shuffle and its crop offsets and flips."""
-        idx = torch.tensor([order.index(step, B, r) for r in range(B)], dtype=torch.int64)
-        x = train_x[idx]
-        if P > 0:
-            x = F.pad(x, (P, P, P, P), value=black)
-        out = torch.empty(B, 1, H, W)
-        for r in range(B):
-            dy, dx, flip = order.augmentation(step, r, P)
-            img = x[r, :, dy:dy + H, dx:dx + W]  # dy = dx = P without padding: the image itself
-            out[r] = img.flip(-1) if a.flip and flip else img
-        return out, train_t[idx]
-
-    def train_batch(step):
-        """Rows step*B .. step*B+B-1 of the epoch-wise shuffled training set, augmented."""
-        nonlocal perm, perm_epoch
+    def draws(step):
+        """Batch `step`'s images and augmentation: idx (B,), crop offsets dy, dx (B, 1, 1) (None
+        without padding) and flip (B,) (None without flips), from FusionLLM's draws (order) or
+        torch's generator."""
         if order is not None:
-            return fusion_batch(step)
+            idx = torch.tensor([order.index(step, B, r) for r in range(B)], dtype=torch.int64)
+            aug = torch.tensor([order.augmentation(step, r, P) for r in range(B)], dtype=torch.int64)
+            dy, dx = aug[:, 0].view(B, 1, 1), aug[:, 1].view(B, 1, 1)
+            return idx, dy, dx, aug[:, 2] != 0
+        nonlocal perm, perm_epoch
         idx = torch.empty(B, dtype=torch.int64)
         for r in range(B):  # at most one epoch boundary per batch; cheap next to a step
             p = step * B + r
@@ -450,15 +442,23 @@ def main():
             if e != perm_epoch:
                 perm, perm_epoch = torch.randperm(N, generator=gen), e
             idx[r] = perm[p % N]
+        dy = dx = flip = None
+        if P > 0:
+            dy = torch.randint(0, 2 * P + 1, (B, 1, 1), generator=gen)
+            dx = torch.randint(0, 2 * P + 1, (B, 1, 1), generator=gen)
+        if a.flip:
+            flip = torch.rand(B, generator=gen) < 0.5
+        return idx, dy, dx, flip
+
+    def train_batch(step):
+        """Rows step*B .. step*B+B-1 of the epoch-wise shuffled training set, augmented."""
+        idx, dy, dx, flip = draws(step)
         x = train_x[idx]
         if P > 0:
             padded = F.pad(x, (P, P, P, P), value=black)  # (B, 1, H+2P, W+2P)
-            dy = torch.randint(0, 2 * P + 1, (B, 1, 1), generator=gen)
-            dx = torch.randint(0, 2 * P + 1, (B, 1, 1), generator=gen)
             b = torch.arange(B).view(B, 1, 1)
             x = padded[b, 0, rows + dy, cols + dx].unsqueeze(1)
-        if a.flip:
-            flip = torch.rand(B, generator=gen) < 0.5
+        if a.flip:  # after the crop, as core/image_source mirrors the cropped image
             x = torch.where(flip.view(B, 1, 1, 1), x.flip(-1), x)
         return x.contiguous(), train_t[idx]
 
@@ -540,6 +540,8 @@ def main():
             print(f"step {step + 1} | test_loss {test_loss:.4f} | test_accuracy {100 * test_acc:.2f}%",
                   file=sys.stderr, flush=True)
     seconds = time.perf_counter() - t_all
+    if loss_log:
+        loss_log.close()
 
     result = {
         "model": a.model, "parameters": n_params, "batch": B, "micro_batches": M, "steps": steps, "skip": a.skip,
