@@ -33,16 +33,8 @@
 
 namespace fusion {
 
-using query_atom = caf::atom_constant<caf::atom("query")>;
-using command_atom = caf::atom_constant<caf::atom("command")>;
-
-/// The admin actor's interface. With security.mode=tls a shell first asks challenge_atom (the
-/// coordinator proves its role) and logs in with login_atom and its proof of the admin role
-/// (actors/secure_link.hpp); queries and commands from a peer that has not logged in are refused.
-using admin_actor = caf::typed_actor<caf::replies_to<query_atom, std::string>::with<std::string>,
-                                     caf::replies_to<command_atom, std::string, std::vector<std::string>>::with<std::string>,
-                                     caf::replies_to<challenge_atom, std::string>::with<std::string, security::proof>,
-                                     caf::replies_to<login_atom, security::proof>::with<std::string>>;
+// query_atom, command_atom and the typed interface admin_actor are declared with the other
+// messages (actors/messages.hpp).
 
 /// The query topics, in the order `help` lists them.
 inline const std::vector<std::string>& admin_topics() {

@@ -1,8 +1,8 @@
-// The coordinator's phases: nodes join, the run is planned from their profile, op actors are
-// spawned and wired by executing the plan, and later re-wired by applying a plan diff at a step
-// boundary; queries and commands in every phase; failure and shutdown. Measuring the profile
-// between joining and placing lives in actors/coordinator_profile.cpp, training steps in
-// actors/coordinator_train.cpp.
+// The coordinator's work outside training: nodes join, the run is planned from their profile, op
+// actors are spawned and wired by executing the plan, and later re-wired by applying a plan diff
+// at a step boundary; stop requests, failure and shutdown. Which messages each phase takes is in
+// actors/coordinator_phases.cpp, measuring the profile between joining and placing in
+// actors/coordinator_profile.cpp, training steps in actors/coordinator_train.cpp.
 #include <caf/io/all.hpp>
 
 #include <nlohmann/json.hpp>
@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "actors/coordinator.hpp"
 #include "actors/admin_protocol.hpp"
 #include "actors/coordinator_state.hpp"
 #include "actors/edge_actor.hpp"
@@ -51,7 +52,7 @@ bool cluster_mode(const coordinator_state& st) { return !st.in->cluster.nodes.em
 
 void finish_start(coord_ptr self) {
   auto& st = self->state;
-  st.phase = run_phase::ready;
+  enter(self, run_phase::ready);
   st.act = activity::idle;
   ++st.timer;
   if (st.start_rp.pending()) st.start_rp.deliver(true);
@@ -60,12 +61,12 @@ void finish_start(coord_ptr self) {
 // The handle an op sends its output to for consumer number `i`, and the one it sends the
 // gradient of input `slot` to: the op actor itself when both ends share a node, else the edge
 // sender of that direction.
-caf::actor consumer_handle(coordinator_state& st, const graph_node& n, int i) {
+tensor_sink consumer_handle(coordinator_state& st, const graph_node& n, int i) {
   if (auto* e = st.current.find(n.id, i, true)) return st.senders.at(e->id);
   return st.actors[n.consumers[i].node];
 }
 
-caf::actor producer_handle(coordinator_state& st, const graph& g, const graph_node& n, int slot) {
+tensor_sink producer_handle(coordinator_state& st, const graph& g, const graph_node& n, int slot) {
   int p = n.inputs[slot];
   const auto& cons = g.nodes[p].consumers;
   for (int i = 0; i < static_cast<int>(cons.size()); ++i)
@@ -81,12 +82,12 @@ caf::actor producer_handle(coordinator_state& st, const graph& g, const graph_no
 void connect_all(coord_ptr self, std::function<void()> done) {
   auto& st = self->state;
   const graph& g = st.in->model;
-  auto me = caf::actor_cast<caf::actor>(self);
+  auto me = caf::actor_cast<op_reporter>(self);
   const auto timeout = ms_of(st.in->cfg.step_timeout_s);
   gather<bool>(self, g.nodes.size(), [=](size_t id) {
     auto& s = self->state;
     const auto& n = s.in->model.nodes[id];
-    std::vector<caf::actor> consumers, producers;
+    std::vector<tensor_sink> consumers, producers;
     for (int i = 0; i < static_cast<int>(n.consumers.size()); ++i) consumers.push_back(consumer_handle(s, n, i));
     for (int slot = 0; slot < static_cast<int>(n.inputs.size()); ++slot)
       producers.push_back(producer_handle(s, s.in->model, n, slot));
@@ -95,26 +96,26 @@ void connect_all(coord_ptr self, std::function<void()> done) {
 }
 
 void create_edges(coord_ptr self, std::vector<plan_edge> add, std::function<void()> done,
-                  std::function<void(caf::error&)> on_error, std::function<caf::actor(const plan_edge&)> target_of) {
+                  std::function<void(caf::error&)> on_error, std::function<tensor_sink(const plan_edge&)> target_of) {
   auto& st = self->state;
   const auto& cfg = st.in->cfg;
   const edge_config ec = cfg.flow.clamped();
   const bool tcp = cfg.transport == "tcp";
   const auto timeout = std::chrono::seconds(60);
   auto edges = std::make_shared<std::vector<plan_edge>>(std::move(add));
-  gather<caf::actor>(self, edges->size(), [=](size_t i) {
+  gather<edge_sender_actor>(self, edges->size(), [=](size_t i) {
     auto& s = self->state;
     const auto& e = (*edges)[i];
     const auto& peer = s.hellos[e.to];
     return self->request(s.nodes[e.from], timeout, edge_atom::value, e.id, s.nodes[e.to], ec,
                          tcp ? peer.host : std::string{}, tcp ? peer.data_port : uint16_t{0}, peer.name, e.setting);
-  }, [=](std::vector<caf::actor> made) {
+  }, [=](std::vector<edge_sender_actor> made) {
     auto& s = self->state;
     for (size_t i = 0; i < made.size(); ++i) s.senders[(*edges)[i].id] = made[i];
     gather<bool>(self, edges->size(), [=](size_t i) {
       auto& s2 = self->state;
       const auto& e = (*edges)[i];
-      auto target = target_of ? target_of(e) : s2.actors[e.forward ? e.consumer : e.producer];
+      tensor_sink target = target_of ? target_of(e) : tensor_sink{s2.actors[e.forward ? e.consumer : e.producer]};
       return self->request(s2.nodes[e.to], timeout, route_atom::value, e.id, target, s2.senders.at(e.id));
     }, [=](std::vector<bool>) { done(); }, on_error);
   }, on_error);
@@ -142,7 +143,7 @@ void spawn_ops(coord_ptr self, std::function<void()> done) {
   actor_run_params run{static_cast<uint32_t>(st.in->cfg.micro_batches), st.in->cfg.seed, st.in->cfg.optim};
   run.precision = st.in->cfg.precision;
   const auto cpu_ops = split_patterns(st.in->cfg.cpu_ops);
-  st.actors.assign(g.nodes.size(), caf::actor{});
+  st.actors.assign(g.nodes.size(), op_actor{});
   if (!cluster_mode(st)) {
     try {
       for (auto& n : g.nodes) {
@@ -157,13 +158,13 @@ void spawn_ops(coord_ptr self, std::function<void()> done) {
     }
     return done();
   }
-  gather<caf::actor>(self, g.nodes.size(), [=](size_t id) mutable {
+  gather<op_actor>(self, g.nodes.size(), [=](size_t id) mutable {
     auto& s = self->state;
     int node = s.current.where.node_of_op[id];
     run.device = device_for_op(s.in->cluster.nodes[node].device, cpu_ops, s.in->model.nodes[id].name);
     return self->request(s.nodes[node], std::chrono::seconds(60), spawn_atom::value, make_node_spec(s.in->model, id),
                          run);
-  }, [=](std::vector<caf::actor> made) {
+  }, [=](std::vector<op_actor> made) {
     self->state.actors = std::move(made);
     done();
   });
@@ -183,7 +184,7 @@ void place_and_wire(coord_ptr self) {
   } catch (const std::exception& e) {
     return fail(self, make_error(fusion_errc::bad_config, e.what()));
   }
-  st.phase = run_phase::wiring;
+  enter(self, run_phase::wiring);
   st.act = activity::wiring;
   spawn_ops(self, [=] {
     create_edges(self, self->state.current.edges, [=] {
@@ -200,12 +201,13 @@ void place_and_wire(coord_ptr self) {
   });
 }
 
+}  // namespace
+
 // Every node has joined (or this is a one-process run): profile the cluster
 // (actors/coordinator_profile.cpp), then place and wire.
 void plan_and_wire(coord_ptr self) {
-  auto& st = self->state;
-  st.phase = run_phase::planning;
-  if (!cluster_mode(st)) return place_and_wire(self);
+  enter(self, run_phase::planning);
+  if (!cluster_mode(self->state)) return place_and_wire(self);
   prepare_profile(self, [=] { place_and_wire(self); });
 }
 
@@ -213,7 +215,7 @@ void plan_and_wire(coord_ptr self) {
 
 // With credentials, a hello must carry the node's proof answering a nonce this coordinator
 // issued (challenge_atom), by a node certificate naming the node of the hello.
-std::string check_node_proof(coordinator_state& st, const node_hello& h) {
+static std::string check_node_proof(coordinator_state& st, const node_hello& h) {
   const auto& creds = st.in->cfg.credentials;
   if (!creds) return {};
   if (!st.challenges.redeem(h.proof.challenge))
@@ -240,8 +242,6 @@ caf::result<welcome_atom, int32_t, uint32_t> on_hello(coord_ptr self, node_hello
     why = "node '" + h.name + "' is not in cluster file " + cluster.file;
   else if (st.nodes[idx])
     why = "node '" + h.name + "' has already joined";
-  else if (st.phase != run_phase::joining)
-    why = "node '" + h.name + "' comes too late: the run is " + to_string(st.phase);
   else if (!same_device(h.device.substr(0, h.device.find(' ')), cluster.nodes[idx].device))
     why = "node '" + h.name + "' drives " + h.device + " but " + cluster.file + " gives it device " +
           cluster.nodes[idx].device + ": set [node] device in its config to match";
@@ -275,7 +275,7 @@ caf::error local_only(coord_ptr self, const char* what) {
                                               " to the coordinator itself: use the admin shell (admin.port)");
 }
 
-void on_down(coord_ptr self, const caf::down_msg& dm) {
+static void on_down(coord_ptr self, const caf::down_msg& dm) {
   auto& st = self->state;
   for (size_t i = 0; i < st.nodes.size(); ++i) {
     if (!st.nodes[i] || st.nodes[i].address() != dm.source) continue;
@@ -289,8 +289,6 @@ void on_down(coord_ptr self, const caf::down_msg& dm) {
                               std::to_string(st.in->cfg.peer_timeout_ms) + " ms"));
   }
 }
-
-}  // namespace
 
 void begin_join(coord_ptr self) {
   auto& st = self->state;
@@ -326,7 +324,7 @@ void fail(coord_ptr self, const caf::error& e) {
   if (!st.last_checkpoint.empty() && code_of(err) != fusion_errc::interrupted)
     msg += " (last checkpoint: " + st.last_checkpoint + ")";
   st.failure = msg;
-  st.phase = run_phase::failed;
+  enter(self, run_phase::failed);
   st.act = activity::idle;
   ++st.timer;
   auto out = make_error(code_of(err), msg);
@@ -372,7 +370,7 @@ void apply_rewire(coord_ptr self, std::function<void()> done) {
 
 void shutdown_nodes(coord_ptr self, std::function<void()> done) {
   auto& st = self->state;
-  st.phase = st.phase == run_phase::failed ? run_phase::failed : run_phase::finished;
+  if (st.phase != run_phase::failed) enter(self, run_phase::finished);
   for (auto& a : st.actors)
     if (a && !cluster_mode(st)) self->send_exit(a, caf::exit_reason::user_shutdown);
   if (st.admin) self->send_exit(st.admin, caf::exit_reason::user_shutdown);
@@ -386,6 +384,36 @@ void shutdown_nodes(coord_ptr self, std::function<void()> done) {
   for (auto& n : live)
     self->request(n, timeout, shutdown_atom::value)
         .then([=](bool) { if (--*left == 0) done(); }, [=](caf::error&) { if (--*left == 0) done(); });
+}
+
+void request_stop(coord_ptr self) {
+  auto& s = self->state;
+  if (s.stop_requested || s.phase == run_phase::failed || s.phase == run_phase::finished) return;
+  s.stop_requested = true;
+  switch (s.phase) {
+    case run_phase::training:
+      // Between steps (evaluating or checkpointing), begin_step sees the request and stops.
+      if (!s.cur) return;
+      s.stop_deadline = clock_type::now() + ms_of(s.in->cfg.stop_grace_s);
+      self->delayed_send(self, ms_of(s.in->cfg.stop_grace_s), stop_atom::value, uint64_t{s.timer});
+      return;
+    case run_phase::paused:
+      if (s.training_job) finish_training(self, true);
+      return;
+    case run_phase::ready: return;
+    default: fail(self, make_error(fusion_errc::interrupted, std::string("interrupted while ") + to_string(s.phase)));
+  }
+}
+
+void join_timed_out(coord_ptr self) {
+  auto& s = self->state;
+  std::string missing;
+  for (size_t i = 0; i < s.nodes.size(); ++i)
+    if (!s.nodes[i]) missing += (missing.empty() ? "" : ", ") + s.in->cluster.nodes[i].name;
+  fail(self, make_error(fusion_errc::timeout, "node(s) " + missing + " of " + s.in->cluster.file +
+                                                  " did not join within " + format_seconds(s.in->cfg.join_timeout_s) +
+                                                  " (cluster.join-timeout); start them with fusion-node --config "
+                                                  "configs/nodes/..."));
 }
 
 namespace {
@@ -413,165 +441,11 @@ caf::behavior coordinator_fn(coord_ptr self, std::shared_ptr<run_inputs> in) {
     fail(self, make_error(fusion_errc::bad_config, what));
     return make_error(fusion_errc::bad_config, what);
   });
+  set_out_of_phase_handler(self);
   // The stop flag is raised by a signal handler, which may not send messages: poll it.
-  auto tick = std::chrono::milliseconds(100);
-  self->delayed_send(self, tick, stop_atom::value, true);
-  return {
-      [=](start_atom) -> caf::result<bool> {
-        self->state.start_rp = self->make_response_promise();
-        begin_join(self);
-        return self->state.start_rp;
-      },
-      [=](start_atom, bool) { plan_and_wire(self); },  // every node has joined
-      [=](hello_atom, node_hello& h, caf::actor& node) { return on_hello(self, h, node); },
-      [=](challenge_atom, std::string& nonce) -> caf::result<std::string, security::proof> {
-        const auto& creds = self->state.in->cfg.credentials;
-        if (!creds)
-          return make_error(fusion_errc::refused, "this coordinator runs with security.mode=off (plaintext): set "
-                                                  "security.mode=off on this node too, or give the coordinator its "
-                                                  "certificates");
-        auto [mine, proof] = answer_challenge(*creds, self->state.challenges, nonce);
-        return {std::move(mine), std::move(proof)};
-      },
-      [=](stop_atom, bool) {  // the stop-flag poll
-        auto& s = self->state;
-        if (s.phase == run_phase::finished) return;
-        self->delayed_send(self, tick, stop_atom::value, true);
-        if (!s.in->cfg.stop_flag || !s.in->cfg.stop_flag->load()) return;
-        self->send(self, stop_atom::value);
-      },
-      [=](stop_atom) {
-        auto& s = self->state;
-        if (s.stop_requested || s.phase == run_phase::failed || s.phase == run_phase::finished) return;
-        s.stop_requested = true;
-        if (s.phase == run_phase::training && s.cur) {
-          s.stop_deadline = clock_type::now() + ms_of(s.in->cfg.stop_grace_s);
-          self->delayed_send(self, ms_of(s.in->cfg.stop_grace_s), stop_atom::value, uint64_t{s.timer});
-          return;
-        }
-        // Between steps (evaluating or checkpointing), begin_step sees the request and stops.
-        if (s.phase == run_phase::training) return;
-        if (s.phase == run_phase::paused) {
-          if (s.training_job) finish_training(self, true);
-          return;
-        }
-        if (s.phase == run_phase::ready) return;
-        fail(self, make_error(fusion_errc::interrupted, std::string("interrupted while ") + to_string(s.phase)));
-      },
-      [=](stop_atom, uint64_t) {  // the stop grace expired
-        auto& s = self->state;
-        if (s.phase != run_phase::training || !s.cur) return;
-        fail(self, make_error(fusion_errc::interrupted,
-                              "interrupted: the step in flight did not finish within " +
-                                  format_seconds(s.in->cfg.stop_grace_s) +
-                                  " (runtime.stop-grace); no checkpoint written"));
-      },
-      [=](timeout_atom, uint64_t token) {
-        auto& s = self->state;
-        if (token != s.timer || s.phase == run_phase::failed) return;
-        if (s.act == activity::joining) {
-          std::string missing;
-          for (size_t i = 0; i < s.nodes.size(); ++i)
-            if (!s.nodes[i]) missing += (missing.empty() ? "" : ", ") + s.in->cluster.nodes[i].name;
-          return fail(self, make_error(fusion_errc::timeout,
-                                       "node(s) " + missing + " of " + s.in->cluster.file + " did not join within " +
-                                           format_seconds(s.in->cfg.join_timeout_s) +
-                                           " (cluster.join-timeout); start them with fusion-node --config "
-                                           "configs/nodes/..."));
-        }
-        on_step_timeout(self);
-      },
-      [=](train_atom) -> caf::result<bool> {
-        auto& s = self->state;
-        if (s.phase != run_phase::ready)
-          return make_error(fusion_errc::wrong_phase, std::string("cannot train while ") + to_string(s.phase));
-        s.train_rp = self->make_response_promise();
-        s.training_job = true;
-        s.phase = run_phase::training;
-        s.in->result = train_result{};
-        s.train_t0 = clock_type::now();
-        s.train_first = s.step;
-        write_run_record(self);
-        begin_step(self);
-        return s.train_rp;
-      },
-      [=](resume_atom, bool) { begin_step(self); },
-      [=](loss_atom, uint64_t s, uint32_t mb, double l, std::vector<double>& m) { on_loss(self, s, mb, l, m); },
-      [=](feed_atom, uint64_t s, uint32_t mb) { on_feed(self, s, mb); },
-      [=](grads_atom, uint64_t s, int32_t id, double v, std::vector<double>& fwd, std::vector<double>& bwd) {
-        on_grads(self, s, id, v, fwd, bwd);
-      },
-      [=](output_atom, uint64_t, uint32_t, tensor& logits) { on_output(self, logits); },
-      [=](fail_atom, caf::error& e) { fail(self, e); },
-      [=](eval_atom) -> caf::result<std::vector<double>> {
-        auto& s = self->state;
-        if (s.phase != run_phase::ready)
-          return make_error(fusion_errc::wrong_phase, std::string("cannot evaluate while ") + to_string(s.phase));
-        s.pass_rp = self->make_response_promise();
-        begin_eval(self, [=](eval_result v) { self->state.pass_rp.deliver(std::vector<double>{v.loss, v.accuracy}); });
-        return self->state.pass_rp;
-      },
-      [=](sample_atom, int32_t count, std::string& prompt, double temperature, uint64_t seed) -> caf::result<std::string> {
-        auto& s = self->state;
-        if (s.phase != run_phase::ready)
-          return make_error(fusion_errc::wrong_phase, std::string("cannot sample while ") + to_string(s.phase));
-        if (!s.in->model.is_text())
-          return make_error(fusion_errc::bad_config, "model " + s.in->model.name +
-                                                         " is not a text model: there is nothing to sample");
-        s.pass_rp = self->make_response_promise();
-        begin_sample(self, count, std::move(prompt), temperature, seed,
-                     [=](std::string text) { self->state.pass_rp.deliver(std::move(text)); });
-        return self->state.pass_rp;
-      },
-      [=](save_atom, std::string& path) -> caf::result<bool> {
-        auto& s = self->state;
-        if (s.phase != run_phase::ready && s.phase != run_phase::paused)
-          return make_error(fusion_errc::wrong_phase, std::string("cannot checkpoint while ") + to_string(s.phase));
-        s.pass_rp = self->make_response_promise();
-        save_checkpoint_async(self, path, [=] { self->state.pass_rp.deliver(true); });
-        return self->state.pass_rp;
-      },
-      [=](load_atom, std::string& path) -> caf::result<bool> {
-        auto& s = self->state;
-        if (s.phase != run_phase::ready)
-          return make_error(fusion_errc::wrong_phase, std::string("cannot load a checkpoint while ") + to_string(s.phase));
-        s.pass_rp = self->make_response_promise();
-        load_checkpoint_async(self, path, [=] { self->state.pass_rp.deliver(true); });
-        return self->state.pass_rp;
-      },
-      [=](rewire_atom) -> caf::result<bool> {
-        auto& s = self->state;
-        if (s.phase != run_phase::ready && s.phase != run_phase::training && s.phase != run_phase::paused)
-          return make_error(fusion_errc::wrong_phase, std::string("cannot re-wire while ") + to_string(s.phase));
-        auto rp = self->make_response_promise();
-        if (s.phase == run_phase::training) {  // at the next step boundary (begin_step)
-          s.rewire_requested = true;
-          s.rewire_rps.push_back(rp);
-          return rp;
-        }
-        apply_rewire(self, [=]() mutable { rp.deliver(true); });
-        return rp;
-      },
-      [=](query_atom, std::string& topic) -> caf::result<std::string> {
-        if (auto refused = local_only(self, "query")) return refused;
-        caf::error err;
-        auto out = answer_query(self, topic, err);
-        if (err) return err;
-        return out;
-      },
-      [=](command_atom, std::string& verb, std::vector<std::string>& args) -> caf::result<std::string> {
-        if (auto refused = local_only(self, "command")) return refused;
-        return run_command(self, verb, args);
-      },
-      [=](shutdown_atom) -> caf::result<bool> {
-        auto rp = self->make_response_promise();
-        shutdown_nodes(self, [=]() mutable {
-          rp.deliver(true);
-          self->quit();
-        });
-        return rp;
-      },
-  };
+  self->delayed_send(self, std::chrono::milliseconds(100), stop_atom::value, true);
+  st.phase = run_phase::joining;
+  return phase_behavior(self, run_phase::joining);
 }
 
 }  // namespace

@@ -31,31 +31,9 @@
 
 #include <memory>
 
-#include "actors/trainer.hpp"
-#include "core/cluster.hpp"
-#include "core/data.hpp"
-#include "core/data_source.hpp"
-#include "core/graph.hpp"
+#include "actors/run_inputs.hpp"
 
 namespace fusion {
-
-/// The phases of a run.
-enum class run_phase : uint8_t { joining, planning, wiring, ready, training, paused, finished, failed };
-
-/// "joining", "planning", ...
-const char* to_string(run_phase p);
-
-/// What the session loaded before any actor existed (plain C++ that throws clear errors), and
-/// where the coordinator leaves a training result before it answers train_atom.
-struct run_inputs {
-  train_config cfg;
-  graph model;
-  char_tokenizer tokenizer;                    ///< text models only (sampling, checkpoint vocabulary)
-  std::shared_ptr<const text_dataset> text;    ///< text models only
-  std::unique_ptr<data_source> data;           ///< fills the model's feeds (core/data_source.hpp)
-  cluster_spec cluster;       ///< no nodes: a one-process run
-  train_result result;        ///< of the last train_atom
-};
 
 /// Spawns the coordinator of a run (nothing happens before start_atom).
 caf::actor spawn_coordinator(caf::actor_system& sys, std::shared_ptr<run_inputs> inputs);

@@ -115,7 +115,7 @@ void request_pause(coord_ptr self, caf::response_promise rp) {
   if (st.phase != run_phase::training && st.phase != run_phase::ready)
     return void(rp.deliver(make_error(fusion_errc::wrong_phase, std::string("cannot pause while ") + to_string(st.phase))));
   if (st.phase == run_phase::ready) {
-    st.phase = run_phase::paused;
+    enter(self, run_phase::paused);
     return void(rp.deliver(status_json(self)));
   }
   st.pause_requested = true;
@@ -133,7 +133,7 @@ std::string request_resume(coord_ptr self, caf::error& err) {
     return {};
   }
   st.pause_requested = false;
-  st.phase = st.training_job ? run_phase::training : run_phase::ready;
+  enter(self, st.training_job ? run_phase::training : run_phase::ready);
   if (st.training_job) self->send(self, resume_atom::value, true);  // continue the held step loop
   return status_json(self);
 }

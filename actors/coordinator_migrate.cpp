@@ -27,7 +27,7 @@ struct migration_ctx {
   plan next;
   std::vector<int> ops;                    // moved graph node ids
   std::vector<std::pair<int, int>> moves;  // (old, new) cluster node of each
-  std::vector<caf::actor> fresh;           // the new op actors, once spawned
+  std::vector<op_actor> fresh;             // the new op actors, once spawned
   std::vector<plan_edge> transfer;         // one transfer edge per moved op
   bool transfer_edges_made = false;
   uint64_t state_bytes = 0;
@@ -103,7 +103,7 @@ void abandon(coord_ptr self, std::shared_ptr<migration_ctx> m, const std::string
 // The switch: from here on the new actors are the run's; a failure fails the run.
 void commit(coord_ptr self, std::shared_ptr<migration_ctx> m) {
   auto& st = self->state;
-  std::vector<caf::actor> old;
+  std::vector<op_actor> old;
   for (size_t i = 0; i < m->ops.size(); ++i) {
     old.push_back(st.actors[m->ops[i]]);
     st.actors[m->ops[i]] = m->fresh[i];
@@ -185,10 +185,10 @@ void export_states(coord_ptr self, std::shared_ptr<migration_ctx> m) {
     e.to = m->moves[i].second;
     m->transfer.push_back(e);
   }
-  auto fresh_of = [m](const plan_edge& e) {
+  auto fresh_of = [m](const plan_edge& e) -> tensor_sink {
     for (size_t i = 0; i < m->transfer.size(); ++i)
       if (m->transfer[i].id == e.id) return m->fresh[i];
-    return caf::actor{};
+    return {};
   };
   auto on_error = [=](caf::error& e) { abandon(self, m, describe(e)); };
   create_edges(self, m->transfer, [=] {
@@ -197,7 +197,7 @@ void export_states(coord_ptr self, std::shared_ptr<migration_ctx> m) {
     const uint64_t step = static_cast<uint64_t>(self->state.step);
     gather<state_export>(self, m->ops.size(), [=](size_t i) {
       auto& s = self->state;
-      auto sender = s.senders.at(m->transfer[i].id);
+      tensor_sink sender = s.senders.at(m->transfer[i].id);
       return self->request(s.actors[m->ops[i]], control_timeout, export_atom::value, sender, step);
     }, [=](std::vector<state_export> sent) {
       if (!m->over) import_states(self, m, std::move(sent));
@@ -232,12 +232,12 @@ void migrate(coord_ptr self, placement where, std::string reason, std::function<
   const auto cpu_ops = split_patterns(st.in->cfg.cpu_ops);
   actor_run_params run{static_cast<uint32_t>(st.in->cfg.micro_batches), st.in->cfg.seed, st.in->cfg.optim};
   run.precision = st.in->cfg.precision;
-  gather<caf::actor>(self, m->ops.size(), [=](size_t i) mutable {
+  gather<op_actor>(self, m->ops.size(), [=](size_t i) mutable {
     auto& s = self->state;
     const int node = m->moves[i].second;
     run.device = device_for_op(s.in->cluster.nodes[node].device, cpu_ops, s.in->model.nodes[m->ops[i]].name);
     return self->request(s.nodes[node], control_timeout, spawn_atom::value, make_node_spec(s.in->model, m->ops[i]), run);
-  }, [=](std::vector<caf::actor> made) {
+  }, [=](std::vector<op_actor> made) {
     m->fresh = std::move(made);
     if (!m->over) export_states(self, m);
   }, [=](caf::error& e) { abandon(self, m, describe(e)); });

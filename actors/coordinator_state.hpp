@@ -21,11 +21,12 @@
 #include <tuple>
 #include <vector>
 
-#include "actors/coordinator.hpp"
+#include "actors/run_inputs.hpp"
 #include "actors/errors.hpp"
 #include "actors/messages.hpp"
 #include "actors/scheduler_actor.hpp"
 #include "compression/adaptive.hpp"
+#include "core/step_machine.hpp"
 #include "scheduler/estimator.hpp"
 #include "scheduler/plan.hpp"
 
@@ -36,13 +37,11 @@ using clock_type = std::chrono::steady_clock;
 /// What the coordinator is waiting for, so that a timeout or a stray message is judged right.
 enum class activity : uint8_t { idle, joining, profiling, wiring, step, optimizer, polling, eval, sample, state, migrating };
 
-/// The step in flight.
+/// The step in flight: its bookkeeping (core/step_machine.hpp), its batch and its record.
 struct step_ctx {
   uint64_t s = 0;
   clock_type::time_point t0;
-  std::vector<double> losses, sq;
-  size_t n_loss = 0, n_grads = 0;
-  std::vector<char> reported;
+  step_machine machine;
   std::vector<tensor> batch;         // one per feed, kept while micro-batches are fed one by one
   step_record rec;
 };
@@ -86,8 +85,8 @@ struct coordinator_state {
   cluster_profile profile;
   plan current;
   std::unique_ptr<workload_estimator> estimator;  // cluster mode, from the first step on
-  std::vector<caf::actor> actors;               // op actors by graph node id
-  std::map<uint64_t, caf::actor> senders;       // edge senders by plan edge id
+  std::vector<op_actor> actors;                 // op actors by graph node id
+  std::map<uint64_t, edge_sender_actor> senders;  // edge senders by plan edge id
   /// adatopk: the hysteresis of every link direction, by (from node, to node, forward).
   std::map<std::tuple<int, int, bool>, ratio_governor> governors;
   std::set<uint64_t> pinned_edges;              // codecs set by the admin `compress`: AdaTopK leaves them
@@ -131,8 +130,28 @@ inline std::chrono::milliseconds ms_of(double seconds) {
   return std::chrono::milliseconds(static_cast<int64_t>(std::max(0.0, seconds) * 1e3));
 }
 
+// ---- actors/coordinator_phases.cpp ----
+/// The behavior of phase `p`: its own handlers, then those of every phase.
+caf::behavior phase_behavior(coord_ptr self, run_phase p);
+/// Sets st.phase and switches to its behavior (become).
+void enter(coord_ptr self, run_phase p);
+/// Installs the one handler of messages no phase behavior takes: a request is answered with a
+/// wrong_phase error naming the phase, a stale notice is dropped.
+void set_out_of_phase_handler(coord_ptr self);
+
 // ---- actors/coordinator.cpp ----
 void fail(coord_ptr self, const caf::error& e);
+/// stop_atom (Ctrl-C, the session): a step in flight gets runtime.stop-grace to finish, a paused
+/// training job finishes, a run still starting fails as interrupted.
+void request_stop(coord_ptr self);
+/// The join timeout expired: fails naming the nodes that did not join.
+void join_timed_out(coord_ptr self);
+/// Every node has joined (or one process): profile, place, spawn and wire, then ready.
+void plan_and_wire(coord_ptr self);
+/// A node's hello: welcomed with its index, or refused saying why.
+caf::result<welcome_atom, int32_t, uint32_t> on_hello(coord_ptr self, node_hello& h, caf::actor& node);
+/// Admin queries and commands only from this process (the admin actor, the session).
+caf::error local_only(coord_ptr self, const char* what);
 void arm_timeout(coord_ptr self, double seconds);
 std::string node_label(const coordinator_state& st, size_t i);
 void begin_join(coord_ptr self);
@@ -144,12 +163,14 @@ void connect_all(coord_ptr self, std::function<void()> done);
 /// `target_of` gives; errors fail the run unless `on_error` takes them.
 void create_edges(coord_ptr self, std::vector<plan_edge> add, std::function<void()> done,
                   std::function<void(caf::error&)> on_error = nullptr,
-                  std::function<caf::actor(const plan_edge&)> target_of = nullptr);
+                  std::function<tensor_sink(const plan_edge&)> target_of = nullptr);
 /// Removes the routes and edge senders of `drop` (edges of a plan that is no longer current).
 void drop_edges(coord_ptr self, std::vector<plan_edge> drop, std::function<void()> done);
 void shutdown_nodes(coord_ptr self, std::function<void()> done);
 
 // ---- actors/coordinator_train.cpp ----
+/// train_atom: resets the result, writes the run record and starts the step loop.
+void begin_training(coord_ptr self);
 void begin_step(coord_ptr self);
 void on_loss(coord_ptr self, uint64_t s, uint32_t mb, double loss, const std::vector<double>& metrics);
 void on_feed(coord_ptr self, uint64_t s, uint32_t mb);

@@ -156,15 +156,11 @@ void poll_traffic(coord_ptr self, step_record rec) {
 void optimizer_step(coord_ptr self) {
   auto& st = self->state;
   auto& c = *st.cur;
-  const int64_t M = st.in->cfg.micro_batches;
-  double loss = 0, norm2 = 0;
-  for (double l : c.losses) loss += l;  // micro-batch order: deterministic
-  for (double v : c.sq) norm2 += v;     // node order: deterministic
   auto& rec = c.rec;
   std::sort(rec.ops.begin(), rec.ops.end(), [](auto& a, auto& b) { return a.node < b.node; });
   rec.step = st.step + 1;
-  rec.loss = loss / static_cast<double>(M);
-  rec.grad_norm = std::sqrt(norm2);
+  rec.loss = c.machine.mean_loss();
+  rec.grad_norm = c.machine.grad_norm();
   rec.lr = lr_at(st.in->cfg.optim, st.step);
   if (!std::isfinite(rec.loss) || !std::isfinite(rec.grad_norm)) {
     const std::string what = !std::isfinite(rec.loss) ? "the loss became " + format_number(rec.loss)
@@ -173,19 +169,19 @@ void optimizer_step(coord_ptr self) {
   }
   float scale = clip_scale(rec.grad_norm, st.in->cfg.optim.grad_clip);
   st.act = activity::optimizer;
+  c.machine.begin_update();
   // One timeout for the update (on_step_timeout) instead of one per request: CAF 0.17 keeps a
   // request's timeout in the actor clock until it expires, answered or not, so a timeout on each
   // of gpt-char-small's 61 requests a step kept about 8 KiB a step alive for runtime.step-timeout
   // (600 s): some 12 MiB of growth at 0.4 s a step (heaptrack, bench/soak_bench.sh).
   arm_timeout(self, st.in->cfg.step_timeout_s);
-  auto left = std::make_shared<size_t>(st.compute_nodes.size());
   auto failed = std::make_shared<bool>(false);
   for (int id : st.compute_nodes)
     self->request(st.actors[id], caf::infinite, step_atom::value, c.s, rec.lr, scale)
         .then(
             [=](stepped_atom, int32_t) {
-              if (*failed || --*left > 0) return;
               auto& s = self->state;
+              if (*failed || !s.cur || s.cur->machine.on_stepped() != step_machine::verdict::complete) return;
               ++s.step;
               s.cur->rec.step_s = seconds_between(s.cur->t0, clock_type::now());
               s.cur->rec.tokens_per_s = static_cast<double>(s.in->cfg.batch * s.in->model.row_items) / s.cur->rec.step_s;
@@ -279,6 +275,17 @@ void feed(coord_ptr self, uint64_t s, pass_mode mode, const std::vector<tensor>&
                  static_cast<uint8_t>(mode), slice_rows(batch[k], mb * per_mb, std::min(per_mb, rows - mb * per_mb)));
 }
 
+void begin_training(coord_ptr self) {
+  auto& s = self->state;
+  s.training_job = true;
+  enter(self, run_phase::training);
+  s.in->result = train_result{};
+  s.train_t0 = clock_type::now();
+  s.train_first = s.step;
+  write_run_record(self);
+  begin_step(self);
+}
+
 void begin_step(coord_ptr self) {
   auto& st = self->state;
   if (st.phase == run_phase::failed || !st.training_job) return;
@@ -298,7 +305,7 @@ void begin_step(coord_ptr self) {
   }
   if (st.pause_requested) {
     st.pause_requested = false;
-    st.phase = run_phase::paused;
+    enter(self, run_phase::paused);
     if (st.in->cfg.progress)
       std::fprintf(stderr, "%sfusion-train: paused after step %lld\n", tty(st) ? "\r\33[K" : "",
                    static_cast<long long>(st.step));
@@ -312,13 +319,11 @@ void begin_step(coord_ptr self) {
   st.cur.emplace();
   auto& c = *st.cur;
   c.s = static_cast<uint64_t>(st.step);
+  c.machine.begin(c.s, static_cast<size_t>(M), st.compute_nodes, st.in->model.nodes.size());
   // The feed interval below is the one this prediction simulated.
   const step_estimate predicted = predict_step(self);
   c.rec.predicted_step_s = predicted.step_s;
   c.t0 = clock_type::now();
-  c.losses.assign(M, NAN);
-  c.sq.assign(st.in->model.nodes.size(), 0.0);
-  c.reported.assign(st.in->model.nodes.size(), 0);
   c.batch = make_batch(st, B);
   try {
     st.in->data->train_batch(cfg.seed, c.s, tensor_pointers(c.batch));
@@ -345,7 +350,7 @@ void on_feed(coord_ptr self, uint64_t s, uint32_t mb) {
   feed(self, s, pass_mode::train, st.cur->batch, st.micro_rows, mb, mb + 1);
 }
 
-void on_loss(coord_ptr self, uint64_t, uint32_t mb, double loss, const std::vector<double>& metrics) {
+void on_loss(coord_ptr self, uint64_t s, uint32_t mb, double loss, const std::vector<double>& metrics) {
   auto& st = self->state;
   if (st.act == activity::eval) {
     if (mb >= st.pass.losses.size()) return;
@@ -356,21 +361,18 @@ void on_loss(coord_ptr self, uint64_t, uint32_t mb, double loss, const std::vect
     if (++st.pass.got == st.pass.losses.size()) std::function<void()>(st.after_pass)();
     return;
   }
-  if (st.act != activity::step || !st.cur || mb >= st.cur->losses.size()) return;
-  st.cur->losses[mb] = loss;
-  ++st.cur->n_loss;
-  if (st.cur->n_loss == st.cur->losses.size() && st.cur->n_grads == st.compute_nodes.size()) optimizer_step(self);
+  if (st.act != activity::step || !st.cur) return;
+  if (st.cur->machine.on_loss(s, mb, loss) == step_machine::verdict::complete) optimizer_step(self);
 }
 
-void on_grads(coord_ptr self, uint64_t, int32_t id, double sq, std::vector<double>& fwd, std::vector<double>& bwd) {
+void on_grads(coord_ptr self, uint64_t s, int32_t id, double sq, std::vector<double>& fwd, std::vector<double>& bwd) {
   auto& st = self->state;
-  if (st.act != activity::step || !st.cur || id < 0 || static_cast<size_t>(id) >= st.cur->sq.size()) return;
+  if (st.act != activity::step || !st.cur) return;
   auto& c = *st.cur;
-  c.sq[id] = sq;
-  ++c.n_grads;
-  c.reported[id] = 1;
+  const auto verdict = c.machine.on_grads(s, id, sq);
+  if (verdict == step_machine::verdict::refused) return;
   c.rec.ops.push_back({id, std::move(fwd), std::move(bwd)});
-  if (c.n_loss == c.losses.size() && c.n_grads == st.compute_nodes.size()) optimizer_step(self);
+  if (verdict == step_machine::verdict::complete) optimizer_step(self);
 }
 
 void on_step_timeout(coord_ptr self) {
@@ -378,11 +380,12 @@ void on_step_timeout(coord_ptr self) {
   std::string what;
   if (st.act == activity::step && st.cur) {
     // What is missing points at the stuck edge or node.
-    what = "forward/backward of step " + std::to_string(st.step + 1) + " (losses " + std::to_string(st.cur->n_loss) +
-           "/" + std::to_string(st.cur->losses.size()) + "; no gradients yet from";
+    const auto& m = st.cur->machine;
+    what = "forward/backward of step " + std::to_string(st.step + 1) + " (losses " + std::to_string(m.losses_in()) +
+           "/" + std::to_string(m.micro_batches()) + "; no gradients yet from";
     int listed = 0;
-    for (int id : st.compute_nodes)
-      if (!st.cur->reported[id] && listed++ < 8) what += " " + st.in->model.nodes[id].name;
+    for (int id : m.waiting_for_grads())
+      if (listed++ < 8) what += " " + st.in->model.nodes[id].name;
     what += listed > 8 ? " ...)" : ")";
   } else if (st.act == activity::optimizer) {
     what = "the optimizer update of step " + std::to_string(st.step + 1) + " on every op actor";
@@ -484,7 +487,7 @@ void load_checkpoint_async(coord_ptr self, std::string path, std::function<void(
 void finish_training(coord_ptr self, bool interrupted) {
   auto& st = self->state;
   st.training_job = false;
-  st.phase = run_phase::ready;
+  enter(self, run_phase::ready);
   st.in->result.interrupted = interrupted;
   if (tty(st)) std::fputc('\n', stderr);
   auto complete = [=] {

@@ -29,8 +29,8 @@ class tls_context;
 
 /// Where the tensors of an edge ending at this node go.
 struct edge_route {
-  caf::actor target;  ///< the local op actor
-  caf::actor sender;  ///< the edge sender that gets the credits
+  tensor_sink target;        ///< the local op actor
+  edge_sender_actor sender;  ///< the edge sender that gets the credits
 };
 
 /// Routes by edge id, shared by the node actor (which sets them) and the channel's reader

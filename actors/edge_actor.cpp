@@ -37,7 +37,7 @@ struct edge_state {
   static inline const char* name = "edge_sender";
 };
 
-using edge_ptr = caf::stateful_actor<edge_state>*;
+using edge_ptr = edge_sender_actor::stateful_pointer<edge_state>;
 
 // Sends chunks while the window has room, oldest tensor first (order matters: the receiver
 // acknowledges in arrival order and the consumer expects micro-batches in order per edge).
@@ -152,7 +152,7 @@ void acknowledge(edge_ptr self, uint32_t n) {
   pump(self);
 }
 
-caf::behavior edge_sender_fn(edge_ptr self, uint64_t edge, caf::actor peer, edge_config cfg, caf::actor reporter,
+edge_sender_actor::behavior_type edge_sender_fn(edge_ptr self, uint64_t edge, caf::actor peer, edge_config cfg, caf::actor reporter,
                              std::shared_ptr<data_link> link, codec_settings codec) {
   auto& st = self->state;
   st.encoder.set(codec);
@@ -186,7 +186,7 @@ caf::behavior edge_sender_fn(edge_ptr self, uint64_t edge, caf::actor peer, edge
 
 }  // namespace
 
-caf::actor spawn_edge_sender(caf::actor_system& sys, uint64_t edge, caf::actor peer, edge_config cfg,
+edge_sender_actor spawn_edge_sender(caf::actor_system& sys, uint64_t edge, caf::actor peer, edge_config cfg,
                              caf::actor reporter, std::shared_ptr<data_link> link, codec_settings codec) {
   return sys.spawn(edge_sender_fn, edge, std::move(peer), cfg, std::move(reporter), std::move(link), codec);
 }

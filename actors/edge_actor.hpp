@@ -15,19 +15,12 @@
 #include <memory>
 #include <string>
 
+#include "actors/messages.hpp"
 #include "compression/codec.hpp"
 #include "core/wire.hpp"
 #include "tensor/tensor.hpp"
 
 namespace fusion {
-
-/// Flow-control settings of one edge sender (core/wire.hpp holds the defaults and limits).
-using edge_config = flow_config;
-
-template <class Inspector>
-typename Inspector::result_type inspect(Inspector& f, flow_config& x) {
-  return f(caf::meta::type_name("edge_config"), x.window, x.chunk_bytes);
-}
 
 /// A byte path to the receiving node that bypasses CAF's serialization (the TCP data channel).
 /// The edge actor still counts credits; the link only moves bytes.
@@ -44,8 +37,8 @@ class data_link {
 /// wire_atom messages, or through `link` when it is set. Completed tensors are reported to
 /// `reporter` as stats_atom(edge_stat); errors as fail_atom(caf::error). `codec` says how
 /// tensors are encoded (none: raw bytes).
-caf::actor spawn_edge_sender(caf::actor_system& sys, uint64_t edge, caf::actor peer, edge_config cfg,
-                             caf::actor reporter, std::shared_ptr<data_link> link = nullptr,
-                             codec_settings codec = {});
+edge_sender_actor spawn_edge_sender(caf::actor_system& sys, uint64_t edge, caf::actor peer, edge_config cfg,
+                                    caf::actor reporter, std::shared_ptr<data_link> link = nullptr,
+                                    codec_settings codec = {});
 
 }  // namespace fusion

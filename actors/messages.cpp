@@ -1,15 +1,16 @@
 #include "actors/messages.hpp"
 
-#include "actors/admin_protocol.hpp"
-#include "actors/edge_actor.hpp"
-#include "actors/op_actor.hpp"
-
 namespace fusion {
 
 void add_fusion_message_types(caf::actor_system_config& cfg) {
   cfg.add_message_type<tensor>("fusion.tensor");
   cfg.add_message_type<named_tensors>("fusion.named_tensors");
   cfg.add_message_type<std::vector<caf::actor>>("fusion.actor_list");
+  cfg.add_message_type<tensor_sink>("fusion.tensor_sink");
+  cfg.add_message_type<std::vector<tensor_sink>>("fusion.tensor_sink_list");
+  cfg.add_message_type<op_actor>("fusion.op_actor");
+  cfg.add_message_type<op_reporter>("fusion.op_reporter");
+  cfg.add_message_type<edge_sender_actor>("fusion.edge_sender_actor");
   cfg.add_message_type<std::vector<double>>("fusion.f64_list");
   cfg.add_message_type<security::proof>("fusion.proof");
   cfg.add_message_type<node_hello>("fusion.node_hello");

@@ -44,6 +44,7 @@
 
 #include "actors/errors.hpp"
 #include "core/wire.hpp"
+#include "ops/optim.hpp"
 #include "scheduler/op_timing.hpp"
 #include "security/admission.hpp"
 #include "tensor/tensor.hpp"
@@ -69,6 +70,8 @@ using set_state_atom = caf::atom_constant<caf::atom("setstate")>;
 using fail_atom = caf::atom_constant<caf::atom("fail")>;
 using hello_atom = caf::atom_constant<caf::atom("hello")>;
 using welcome_atom = caf::atom_constant<caf::atom("welcome")>;
+/// fusion-node's main thread -> its node actor, before the hello: the coordinator to report to.
+using coordinator_atom = caf::atom_constant<caf::atom("coord")>;
 using spawn_atom = caf::atom_constant<caf::atom("spawn")>;
 using edge_atom = caf::atom_constant<caf::atom("edge")>;
 using route_atom = caf::atom_constant<caf::atom("route")>;
@@ -312,6 +315,116 @@ template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, state_export& x) {
   return f(caf::meta::type_name("state_export"), x.tensors, x.bytes);
 }
+
+// ---- typed interfaces of the data plane ----
+
+/// Anything tensors of a step are sent to: an op actor, or the edge sender that stands in for an
+/// op on another node. Senders address a consumer or producer as a tensor_sink and do not know
+/// which of the two it is (location transparency, checked by the compiler).
+///   forward_atom(step, micro-batch, input slot, pass_mode, activation)
+///   backward_atom(step, micro-batch, consumer index, gradient)
+using tensor_sink =
+    caf::typed_actor<caf::reacts_to<forward_atom, uint64_t, uint32_t, uint32_t, uint8_t, tensor>,
+                     caf::reacts_to<backward_atom, uint64_t, uint32_t, uint32_t, tensor>>;
+
+/// The sending end of a cross-node edge (actors/edge_actor.hpp): a tensor sink that also takes
+/// the receiving node's credits and codec changes.
+using edge_sender_actor =
+    tensor_sink::extend<caf::reacts_to<credit_atom, uint64_t, uint32_t>, caf::reacts_to<compress_atom, codec_settings>>;
+
+/// What an op actor reports to the coordinator: loss_atom(step, micro-batch, loss, metric sums)
+/// from the loss op, output_atom(step, micro-batch, logits) when sampling, grads_atom(step, node
+/// id, squared gradient norm, forward and backward seconds per micro-batch) after its last
+/// backward, and fail_atom(error). A typed view of the coordinator for the senders: the
+/// coordinator itself is dynamically typed, because its behavior changes with the run's phase
+/// (actors/coordinator_phases.cpp) and a typed CAF actor must take its whole interface in every
+/// behavior.
+using op_reporter = caf::typed_actor<caf::reacts_to<loss_atom, uint64_t, uint32_t, double, std::vector<double>>,
+                                     caf::reacts_to<output_atom, uint64_t, uint32_t, tensor>,
+                                     caf::reacts_to<grads_atom, uint64_t, int32_t, double, std::vector<double>,
+                                                    std::vector<double>>,
+                                     caf::reacts_to<fail_atom, caf::error>>;
+
+/// An op actor (actors/op_actor.hpp): a tensor sink that is wired, steps its optimizer and hands
+/// over its state. connect_atom(consumers, producers, coordinator) -> true; step_atom(step, lr,
+/// clip scale) -> stepped_atom(node id); get_state_atom -> named tensors; export_atom(sink, step)
+/// sends the state through `sink` -> what was sent; import_atom(count) -> true once `count` state
+/// tensors arrived and were restored; set_state_atom(named tensors) -> true.
+using op_actor = tensor_sink::extend<
+    caf::replies_to<connect_atom, std::vector<tensor_sink>, std::vector<tensor_sink>, op_reporter>::with<bool>,
+    caf::replies_to<step_atom, uint64_t, double, float>::with<stepped_atom, int32_t>,
+    caf::replies_to<get_state_atom>::with<named_tensors>,
+    caf::replies_to<export_atom, tensor_sink, uint64_t>::with<state_export>,
+    caf::replies_to<import_atom, uint32_t>::with<bool>, caf::replies_to<set_state_atom, named_tensors>::with<bool>>;
+
+// ---- spawning op actors and edge senders (node_atom requests of the coordinator) ----
+
+/// Everything an op actor needs to know about its node, independent of the graph object
+/// (so that a node can later be spawned in another process from this description alone).
+struct node_spec {
+  int id = -1;
+  std::string name;
+  std::string kind;                               ///< op kind, or "input"
+  std::map<std::string, std::string> attrs;
+  std::vector<shape_t> input_shapes;              ///< shapes at load time (define parameter shapes)
+  std::vector<uint8_t> input_types;               ///< dtype of each input, as its integer value
+  std::vector<int> consumer_slots;                ///< per consumer: the input slot it feeds
+  std::vector<int> index_at_producer;             ///< per input slot: our index in the producer's consumers
+  std::vector<uint8_t> producer_is_input;         ///< per input slot: the producer is a data input
+  bool is_loss = false;
+  bool is_logits = false;
+};
+
+/// Training parameters shared by all op actors of a run.
+struct actor_run_params {
+  uint32_t micro_batches = 1;
+  uint64_t seed = 0;
+  optim_config optim;
+  /// Where the op computes: "cpu", "cuda" or "cuda:N" (ops/backend.hpp make_backend). Data
+  /// inputs always stay on the CPU.
+  std::string device = "cpu";
+  /// How the GEMMs of a CUDA op compute: "fp32" or "bf16" (runtime.precision; ignored on the CPU).
+  std::string precision = "fp32";
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, node_spec& x) {
+  return f(caf::meta::type_name("node_spec"), x.id, x.name, x.kind, x.attrs, x.input_shapes, x.input_types,
+           x.consumer_slots, x.index_at_producer, x.producer_is_input, x.is_loss, x.is_logits);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, optim_config& x) {
+  return f(caf::meta::type_name("optim_config"), x.kind, x.lr, x.min_lr, x.beta1, x.beta2, x.eps, x.weight_decay,
+           x.momentum, x.grad_clip, x.warmup_steps, x.total_steps);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, actor_run_params& x) {
+  return f(caf::meta::type_name("actor_run_params"), x.micro_batches, x.seed, x.optim, x.device,
+           x.precision);
+}
+
+/// Flow-control settings of one edge sender (core/wire.hpp holds the defaults and limits).
+using edge_config = flow_config;
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, flow_config& x) {
+  return f(caf::meta::type_name("edge_config"), x.window, x.chunk_bytes);
+}
+
+// ---- the admin protocol (what each query and command means: actors/admin_protocol.hpp) ----
+
+using query_atom = caf::atom_constant<caf::atom("query")>;
+using command_atom = caf::atom_constant<caf::atom("command")>;
+
+/// The admin actor's interface. With security.mode=tls a shell first asks challenge_atom (the
+/// coordinator proves its role) and logs in with login_atom and its proof of the admin role
+/// (actors/secure_link.hpp); queries and commands from a peer that has not logged in are refused.
+using admin_actor = caf::typed_actor<caf::replies_to<query_atom, std::string>::with<std::string>,
+                                     caf::replies_to<command_atom, std::string, std::vector<std::string>>::with<std::string>,
+                                     caf::replies_to<challenge_atom, std::string>::with<std::string, security::proof>,
+                                     caf::replies_to<login_atom, security::proof>::with<std::string>>;
 
 /// Registers every message type above with an actor system config (same names on every node).
 void add_fusion_message_types(caf::actor_system_config& cfg);

@@ -24,8 +24,8 @@ struct node_state {
   node_identity id;
   std::shared_ptr<std::atomic<int>> exit_code;
   caf::actor coordinator;
-  std::vector<caf::actor> hosted;                           // op actors
-  std::map<uint64_t, caf::actor> senders;                   // edge senders by edge id
+  std::vector<op_actor> hosted;                             // op actors
+  std::map<uint64_t, edge_sender_actor> senders;            // edge senders by edge id
   std::shared_ptr<route_table> routes;
   std::map<std::string, std::shared_ptr<data_link>> links;  // data channels to peers, by "host:port"
   wire_assembler assembler;                                 // chunks that came over CAF
@@ -152,11 +152,15 @@ caf::behavior node_actor_fn(node_ptr self, node_identity id, std::shared_ptr<std
     self->quit();
   });
   return {
-      [=](welcome_atom, caf::actor& coordinator) {
-        self->state.coordinator = coordinator;
+      // Sent by fusion-node before its hello (apps/fusion_node.cpp says why).
+      [=](coordinator_atom, caf::actor& coordinator) {
+        auto& st = self->state;
+        if (st.coordinator) self->demonitor(st.coordinator.address());
+        st.coordinator = coordinator;
         self->monitor(coordinator);
+        return true;
       },
-      [=](spawn_atom, node_spec& spec, actor_run_params& run) -> caf::result<caf::actor> {
+      [=](spawn_atom, node_spec& spec, actor_run_params& run) -> caf::result<op_actor> {
         try {
           auto a = spawn_op_actor(self->system(), std::move(spec), std::move(run));
           self->state.hosted.push_back(a);
@@ -166,7 +170,7 @@ caf::behavior node_actor_fn(node_ptr self, node_identity id, std::shared_ptr<std
         }
       },
       // Migration: an op actor that moved away (or a new one whose move was abandoned).
-      [=](retire_atom, caf::actor& op) {
+      [=](retire_atom, op_actor& op) {
         auto& hosted = self->state.hosted;
         auto it = std::find(hosted.begin(), hosted.end(), op);
         if (it == hosted.end()) return false;
@@ -175,7 +179,7 @@ caf::behavior node_actor_fn(node_ptr self, node_identity id, std::shared_ptr<std
         return true;
       },
       [=](edge_atom, uint64_t edge, caf::actor& peer, edge_config& cfg, std::string& host, uint16_t port,
-          std::string& peer_node, codec_settings& codec) -> caf::result<caf::actor> {
+          std::string& peer_node, codec_settings& codec) -> caf::result<edge_sender_actor> {
         std::shared_ptr<data_link> link;
         if (port != 0) {
           std::string err;
@@ -188,7 +192,7 @@ caf::behavior node_actor_fn(node_ptr self, node_identity id, std::shared_ptr<std
         slot = spawn_edge_sender(self->system(), edge, peer, cfg, caf::actor_cast<caf::actor>(self), link, codec);
         return slot;
       },
-      [=](route_atom, uint64_t edge, caf::actor& target, caf::actor& sender) {
+      [=](route_atom, uint64_t edge, tensor_sink& target, edge_sender_actor& sender) {
         self->state.routes->set(edge, edge_route{target, sender});
         return true;
       },

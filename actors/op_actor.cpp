@@ -66,8 +66,8 @@ struct op_state {
   std::vector<tensor> params, grads, m, v;
   std::vector<buffer_spec> buffer_specs;
   std::vector<tensor> buffers;  // non-trainable state (batch norm statistics): checkpointed, no optimizer
-  std::vector<caf::actor> consumers, producers;
-  caf::actor coordinator;
+  std::vector<tensor_sink> consumers, producers;
+  op_reporter coordinator;
   std::map<uint32_t, fwd_entry> pending_fwd;
   std::map<uint32_t, saved_entry> saved;
   std::map<uint32_t, bwd_entry> pending_bwd;
@@ -81,7 +81,7 @@ struct op_state {
   static inline const char* name = "op_actor";
 };
 
-using self_ptr = caf::stateful_actor<op_state>*;
+using self_ptr = op_actor::stateful_pointer<op_state>;
 
 // Timing slots of the backend (backend::begin_timing): forward and backward of each micro-batch.
 size_t forward_slot(uint32_t mb) { return 2 * size_t{mb}; }
@@ -304,7 +304,7 @@ void finish_import(self_ptr self) {
 
 // `compute` was built by spawn_op_actor (so device errors reach the spawner); the actor takes
 // ownership of its parts.
-caf::behavior op_actor_fn(self_ptr self, node_spec spec, actor_run_params run, std::shared_ptr<op_compute> compute) {
+op_actor::behavior_type op_actor_fn(self_ptr self, node_spec spec, actor_run_params run, std::shared_ptr<op_compute> compute) {
   auto& st = self->state;
   st.spec = std::move(spec);
   st.run = run;
@@ -330,8 +330,8 @@ caf::behavior op_actor_fn(self_ptr self, node_spec spec, actor_run_params run, s
     }
   };
   return {
-      [=](connect_atom, std::vector<caf::actor>& consumers, std::vector<caf::actor>& producers,
-          caf::actor& coordinator) {
+      [=](connect_atom, std::vector<tensor_sink>& consumers, std::vector<tensor_sink>& producers,
+          op_reporter& coordinator) {
         // Between steps only (the coordinator re-wires at step boundaries): nothing is in flight.
         self->state.consumers = std::move(consumers);
         self->state.producers = std::move(producers);
@@ -382,7 +382,7 @@ caf::behavior op_actor_fn(self_ptr self, node_spec spec, actor_run_params run, s
           return make_error(fusion_errc::op_failed, "op actor '" + self->state.spec.name + "': " + e.what());
         }
       },
-      [=](export_atom, caf::actor& sender, uint64_t step) -> caf::result<state_export> {
+      [=](export_atom, tensor_sink& sender, uint64_t step) -> caf::result<state_export> {
         named_tensors out;
         try {
           out = collect_state(self->state);
@@ -421,7 +421,7 @@ caf::behavior op_actor_fn(self_ptr self, node_spec spec, actor_run_params run, s
 
 }  // namespace
 
-caf::actor spawn_op_actor(caf::actor_system& sys, node_spec spec, actor_run_params params) {
+op_actor spawn_op_actor(caf::actor_system& sys, node_spec spec, actor_run_params params) {
   // A precision no node knows (a damaged or newer coordinator) throws here, which the node
   // reports as a spawn error naming it.
   auto compute = std::make_shared<op_compute>(make_op_compute(params.device, parse_gemm_precision(params.precision),

@@ -331,6 +331,17 @@ int run(int argc, char** argv) {
     }
     hello.proof = security::make_proof(*creds, challenge);
   }
+  // The node actor learns its coordinator before the coordinator learns of the node: once
+  // welcomed, spawn requests and wire chunks may reach the node actor at once, and a rejection
+  // must already have somebody to be reported to. (Told after the welcome, from this thread, it
+  // raced the coordinator's first messages on a loaded machine and lost reports.)
+  bool told = false;
+  self->request(node, std::chrono::seconds(10), coordinator_atom::value, coordinator)
+      .receive([&](bool) { told = true; }, [&](caf::error& e) { last_error = describe(e); });
+  if (!told) {
+    log_error(me, "the node actor did not take its coordinator: " + last_error);
+    return give_up(1);
+  }
   int code = -1;
   self->request(coordinator, std::chrono::seconds(30), hello_atom::value, hello, node)
       .receive(
@@ -345,7 +356,6 @@ int run(int argc, char** argv) {
                              hello.device + ", " + std::to_string(static_cast<int>(hello.gflops)) +
                              " GFLOP/s); data channel on port " + std::to_string(hello.data_port) +
                              (tls ? ", TLS 1.3" : ", plaintext"));
-            self->send(node, welcome_atom::value, coordinator);
           },
           [&](caf::error& e) {
             // A refusal (wrong name, version or device) says why in plain words; anything else

@@ -9,7 +9,7 @@
 # clusters, the admin shell): all the code that parses files and peers' bytes runs in them. Left
 # out: `slow` (fmnist_learns: 1500 training steps, far too long at ASan speed; it covers no code
 # the actor tests do not), `netns` (root-only namespace and cgroup scripts around the same
-# binaries) and `cuda`, and three tests that cannot hold under ASan by design (`skipped` below).
+# binaries) and `cuda`, and one test that cannot hold under ASan by design (`skipped` below).
 # Any sanitizer report fails the test it happens in: UBSan halts on the first error, ASan on any
 # memory error, LeakSanitizer on leaks at exit. CAF's own leaks and one UB in a CAF header are
 # suppressed narrowly by tests/sanitize/{lsan,ubsan}.supp, which say why for each entry.
@@ -38,15 +38,13 @@ export ASAN_OPTIONS="detect_leaks=1:allocator_may_return_null=1${ASAN_OPTIONS:+:
 export LSAN_OPTIONS="suppressions=$root/tests/sanitize/lsan.supp:print_suppressions=0${LSAN_OPTIONS:+:$LSAN_OPTIONS}"
 export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1:suppressions=$root/tests/sanitize/ubsan.supp${UBSAN_OPTIONS:+:$UBSAN_OPTIONS}"
 # Not meaningful under ASan: the running-out-of-memory test caps the address space (ulimit -v),
-# and ASan reserves terabytes of shadow memory at start; the two OP-Fence tests bound the
-# planner's wall time (2 s), which ASan at -O1 multiplies by 5 to 10.
-skipped='running out of memory is said in plain words|plans in under 2 s|plan fast and follow the fast links'
+# and ASan reserves terabytes of shadow memory at start.
+skipped='running out of memory is said in plain words'
 if ((unit)); then
   # One process for every plain-logic test (graph, ops, plans, codecs, parsers, TLS identity):
   # the CI stage, a few minutes where the whole set takes most of an hour at ASan speed.
   status=0
-  build-asan/tests/fusion_unit_tests --test-case-exclude="*plans in under 2 s*,*plan fast and follow the fast links*" \
-    2>&1 | tee build-asan/unit.log || status=1
+  build-asan/tests/fusion_unit_tests 2>&1 | tee build-asan/unit.log || status=1
   if grep -E "ERROR: (AddressSanitizer|LeakSanitizer)|runtime error:" build-asan/unit.log >&2; then status=1; fi
   exit "$status"
 fi

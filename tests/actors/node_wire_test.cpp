@@ -89,13 +89,16 @@ TEST_CASE("node: malformed wire messages are rejected and counted, and the node 
   spec.name = "tokens";
   spec.kind = "input";
   spec.consumer_slots = {0};
-  caf::actor input;
+  op_actor input;
   const actor_run_params run;  // (a named object: a temporary trips a GCC 12 -Wmaybe-uninitialized false positive)
   self->request(node_actor, 10s, spawn_atom::value, spec, run)
-      .receive([&](caf::actor& a) { input = a; }, [&](caf::error& e) { FAIL(sys.render(e)); });
+      .receive([&](op_actor& a) { input = a; }, [&](caf::error& e) { FAIL(sys.render(e)); });
   REQUIRE(input);
-  self->send(input, connect_atom::value, std::vector<caf::actor>{me}, std::vector<caf::actor>{}, me);
-  self->request(node_actor, 10s, route_atom::value, uint64_t{7}, input, me)
+  // The test stands in for the input's consumer and for the remote edge sender that gets credits.
+  self->send(input, connect_atom::value, std::vector<tensor_sink>{caf::actor_cast<tensor_sink>(me)},
+             std::vector<tensor_sink>{}, caf::actor_cast<op_reporter>(me));
+  self->request(node_actor, 10s, route_atom::value, uint64_t{7}, tensor_sink{input},
+                caf::actor_cast<edge_sender_actor>(me))
       .receive([](bool) {}, [&](caf::error& e) { FAIL(sys.render(e)); });
 
   wire_header good;

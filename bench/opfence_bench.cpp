@@ -1,0 +1,170 @@
+// fusion-bench-opfence: how long OP-Fence takes to plan at the paper's scale.
+//
+// Planning runs once at join and again whenever the scheduler re-plans, so it must stay well
+// under a step. Timed here (processor time of this process, best and median of --reps runs):
+//   cut DP     scheduler/opfence_cut.cpp alone on random problems of 485 and 800 ops over 48
+//              positions (no skip), and 800 ops over 16 positions with skip
+//   paper-48   opfence_place for gpt2-xl on 48 nodes in three sites (16 each, 10 Gbit/s inside,
+//              400/100/10 Mbit/s between)
+//   fences-12  opfence_place for gpt2-xl on 48 single-node sites in 12 groups of 4
+// The targets (the bounds the unit tests once checked): the cut DP under 0.5 s, each whole plan
+// under 2 s. The exit status is 1 when a median misses its target.
+//
+//   fusion-bench-opfence [--reps N]          (from the repository root, or FUSION_SOURCE_DIR)
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <ctime>
+#include <functional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/cluster.hpp"
+#include "core/graph.hpp"
+#include "scheduler/opfence.hpp"
+#include "scheduler/profile.hpp"
+
+using namespace fusion;
+
+namespace {
+
+// Processor time, not wall time: a busy neighbour stretches wall time but not the planner's work.
+double cpu_seconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+}
+
+struct timing {
+  double best = 1e30, median = 0;
+};
+
+timing time_reps(int reps, const std::function<void()>& fn) {
+  std::vector<double> s;
+  for (int r = 0; r < reps; ++r) {
+    const double t0 = cpu_seconds();
+    fn();
+    s.push_back(cpu_seconds() - t0);
+  }
+  std::sort(s.begin(), s.end());
+  return {s.front(), s[s.size() / 2]};
+}
+
+cut_problem big_problem(int k_count, int n, bool skip) {
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<double> unit(0.5, 1.5);
+  cut_problem p;
+  p.compute_s.assign(k_count, std::vector<double>(n, 0.0));
+  p.cross_bytes.assign(n, 0.0);
+  p.seconds_per_byte.assign(k_count, std::vector<double>(k_count, 0.0));
+  p.latency_s.assign(k_count, std::vector<double>(k_count, 0.0));
+  p.memory_bytes.assign(n, 0.0);
+  p.capacity_bytes.assign(k_count, 1e8 * n / k_count * 2);
+  p.allow_skip = skip;
+  for (int i = 0; i < n; ++i) {
+    const double base = unit(rng);
+    for (int k = 0; k < k_count; ++k) p.compute_s[k][i] = base * (1 + k % 3);
+    p.cross_bytes[i] = 1e6 * unit(rng);
+    p.memory_bytes[i] = 1e8 * unit(rng);
+  }
+  for (int a = 0; a < k_count; ++a)
+    for (int b = a + 1; b < k_count; ++b) {
+      p.seconds_per_byte[a][b] = 8e-9 * (1 + (a / 16 != b / 16) * 100);
+      p.latency_s[a][b] = 1e-3;
+    }
+  return p;
+}
+
+std::string link(const std::string& a, const std::string& b, double mbit) {
+  char buf[128];
+  std::snprintf(buf, sizeof buf, "link { a: \"%s\" b: \"%s\" mbit: %g }\n", a.c_str(), b.c_str(), mbit);
+  return buf;
+}
+
+// 48 nodes in three sites of 16: A100-, 3090- and CPU-like rates.
+cluster_spec paper_48() {
+  std::string text = "name: \"paper-48\"\nsite { name: \"a\" }\nsite { name: \"b\" }\nsite { name: \"c\" }\n";
+  for (int i = 0; i < 48; ++i) {
+    const char* site = i < 16 ? "a" : i < 32 ? "b" : "c";
+    const char* rates = i < 16   ? "device: \"cuda:0\" gflops: 19500 memory_gib: 40"
+                        : i < 32 ? "device: \"cuda:0\" gflops: 8000 memory_gib: 24"
+                                 : "device: \"cpu\" gflops: 1000 memory_gib: 64";
+    text += "node { name: \"g" + std::to_string(i) + "\" site: \"" + site + "\" " + rates + " }\n";
+  }
+  text += link("a", "b", 400) + link("b", "c", 100) + link("a", "c", 10);
+  return parse_cluster(text, "paper-48.pbtxt");
+}
+
+// 48 single-node sites in 12 groups of 4: 1000 Mbit/s inside a group, 100 / distance between.
+cluster_spec fences_12() {
+  std::string text = "name: \"fences-12\"\n", nodes, links;
+  for (int i = 0; i < 48; ++i) {
+    const std::string s = "s" + std::to_string(i);
+    text += "site { name: \"" + s + "\" }\n";
+    nodes += "node { name: \"" + s + "n\" site: \"" + s + "\" device: \"cuda:0\" gflops: 10000 memory_gib: 40 }\n";
+    for (int j = i + 1; j < 48; ++j)
+      links += link(s, "s" + std::to_string(j), i / 4 == j / 4 ? 1000 : 100.0 / std::abs(i / 4 - j / 4));
+  }
+  return parse_cluster(text + nodes + links, "fences-12.pbtxt");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int reps = 5;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--reps" && i + 1 < argc) {
+      reps = std::max(1, std::atoi(argv[++i]));
+    } else {
+      std::fprintf(stderr, "usage: fusion-bench-opfence [--reps N]\n");
+      return a == "--help" || a == "-h" ? 0 : 2;
+    }
+  }
+  const char* root = std::getenv("FUSION_SOURCE_DIR");
+  const std::string model = std::string(root ? root : ".") + "/configs/models/gpt2-xl.pbtxt";
+  graph g;
+  try {
+    g = load_graph(model, 1);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "fusion-bench-opfence: %s (run from the repository root or set FUSION_SOURCE_DIR)\n",
+                 e.what());
+    return 2;
+  }
+  std::printf("fusion-bench-opfence: processor seconds, %d repetitions each\n\n", reps);
+  std::printf("| problem | size | best s | median s | target s | candidates |\n|---|---|---:|---:|---:|---:|\n");
+  bool missed = false;
+  auto row = [&](const char* what, const std::string& size, timing t, double target, size_t candidates) {
+    std::printf("| %s | %s | %.3f | %.3f | %.1f | %s |\n", what, size.c_str(), t.best, t.median, target,
+                candidates ? std::to_string(candidates).c_str() : "-");
+    std::fflush(stdout);
+    missed = missed || t.median >= target;
+  };
+  struct dp_case {
+    int k, n;
+    bool skip;
+  };
+  for (auto c : {dp_case{48, 485, false}, dp_case{48, 800, false}, dp_case{16, 800, true}}) {
+    const cut_problem p = big_problem(c.k, c.n, c.skip);
+    bool feasible = true;
+    auto t = time_reps(reps, [&] { feasible = solve_cuts(p).feasible; });
+    if (!feasible) std::fprintf(stderr, "fusion-bench-opfence: a cut problem had no feasible plan\n");
+    row("cut DP", std::to_string(c.n) + " ops, " + std::to_string(c.k) + " positions" + (c.skip ? ", skip" : ""), t,
+        0.5, 0);
+  }
+  struct plan_case {
+    const char* name;
+    cluster_spec cluster;
+  };
+  for (auto& c : {plan_case{"paper-48", paper_48()}, plan_case{"fences-12", fences_12()}}) {
+    cluster_profile prof = profile_from_cluster(c.cluster);
+    prof.micro_batches = 8;
+    workload_estimator est(g, c.cluster, prof);
+    opfence_report report;
+    auto t = time_reps(reps, [&] { opfence_place(est, {}, &report); });
+    row(c.name, "gpt2-xl (" + std::to_string(g.nodes.size()) + " ops), 48 nodes", t, 2.0, report.candidates);
+  }
+  if (missed) std::printf("\na median missed its target\n");
+  return missed ? 1 : 0;
+}
