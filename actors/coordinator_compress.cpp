@@ -68,10 +68,8 @@ void adapt_compression(coord_ptr self) {
       std::fprintf(stderr, "fusion-train: step %lld: %s keeps %s (was %s): %s\n", static_cast<long long>(st.step),
                    link.c_str(), percent(after).c_str(), percent(before).c_str(), why);
     if (st.metrics.is_open())
-      st.metrics << "{\"type\": \"compression\", \"step\": " << st.step << ", \"link\": \"" << link
-                 << "\", \"keep_before\": " << before << ", \"keep_after\": " << after << ", \"mbit\": " << g.load.mbit
-                 << ", \"dense_bytes\": " << dense << ", \"budget_s\": " << g.load.budget_s << "}\n"
-                 << std::flush;
+      st.metrics << compression_metrics_line({st.step, link, before, after, g.load.mbit, dense, g.load.budget_s})
+                 << '\n' << std::flush;
   }
 }
 

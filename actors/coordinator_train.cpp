@@ -25,19 +25,6 @@ using json = nlohmann::ordered_json;
 
 namespace {
 
-// Wall-clock time for the metrics, ISO 8601 in UTC with milliseconds.
-std::string wall_time() {
-  auto now = std::chrono::system_clock::now();
-  auto t = std::chrono::system_clock::to_time_t(now);
-  auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(now.time_since_epoch()).count() % 1000;
-  std::tm tm{};
-  gmtime_r(&t, &tm);
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "%04d-%02d-%02dT%02d:%02d:%02d.%03lldZ", tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday,
-                tm.tm_hour, tm.tm_min, tm.tm_sec, static_cast<long long>(ms));
-  return buf;
-}
-
 void make_parent_dirs(const std::string& file) {
   auto parent = std::filesystem::path(file).parent_path();
   std::error_code ec;
@@ -71,38 +58,6 @@ void fail_diverged(coord_ptr self, const std::string& what) {
   fail(self, make_error(fusion_errc::op_failed, msg));
 }
 
-// {"step": N, "ops": {...}, "edges": [...]} fields of a step record: per micro-batch for ops, per
-// edge for cross-process traffic.
-std::string measurement_fields(const step_record& rec, const graph& g) {
-  std::string out = "\"ops\": {";
-  char buf[64];
-  auto list = [&](const std::vector<double>& v) {
-    std::string s = "[";
-    for (size_t i = 0; i < v.size(); ++i) {
-      std::snprintf(buf, sizeof buf, "%s%.3f", i ? ", " : "", v[i] * 1e3);
-      s += buf;
-    }
-    return s + "]";
-  };
-  for (size_t i = 0; i < rec.ops.size(); ++i) {
-    auto& m = rec.ops[i];
-    out += (i ? ", \"" : "\"") + g.nodes[m.node].name + "\": {\"fwd_ms\": " + list(m.forward_s) +
-           ", \"bwd_ms\": " + list(m.backward_s) + "}";
-  }
-  out += "}, \"edges\": [";
-  for (size_t i = 0; i < rec.edges.size(); ++i) {
-    auto& e = rec.edges[i];
-    std::snprintf(buf, sizeof buf, "%.6f, \"encode_s\": %.6f, \"keep_ratio\": %.4g", e.seconds, e.encode_s,
-                  e.keep_ratio);
-    out += std::string(i ? ", " : "") + "{\"from\": \"" + e.from_node + "\", \"to\": \"" + e.to_node +
-           "\", \"edge\": \"" + g.nodes[e.producer].name + "->" + g.nodes[e.consumer].name + "\", \"dir\": \"" +
-           (e.forward ? "fwd" : "bwd") + "\", \"bytes\": " + std::to_string(e.bytes) +
-           ", \"dense_bytes\": " + std::to_string(e.dense_bytes) + ", \"tensors\": " + std::to_string(e.tensors) +
-           ", \"seconds\": " + buf + "}";
-  }
-  return out + "]";
-}
-
 void end_step(coord_ptr self, step_record rec);
 
 // A validation loss: kept in the result, written to the metrics and shown (NaN: none ran).
@@ -110,14 +65,9 @@ void record_eval(coord_ptr self, eval_result v) {
   if (std::isnan(v.loss)) return;
   auto& s = self->state;
   add_eval_record(s.in->result, s.step, v);
-  const bool acc = !std::isnan(v.accuracy);
+  log_metrics(s, eval_metrics_line(s.step, v, metrics_time()));
   char extra[64] = "";
-  if (acc) std::snprintf(extra, sizeof extra, ", \"val_accuracy\": %.6f", v.accuracy);
-  char buf[224];
-  std::snprintf(buf, sizeof buf, "{\"type\": \"eval\", \"step\": %lld, \"val_loss\": %.6f%s, \"time\": \"%s\"}",
-                static_cast<long long>(s.step), v.loss, extra, wall_time().c_str());
-  log_metrics(s, buf);
-  if (acc) std::snprintf(extra, sizeof extra, " | val_accuracy %.2f%%", 100 * v.accuracy);
+  if (!std::isnan(v.accuracy)) std::snprintf(extra, sizeof extra, " | val_accuracy %.2f%%", 100 * v.accuracy);
   if (s.in->cfg.progress)
     std::fprintf(stderr, "%sstep %lld | val_loss %.4f%s\n", tty(s) ? "\r\33[K" : "", static_cast<long long>(s.step),
                  v.loss, extra);
@@ -208,16 +158,7 @@ void end_step(coord_ptr self, step_record rec) {
   const int64_t tokens_per_step = cfg.batch * st.in->model.row_items;
   double elapsed = seconds_between(st.train_t0, clock_type::now());
   double avg_tps = static_cast<double>((st.step - st.train_first) * tokens_per_step) / std::max(elapsed, 1e-9);
-  if (st.metrics.is_open()) {
-    char buf[384];
-    std::snprintf(buf, sizeof buf,
-                  "{\"type\": \"step\", \"step\": %lld, \"loss\": %.6f, \"lr\": %.6g, \"grad_norm\": %.6f, "
-                  "\"tokens_per_s\": %.1f, \"step_s\": %.4f, \"predicted_step_s\": %.4f, \"elapsed_s\": %.3f, "
-                  "\"time\": \"%s\", ",
-                  static_cast<long long>(rec.step), rec.loss, rec.lr, rec.grad_norm, rec.tokens_per_s, rec.step_s,
-                  rec.predicted_step_s, elapsed, wall_time().c_str());
-    log_metrics(st, buf + measurement_fields(rec, st.in->model) + "}");
-  }
+  if (st.metrics.is_open()) log_metrics(st, step_metrics_line(rec, st.in->model, elapsed, metrics_time()));
   if (cfg.progress && (tty(st) || st.step % std::max<int64_t>(1, cfg.log_every) == 0 || st.step == cfg.steps)) {
     double eta = static_cast<double>(cfg.steps - st.step) * tokens_per_step / std::max(avg_tps, 1e-9);
     char timing[64] = "";
@@ -550,7 +491,7 @@ void write_run_record(coord_ptr self) {
               {"scheduler.enabled", c.rebalance.enabled}, {"scheduler.every", c.rebalance.every},
               {"scheduler.min-gain", c.rebalance.min_gain}, {"scheduler.horizon", c.rebalance.horizon},
               {"scheduler.confirmations", c.rebalance.confirmations}};
-  json rec = {{"type", "run"}, {"time", wall_time()}, {"model", st.in->model.name},
+  json rec = {{"type", "run"}, {"time", metrics_time()}, {"model", st.in->model.name},
               {"items", st.in->model.is_text() ? "tokens" : "images"},
               {"parameters", st.in->model.param_count()}, {"operators", st.in->model.nodes.size()},
               {"first_step", st.step}, {"config", cfg}};

@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <xxhash.h>
 
 #include <algorithm>
 #include <bit>
@@ -12,6 +13,7 @@
 #include <cstdio>
 #include <cstring>
 #include <memory>
+#include <new>
 #include <set>
 #include <stdexcept>
 
@@ -30,16 +32,6 @@ constexpr size_t header_bytes = 8 + 4 + 4 + 8 + 8 + 4;   // up to and including 
 constexpr size_t trailer_bytes = 8;
 constexpr size_t min_tensor_entry = 4 + 1 + 1 + 1 + 2 + 8;  // name >= 1 byte, rank 0
 constexpr size_t io_chunk = size_t{8} << 20;  // hashed while still in cache
-
-// ---- XXH64 primitives ----
-constexpr uint64_t p1 = 0x9E3779B185EBCA87ULL, p2 = 0xC2B2AE3D27D4EB4FULL,
-                   p3 = 0x165667B19E3779F9ULL, p4 = 0x85EBCA77C2B2AE63ULL,
-                   p5 = 0x27D4EB2F165667C5ULL;
-
-uint64_t read64(const unsigned char* p) { uint64_t v; std::memcpy(&v, p, 8); return v; }
-uint32_t read32(const unsigned char* p) { uint32_t v; std::memcpy(&v, p, 4); return v; }
-uint64_t xx_round(uint64_t acc, uint64_t input) { return std::rotl(acc + input * p2, 31) * p1; }
-uint64_t xx_merge(uint64_t acc, uint64_t val) { return (acc ^ xx_round(0, val)) * p1 + p4; }
 
 // ---- little-endian field encoding ----
 void put_u(std::string& out, uint64_t v, int bytes) {
@@ -133,61 +125,19 @@ bool all_finite(const tensor& t) {
 
 // ---- xxh64 -----------------------------------------------------------------------------------
 
-xxh64_hasher::xxh64_hasher(uint64_t seed)
-    : acc_{seed + p1 + p2, seed + p2, seed, seed - p1}, seed_(seed) {}
+void xxh64_hasher::state_deleter::operator()(XXH64_state_s* s) const { XXH64_freeState(s); }
+
+xxh64_hasher::xxh64_hasher(uint64_t seed) : state_(XXH64_createState()) {
+  if (!state_) throw std::bad_alloc();
+  XXH64_reset(state_.get(), seed);
+}
 
 void xxh64_hasher::update(const void* data, size_t len) {
-  auto* p = static_cast<const unsigned char*>(data);
-  total_len_ += len;
-  if (buf_len_ + len < 32) {
-    if (len) std::memcpy(buf_ + buf_len_, p, len);
-    buf_len_ += len;
-    return;
-  }
-  if (buf_len_) {
-    size_t fill = 32 - buf_len_;
-    std::memcpy(buf_ + buf_len_, p, fill);
-    for (int i = 0; i < 4; ++i) acc_[i] = xx_round(acc_[i], read64(buf_ + 8 * i));
-    p += fill;
-    len -= fill;
-    buf_len_ = 0;
-  }
-  uint64_t a0 = acc_[0], a1 = acc_[1], a2 = acc_[2], a3 = acc_[3];
-  for (; len >= 32; p += 32, len -= 32) {
-    a0 = xx_round(a0, read64(p));
-    a1 = xx_round(a1, read64(p + 8));
-    a2 = xx_round(a2, read64(p + 16));
-    a3 = xx_round(a3, read64(p + 24));
-  }
-  acc_[0] = a0, acc_[1] = a1, acc_[2] = a2, acc_[3] = a3;
-  if (len) std::memcpy(buf_, p, len);
-  buf_len_ = len;
+  // XXH64_update refuses only a null pointer with a nonzero length, which a span never gives.
+  if (len) XXH64_update(state_.get(), data, len);
 }
 
-uint64_t xxh64_hasher::digest() const {
-  uint64_t h;
-  if (total_len_ >= 32) {
-    h = std::rotl(acc_[0], 1) + std::rotl(acc_[1], 7) + std::rotl(acc_[2], 12) + std::rotl(acc_[3], 18);
-    for (uint64_t a : acc_) h = xx_merge(h, a);
-  } else {
-    h = seed_ + p5;
-  }
-  h += total_len_;
-  const unsigned char* p = buf_;
-  size_t len = buf_len_;
-  for (; len >= 8; p += 8, len -= 8) h = std::rotl(h ^ xx_round(0, read64(p)), 27) * p1 + p4;
-  if (len >= 4) {
-    h = std::rotl(h ^ (uint64_t{read32(p)} * p1), 23) * p2 + p3;
-    p += 4;
-    len -= 4;
-  }
-  for (; len > 0; ++p, --len) h = std::rotl(h ^ (*p * p5), 11) * p1;
-  h ^= h >> 33;
-  h *= p2;
-  h ^= h >> 29;
-  h *= p3;
-  return h ^ (h >> 32);
-}
+uint64_t xxh64_hasher::digest() const { return XXH64_digest(state_.get()); }
 
 uint64_t xxh64(std::span<const std::byte> data, uint64_t seed) {
   xxh64_hasher h(seed);

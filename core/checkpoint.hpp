@@ -27,12 +27,15 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "tensor/tensor.hpp"
+
+struct XXH64_state_s;  // xxhash.h's XXH64_state_t
 
 namespace fusion {
 
@@ -64,21 +67,23 @@ checkpoint load_checkpoint(const std::string& path);
 /// The tensor saved under `name`, or nullptr.
 const tensor* find_tensor(const checkpoint& ckpt, const std::string& name);
 
-/// Streaming XXH64 (Yann Collet's xxHash, 64-bit): the checkpoint checksum. It runs at memory
-/// speed, unlike byte-at-a-time hashes, which matters for checkpoints of hundreds of MB.
+/// Streaming XXH64 (Yann Collet's xxHash, 64-bit; libxxhash's implementation): the checkpoint
+/// checksum. It runs at memory speed, unlike byte-at-a-time hashes, which matters for
+/// checkpoints of hundreds of MB. Move-only (it owns libxxhash's state).
 class xxh64_hasher {
  public:
+  /// Throws std::bad_alloc when libxxhash cannot allocate its state.
   explicit xxh64_hasher(uint64_t seed = 0);
   void update(const void* data, size_t len);
   /// Hash of everything passed to update() so far (the state is left unchanged).
   uint64_t digest() const;
 
  private:
-  uint64_t acc_[4];
-  uint64_t seed_;
-  uint64_t total_len_ = 0;
-  unsigned char buf_[32];
-  size_t buf_len_ = 0;
+  // libxxhash's state is an incomplete type outside xxhash.h, which stays out of this header.
+  struct state_deleter {
+    void operator()(XXH64_state_s* s) const;
+  };
+  std::unique_ptr<XXH64_state_s, state_deleter> state_;
 };
 
 /// One-shot XXH64 of a byte range.

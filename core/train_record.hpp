@@ -1,6 +1,6 @@
-// What a training run measured, step by step: the records the coordinator keeps for the session
-// (train_result) and writes to the metrics file, bounded so that memory does not grow with the
-// length of the run. Plain C++: no actors.
+// What a call to session::train returns: the step and evaluation records the coordinator keeps
+// for the session (core/metrics_record.hpp has the records and their metrics lines), bounded so
+// that memory does not grow with the length of the run. Plain C++: no actors.
 #pragma once
 
 #include <cmath>
@@ -10,46 +10,9 @@
 #include <utility>
 #include <vector>
 
+#include "core/metrics_record.hpp"
+
 namespace fusion {
-
-/// Measured work of one operator in one step (kept for the scheduler, written to the metrics).
-struct op_measurement {
-  int node = -1;                       ///< graph node id
-  std::vector<double> forward_s;       ///< per micro-batch
-  std::vector<double> backward_s;      ///< per micro-batch
-};
-
-/// Measured traffic of one cross-process edge in one step.
-struct edge_measurement {
-  int producer = -1, consumer = -1;    ///< graph node ids
-  bool forward = true;                 ///< activation (true) or gradient (false)
-  std::string from_node, to_node;      ///< cluster node names
-  uint64_t bytes = 0;                  ///< on the wire (compressed payloads when the edge encodes)
-  uint64_t dense_bytes = 0;            ///< the same tensors uncompressed
-  uint64_t tensors = 0;
-  double seconds = 0;                  ///< summed send-to-acknowledge time of those tensors
-  double encode_s = 0;                 ///< summed compression time of those tensors
-  double keep_ratio = 1;               ///< the edge's keep ratio when it last sent (1: dense)
-};
-
-/// One optimizer step's record.
-struct step_record {
-  int64_t step = 0;        ///< 1-based: the number of steps done after this one
-  double loss = 0;         ///< mean training loss of the global batch
-  double lr = 0;
-  double grad_norm = 0;    ///< before clipping
-  double tokens_per_s = 0; ///< of this step
-  double step_s = 0;       ///< wall time of this step, feed to the last optimizer update
-  double predicted_step_s = 0; ///< the workload estimator's prediction before the step (0: none)
-  std::vector<op_measurement> ops;     ///< every compute op
-  std::vector<edge_measurement> edges; ///< every cross-process edge that carried data
-};
-
-/// What one evaluation pass measured (NaN: not measured).
-struct eval_result {
-  double loss = NAN;       ///< mean loss over the evaluation batches
-  double accuracy = NAN;   ///< correct / predictions, when the loss op reports "accuracy"
-};
 
 /// What a call to session::train returns.
 struct train_result {

@@ -2,6 +2,8 @@
 // the placement table.
 #include "scheduler/placement.hpp"
 
+#include <fnmatch.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -187,24 +189,9 @@ std::vector<double> op_flops(const graph& g) {
 }
 
 bool glob_match(const std::string& pattern, const std::string& name) {
-  // Iterative matcher with one backtrack point (the last '*'): linear for practical patterns.
-  size_t p = 0, n = 0, star = std::string::npos, mark = 0;
-  while (n < name.size()) {
-    if (p < pattern.size() && (pattern[p] == '?' || pattern[p] == name[n])) {
-      ++p;
-      ++n;
-    } else if (p < pattern.size() && pattern[p] == '*') {
-      star = p++;
-      mark = n;
-    } else if (star != std::string::npos) {
-      p = star + 1;
-      n = ++mark;
-    } else {
-      return false;
-    }
-  }
-  while (p < pattern.size() && pattern[p] == '*') ++p;
-  return p == pattern.size();
+  // No flags: '*' and '?' match '.' and '/' too, leading ones included, so "h0.*" takes every op
+  // of block h0 and "*" every op.
+  return fnmatch(pattern.c_str(), name.c_str(), 0) == 0;
 }
 
 std::vector<size_t> balanced_cuts(const std::vector<double>& costs, size_t parts) {

@@ -57,8 +57,9 @@ void place_inputs(const graph& g, placement& p, const std::vector<bool>& fixed);
 /// op::cost for the batch size the graph was loaded with; 0 for inputs.
 std::vector<double> op_flops(const graph& g);
 
-/// Whether `name` matches `pattern`: '*' matches any run of characters (dots included), '?'
-/// exactly one, everything else itself.
+/// Whether `name` matches `pattern` as fnmatch(3) without flags: '*' matches any run of
+/// characters (dots included), '?' exactly one, '[...]' one of a set ("h[0-2].fc"), a
+/// backslash makes the next character literal, everything else matches itself.
 bool glob_match(const std::string& pattern, const std::string& name);
 
 /// Stage boundaries that split `costs` into `parts` contiguous non-empty runs minimising the

@@ -11,7 +11,7 @@ packages=(
   doctest-dev
   libopenblas-dev
   libedit-dev nlohmann-json3-dev
-  zlib1g-dev
+  zlib1g-dev libxxhash-dev
   bible-kjv bible-kjv-text dataset-fashion-mnist
   iproute2 procps
   gnuplot-nox

@@ -50,6 +50,19 @@ TEST_CASE("scheduler/placement: glob patterns") {
   CHECK_FALSE(glob_match("a*b*c", "a-b-x-d"));
 }
 
+TEST_CASE("scheduler/placement: glob sets and escapes (fnmatch)") {
+  // docs/admin.md's `move h[0-2].fc`: a set or range of characters in brackets.
+  CHECK(glob_match("h[0-2].fc", "h1.fc"));
+  CHECK_FALSE(glob_match("h[0-2].fc", "h3.fc"));
+  CHECK(glob_match("h[!0].*", "h1.attn"));
+  CHECK_FALSE(glob_match("h[!0].*", "h0.attn"));
+  // A backslash makes a wildcard literal; '*' and '?' match dots wherever they stand.
+  CHECK(glob_match("a\\*b", "a*b"));
+  CHECK_FALSE(glob_match("a\\*b", "a-b"));
+  CHECK(glob_match("h0?ln1", "h0.ln1"));
+  CHECK(glob_match("*ln1", ".ln1"));
+}
+
 TEST_CASE("scheduler/placement: balanced_cuts is optimal (brute force)") {
   std::vector<std::vector<double>> cases{{5, 1, 1, 1, 1, 1}, {1, 2, 3, 4, 5, 6, 7}, {0, 0, 9, 0, 0},
                                          {3, 3, 3, 3}, {10, 1, 10, 1, 10, 1, 10}};

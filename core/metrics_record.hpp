@@ -1,0 +1,88 @@
+// What a training step and an evaluation measured, and the JSON lines the metrics file
+// (output.metrics, docs/training.md) holds for them: "step", "eval" and AdaTopK's "compression"
+// records. Plain C++ (no CAF): the coordinator fills these and writes the lines.
+//
+// Every line is one JSON object in the layout the file has always had (", " and ": " between
+// items, so `grep '"type": "step", "step": 3'` keeps working), keys in a fixed order; names are
+// escaped as JSON strings, so any op, node or link name gives a line that parses.
+// Shape legend: none.
+#pragma once
+
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace fusion {
+
+struct graph;  // core/graph.hpp
+
+/// Measured work of one operator in one step (kept for the scheduler, written to the metrics).
+struct op_measurement {
+  int node = -1;                       ///< graph node id
+  std::vector<double> forward_s;       ///< per micro-batch
+  std::vector<double> backward_s;      ///< per micro-batch
+};
+
+/// Measured traffic of one cross-process edge in one step.
+struct edge_measurement {
+  int producer = -1, consumer = -1;    ///< graph node ids
+  bool forward = true;                 ///< activation (true) or gradient (false)
+  std::string from_node, to_node;      ///< cluster node names
+  uint64_t bytes = 0;                  ///< on the wire (compressed payloads when the edge encodes)
+  uint64_t dense_bytes = 0;            ///< the same tensors uncompressed
+  uint64_t tensors = 0;
+  double seconds = 0;                  ///< summed send-to-acknowledge time of those tensors
+  double encode_s = 0;                 ///< summed compression time of those tensors
+  double keep_ratio = 1;               ///< the edge's keep ratio when it last sent (1: dense)
+};
+
+/// One optimizer step's record.
+struct step_record {
+  int64_t step = 0;        ///< 1-based: the number of steps done after this one
+  double loss = 0;         ///< mean training loss of the global batch
+  double lr = 0;
+  double grad_norm = 0;    ///< before clipping
+  double tokens_per_s = 0; ///< of this step
+  double step_s = 0;       ///< wall time of this step, feed to the last optimizer update
+  double predicted_step_s = 0; ///< the workload estimator's prediction before the step (0: none)
+  std::vector<op_measurement> ops;     ///< every compute op
+  std::vector<edge_measurement> edges; ///< every cross-process edge that carried data
+};
+
+/// What one evaluation pass measured (NaN: not measured).
+struct eval_result {
+  double loss = NAN;       ///< mean loss over the evaluation batches
+  double accuracy = NAN;   ///< correct / predictions, when the loss op reports "accuracy"
+};
+
+/// One change of a link's AdaTopK keep ratio (actors/coordinator_compress.cpp).
+struct compression_change {
+  int64_t step = 0;
+  std::string link;          ///< scheduler/compression_plan.hpp link_group_name: "a1 -> b1 fwd"
+  double keep_before = 1;
+  double keep_after = 1;
+  double mbit = 0;           ///< the link's rate in Mbit/s
+  uint64_t dense_bytes = 0;  ///< what the link's edges carry per micro-batch uncompressed
+  double budget_s = 0;       ///< the slowest stage's time, which the link should stay under
+};
+
+/// `t` as ISO 8601 in UTC with milliseconds, "2026-01-31T12:34:56.789Z": the "time" of records.
+std::string metrics_time(std::chrono::system_clock::time_point t = std::chrono::system_clock::now());
+
+/// {"type": "step", "step", "loss", "lr", "grad_norm", "tokens_per_s", "step_s",
+/// "predicted_step_s", "elapsed_s", "time", "ops": {OP: {"fwd_ms": [...], "bwd_ms": [...]}},
+/// "edges": [{"from", "to", "edge": "PRODUCER->CONSUMER", "dir": "fwd"|"bwd", "bytes",
+/// "dense_bytes", "tensors", "seconds", "encode_s", "keep_ratio"}]}, op names from `g` by node
+/// id. `elapsed_s`: seconds of training so far; `time`: metrics_time().
+std::string step_metrics_line(const step_record& rec, const graph& g, double elapsed_s, const std::string& time);
+
+/// {"type": "eval", "step", "val_loss", "val_accuracy" (only when measured), "time"}.
+std::string eval_metrics_line(int64_t step, const eval_result& v, const std::string& time);
+
+/// {"type": "compression", "step", "link", "keep_before", "keep_after", "mbit", "dense_bytes",
+/// "budget_s"}.
+std::string compression_metrics_line(const compression_change& c);
+
+}  // namespace fusion
