@@ -53,6 +53,7 @@ struct parsed_args {
   std::vector<std::pair<const option_row*, bool>> bools;   ///< bool options, applied after CAF's parse
   std::set<std::string> cli_keys;                          ///< "category.key" given on the command line
   std::vector<std::string> stray;                          ///< arguments that belong to no option
+  std::vector<std::string> overrides;                      ///< what CLI11 left, in order, for override_args
   std::string config_file;
   bool help = false, version = false;
 };
@@ -81,18 +82,16 @@ parsed_args split_args(int argc, char** argv) {
     return flag + " needs a file name (" + flag + "=VALUE or " + flag + " VALUE)";
   });
   if (!out.help && config->count() > 0 && out.config_file.empty()) throw usage_error("--config needs a file name");
-  out.stray = app.remaining();  // override_args sorts them out
+  out.overrides = app.remaining();
   return out;
 }
 
-/// Rewrites the overrides (`--key value`, aliases and bools) that split_args left in out.stray
-/// into what CAF 0.17 understands (`--key=value`), and collects the bools and stray words.
-/// Throws usage_error.
+/// Rewrites the overrides that split_args left (`--key value`, aliases and bools) into what
+/// CAF 0.17 understands (`--key=value`), and collects the bools and stray words. Throws usage_error.
 void override_args(parsed_args& out, const std::vector<option_row>& rows, const std::vector<option_alias>& aliases) {
   std::map<std::string, const option_row*> by_flag;
   for (auto& r : rows) by_flag["--" + key_of(r)] = &r;
-  const std::vector<std::string> args = std::move(out.stray);
-  out.stray.clear();
+  const std::vector<std::string>& args = out.overrides;
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
     if (a.size() < 2 || a[0] != '-') {
