@@ -82,7 +82,8 @@ int parse_args(int argc, char** argv, options& o) {
   std::vector<std::string> commands;
   std::string timeout;
   app.add_flag("--version", version)->disable_flag_override();
-  app.add_option("-c,--command", commands);
+  // One value per -c (CLI11 lets a vector option take every word that follows, the address too).
+  app.add_option("-c,--command", commands)->allow_extra_args(false);
   app.add_flag("--json", o.json)->disable_flag_override();
   app.add_option("--timeout", timeout)->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   for (auto [flag, target] : {std::pair{"--security.certs", &o.security.certs}, {"--security.mode", &o.security.mode},
