@@ -13,6 +13,7 @@
 //   finished, failed: every_phase only
 #include <caf/all.hpp>
 
+#include <cstdio>
 #include <map>
 
 #include "actors/coordinator_state.hpp"
@@ -40,9 +41,11 @@ caf::result<caf::message> out_of_phase(coord_ptr self, caf::message_view& x) {
   if (element == nullptr || !element->mid.is_request()) return caf::delegated<caf::message>{};
   const auto phase = to_string(self->state.phase);
   auto msg = x.copy_content_to_message();
-  if (msg.match_elements<hello_atom, node_hello, caf::actor>())
-    return make_error(fusion_errc::refused,
-                      "node '" + msg.get_as<node_hello>(1).name + "' comes too late: the run is " + phase);
+  if (msg.match_elements<hello_atom, node_hello, caf::actor>()) {
+    const auto why = "node '" + msg.get_as<node_hello>(1).name + "' comes too late: the run is " + phase;
+    std::fprintf(stderr, "fusion-train: refused a node: %s\n", why.c_str());
+    return make_error(fusion_errc::refused, why);
+  }
   std::string what = "this request";
   if (!msg.empty() && msg.match_element<caf::atom_value>(0)) {
     auto it = request_verbs().find(msg.get_as<caf::atom_value>(0));

@@ -1,5 +1,7 @@
 #include "apps/app_options.hpp"
 
+#include "apps/cli.hpp"
+
 #include <algorithm>
 #include <cerrno>
 #include <csignal>
@@ -51,6 +53,7 @@ struct parsed_args {
   std::vector<std::pair<const option_row*, bool>> bools;   ///< bool options, applied after CAF's parse
   std::set<std::string> cli_keys;                          ///< "category.key" given on the command line
   std::vector<std::string> stray;                          ///< arguments that belong to no option
+  std::vector<std::string> overrides;                      ///< what CLI11 left, in order, for override_args
   std::string config_file;
   bool help = false, version = false;
 };
@@ -62,23 +65,35 @@ bool parse_bool(const std::string& text, bool& out) {
   return true;
 }
 
-/// Rewrites `--key value`, aliases and bools into what CAF 0.17 understands (`--key=value`),
-/// pulls out `--config F`, and collects the bools and stray words. Throws usage_error.
-parsed_args normalise_args(int argc, char** argv, const std::vector<option_row>& rows,
-                           const std::vector<option_alias>& aliases) {
+/// CLI11 takes the fixed options (-h/--help, --version, --config FILE) and leaves the rest, in
+/// order, to override_args. The table's options are not CLI11 options because they fit it
+/// badly: their values go to CAF's parser together with the config file, so that CAF types
+/// both alike; "--key=" is an empty value (CLI11 2.1 would take the next argument); a bool takes
+/// the next word only when it is true or false; and an unknown option goes to CAF, which knows
+/// its own (caf.*) options and reports the others. Throws usage_error.
+parsed_args split_args(int argc, char** argv) {
+  parsed_args out;
+  CLI::App app;
+  app.set_help_flag("-h,--help");
+  app.add_flag("--version", out.version)->disable_flag_override();
+  auto* config = app.add_option("--config", out.config_file)->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+  app.allow_extras();
+  out.help = !cli::parse(app, argc, argv, [](const std::string& flag) {
+    return flag + " needs a file name (" + flag + "=VALUE or " + flag + " VALUE)";
+  });
+  if (!out.help && config->count() > 0 && out.config_file.empty()) throw usage_error("--config needs a file name");
+  out.overrides = app.remaining();
+  return out;
+}
+
+/// Rewrites the overrides that split_args left (`--key value`, aliases and bools) into what
+/// CAF 0.17 understands (`--key=value`), and collects the bools and stray words. Throws usage_error.
+void override_args(parsed_args& out, const std::vector<option_row>& rows, const std::vector<option_alias>& aliases) {
   std::map<std::string, const option_row*> by_flag;
   for (auto& r : rows) by_flag["--" + key_of(r)] = &r;
-  parsed_args out;
-  for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    if (a == "-h" || a == "--help") {
-      out.help = true;
-      continue;
-    }
-    if (a == "--version") {
-      out.version = true;
-      continue;
-    }
+  const std::vector<std::string>& args = out.overrides;
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
     if (a.size() < 2 || a[0] != '-') {
       out.stray.push_back(a);
       continue;
@@ -89,16 +104,10 @@ parsed_args normalise_args(int argc, char** argv, const std::vector<option_row>&
     std::string value = has_value ? a.substr(eq + 1) : "";
     auto take_value = [&](const std::string& what) {
       if (has_value) return;
-      if (i + 1 >= argc) throw usage_error(flag + " needs " + what + " (" + flag + "=VALUE or " + flag + " VALUE)");
-      value = argv[++i];
+      if (i + 1 >= args.size()) throw usage_error(flag + " needs " + what + " (" + flag + "=VALUE or " + flag + " VALUE)");
+      value = args[++i];
       has_value = true;
     };
-    if (flag == "--config") {
-      take_value("a file name");
-      if (value.empty()) throw usage_error("--config needs a file name");
-      out.config_file = value;
-      continue;
-    }
     const option_row* row = nullptr;
     bool alias_string = false;
     if (auto al = std::find_if(aliases.begin(), aliases.end(), [&](auto& x) { return flag == x.flag; });
@@ -119,7 +128,7 @@ parsed_args normalise_args(int argc, char** argv, const std::vector<option_row>&
     if (std::holds_alternative<bool*>(row->target)) {
       // A bare flag means true; "--flag true|false" takes the next word only when it is one of those.
       bool v = true;
-      if (!has_value && i + 1 < argc && parse_bool(argv[i + 1], v)) {
+      if (!has_value && i + 1 < args.size() && parse_bool(args[i + 1], v)) {
         ++i;
       } else if (has_value && !parse_bool(value, v)) {
         throw usage_error("bad value in '" + a + "': " + option + " is true or false (" + option +
@@ -135,7 +144,6 @@ parsed_args normalise_args(int argc, char** argv, const std::vector<option_row>&
     if (value.empty() && is_string) value = "\"\"";
     out.caf_args.push_back(option + "=" + value);
   }
-  return out;
 }
 
 /// CAF reports "parser_error(not_an_option, ({"argument" = "--x=1"}))"; say it in our words and
@@ -196,7 +204,8 @@ load_result load_options(const char* program, const std::string& usage, table_co
                          const std::vector<option_alias>& aliases) {
   parsed_args args;
   try {
-    args = normalise_args(argc, argv, cfg.rows(), aliases);
+    args = split_args(argc, argv);
+    if (!args.help && !args.version) override_args(args, cfg.rows(), aliases);
   } catch (const usage_error& e) {
     std::cerr << program << ": " << e.what() << " (see --help)\n";
     return load_result::exit_usage;

@@ -17,6 +17,7 @@
 #include <variant>
 #include <vector>
 
+#include "apps/usage_error.hpp"
 #include "core/ini_check.hpp"
 #include "security/certs.hpp"
 
@@ -42,12 +43,6 @@ struct option_alias {
   const char* flag;
   const char* key;
   bool is_string;
-};
-
-/// A mistake in the command line or the configuration that the user must fix: programs exit 2
-/// on it (fusion-train's exit codes: docs/training.md).
-struct usage_error : std::runtime_error {
-  using std::runtime_error::runtime_error;
 };
 
 /// An actor_system_config whose custom options come from `rows`.

@@ -32,6 +32,7 @@
 #include "actors/secure_link.hpp"
 #include "actors/node_actor.hpp"
 #include "apps/admin_shell.hpp"
+#include "apps/cli.hpp"
 #include "core/cluster.hpp"
 #include "core/graph_names.hpp"
 #include "core/wire.hpp"
@@ -75,68 +76,62 @@ struct options {
 
 /// -1: go on; otherwise the exit code.
 int parse_args(int argc, char** argv, options& o) {
-  auto bad = [](const std::string& why) {
-    std::cerr << "fusion-admin: " << why << " (see --help)\n";
-    return 2;
-  };
-  const std::vector<std::string> known = {"-c",          "--command",        "--json",
-                                          "--timeout",   "--security.certs", "--security.mode",
-                                          "--security.ca", "--security.certificate", "--security.key",
-                                          "--help",      "--version"};
-  const std::vector<std::pair<const char*, std::string*>> security_keys = {
-      {"--security.certs", &o.security.certs},     {"--security.mode", &o.security.mode},
-      {"--security.ca", &o.security.files.ca},     {"--security.certificate", &o.security.files.certificate},
-      {"--security.key", &o.security.files.key}};
-  for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i], value;
-    auto eq = a.find('=');
-    std::string key = a.rfind("--", 0) == 0 && eq != std::string::npos ? a.substr(0, eq) : a;
-    bool inline_value = key.size() < a.size();
-    auto take = [&]() -> bool {
-      if (inline_value) value = a.substr(eq + 1);
-      else if (i + 1 < argc) value = argv[++i];
-      else return false;
-      return true;
-    };
-    if (key == "-h" || key == "--help") {
+  CLI::App app;
+  app.set_help_flag("-h,--help");
+  bool version = false;
+  std::vector<std::string> commands;
+  std::string timeout;
+  app.add_flag("--version", version)->disable_flag_override();
+  // One value per -c (CLI11 lets a vector option take every word that follows, the address too).
+  app.add_option("-c,--command", commands)->allow_extra_args(false);
+  app.add_flag("--json", o.json)->disable_flag_override();
+  app.add_option("--timeout", timeout)->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+  for (auto [flag, target] : {std::pair{"--security.certs", &o.security.certs}, {"--security.mode", &o.security.mode},
+                              {"--security.ca", &o.security.files.ca},
+                              {"--security.certificate", &o.security.files.certificate},
+                              {"--security.key", &o.security.files.key}})
+    app.add_option(flag, *target)->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+  app.add_option("address", o.address);
+  // Unknown options and a second address are reported below, in our words.
+  app.allow_extras();
+  try {
+    bool help = !cli::parse(app, argc, argv, [](const std::string& flag) {
+      if (flag == "-c" || flag == "--command") return flag + " needs the commands to run";
+      if (flag == "--timeout") return std::string("--timeout needs a number of seconds");
+      return flag + " needs a value";
+    });
+    if (help) {
       std::cout << usage;
       return 0;
-    } else if (key == "--version") {
+    }
+    if (version) {
       std::cout << "fusion-admin (FusionLLM), wire protocol " << wire_protocol_version << ", CAF "
                 << CAF_MAJOR_VERSION << "." << CAF_MINOR_VERSION << "." << CAF_PATCH_VERSION << "\n";
       return 0;
-    } else if (key == "-c" || key == "--command") {
-      if (!take()) return bad(key + " needs the commands to run");
-      o.commands += (o.have_commands ? "; " : "") + value;
-      o.have_commands = true;
-    } else if (key == "--json" && !inline_value) {
-      o.json = true;
-    } else if (key == "--timeout") {
-      if (!take()) return bad("--timeout needs a number of seconds");
-      char* end = nullptr;
-      o.timeout_s = std::strtod(value.c_str(), &end);
-      if (value.empty() || *end || !(o.timeout_s > 0) || o.timeout_s > 86400)
-        return bad("--timeout " + value + ": expected seconds > 0, e.g. --timeout 2.5");
-    } else if (auto k = std::find_if(security_keys.begin(), security_keys.end(),
-                                     [&](const auto& e) { return key == e.first; });
-               k != security_keys.end()) {
-      if (!take()) return bad(key + " needs a value");
-      *k->second = value;
-    } else if (a.size() > 1 && a[0] == '-') {
-      return bad("unknown option '" + key + "'" + did_you_mean(key, known));
-    } else if (!o.address.empty()) {
-      return bad("one coordinator address expected, got '" + o.address + "' and '" + a + "'");
-    } else {
-      o.address = a;
     }
-  }
-  if (o.address.empty()) return bad("no coordinator address: fusion-admin HOST:PORT");
-  try {
+    if (auto extra = app.remaining(); !extra.empty()) {
+      const std::string& a = extra.front();
+      if (a.size() > 1 && a[0] == '-') {
+        auto key = cli::flag_of(a);
+        throw usage_error("unknown option '" + key + "'" + did_you_mean(key, cli::option_names(app)));
+      }
+      throw usage_error("one coordinator address expected, got '" + o.address + "' and '" + a + "'");
+    }
+    for (auto& c : commands) o.commands += (o.have_commands ? "; " : "") + c;
+    o.have_commands = !commands.empty();
+    if (app.count("--timeout") > 0) {
+      char* end = nullptr;
+      o.timeout_s = std::strtod(timeout.c_str(), &end);
+      if (timeout.empty() || *end || !(o.timeout_s > 0) || o.timeout_s > 86400)
+        throw usage_error("--timeout " + timeout + ": expected seconds > 0, e.g. --timeout 2.5");
+    }
+    if (o.address.empty()) throw usage_error("no coordinator address: fusion-admin HOST:PORT");
     std::tie(o.host, o.port) = parse_host_port(o.address, "coordinator address");
-  } catch (const std::exception& e) {
-    return bad(e.what());
+    if (o.port == 0) throw usage_error("coordinator address " + o.address + ": port 0 is not a port one can connect to");
+  } catch (const std::exception& e) {  // usage_error, and parse_host_port's errors
+    std::cerr << "fusion-admin: " << e.what() << " (see --help)\n";
+    return 2;
   }
-  if (o.port == 0) return bad("coordinator address " + o.address + ": port 0 is not a port one can connect to");
   return -1;
 }
 

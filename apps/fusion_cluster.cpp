@@ -12,6 +12,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "apps/cli.hpp"
 #include "core/cluster.hpp"
 #include "core/graph.hpp"
 #include "core/wire.hpp"
@@ -66,10 +67,6 @@ certs   makes the run's certificates in DIR (docs/security.md): a cluster CA (ca
 
 Errors go to stderr as FILE:LINE: message; the exit code is then 2.
 )";
-
-struct usage_error : std::runtime_error {
-  using std::runtime_error::runtime_error;
-};
 
 std::string mbit_text(double mbit) {
   std::ostringstream s;
@@ -151,43 +148,26 @@ nlohmann::json plan_json(const workload_estimator& est, const plan_report& r, co
   return out;
 }
 
+/// What the command line of a command gives; the fields a command lacks stay as they are.
+struct command_args {
+  std::string cluster_file, model_file, policy, profile_file, out, compression;
+  std::string batch, micro_batches, days;  ///< checked by parse_count once parsing is done
+  bool json = false, force = false;
+  bool has_batch = false, has_micro_batches = false, has_days = false, has_compression = false;  ///< given at all
+};
+
 // fusion-cluster plan: the prediction of a run from the cluster file (or a measured profile).
-int run_plan(const std::vector<std::string>& args) {
-  std::string cluster_file, model_file, policy, profile_file;
+int run_plan(const command_args& a) {
+  const std::string& cluster_file = a.cluster_file;
+  const std::string& model_file = a.model_file;
+  const std::string& policy = a.policy;
+  const std::string& profile_file = a.profile_file;
   compression_config compression;
-  int64_t batch = 16, micro = 4;
-  bool json = false;
-  for (size_t i = 1; i < args.size(); ++i) {
-    std::string a = args[i], v;
-    auto eq = a.find('=');
-    bool inline_value = a.rfind("--", 0) == 0 && eq != std::string::npos;
-    if (inline_value) {
-      v = a.substr(eq + 1);
-      a = a.substr(0, eq);
-    }
-    auto value = [&]() -> std::string {
-      if (inline_value) return v;
-      if (i + 1 >= args.size()) throw usage_error(a + " needs a value");
-      return args[++i];
-    };
-    if (a == "--help" || a == "-h") {
-      std::cout << usage_text;
-      return 0;
-    } else if (a == "--model") model_file = value();
-    else if (a == "--batch") batch = parse_count(a, value());
-    else if (a == "--micro-batches") micro = parse_count(a, value());
-    else if (a == "--policy") policy = value();
-    else if (a == "--profile") profile_file = value();
-    else if (a == "--compression") {
-      auto mode = value();
-      if (!parse_codec_kind(mode, compression.mode))
-        throw usage_error("--compression must be none, topk or adatopk, got '" + mode + "'");
-    }
-    else if (a == "--json" && !inline_value) json = true;
-    else if (a.rfind("-", 0) == 0) throw usage_error("unknown option '" + a + "' for plan");
-    else if (cluster_file.empty()) cluster_file = a;
-    else throw usage_error("unexpected argument '" + a + "'");
-  }
+  int64_t batch = !a.has_batch ? 16 : parse_count("--batch", a.batch);
+  int64_t micro = !a.has_micro_batches ? 4 : parse_count("--micro-batches", a.micro_batches);
+  const bool json = a.json;
+  if (a.has_compression && !parse_codec_kind(a.compression, compression.mode))
+    throw usage_error("--compression must be none, topk or adatopk, got '" + a.compression + "'");
   if (cluster_file.empty()) throw usage_error("plan needs a CLUSTER file");
   if (model_file.empty()) throw usage_error("plan needs --model FILE");
   if (batch % micro != 0)
@@ -240,34 +220,12 @@ int run_plan(const std::vector<std::string>& args) {
 }
 
 // fusion-cluster certs: the CA and one identity per holder of the cluster file.
-int run_certs(const std::vector<std::string>& args) {
-  std::string cluster_file, out;
+int run_certs(const command_args& a) {
+  const std::string& cluster_file = a.cluster_file;
+  const std::string& out = a.out;
   security::cert_options options;
-  for (size_t i = 1; i < args.size(); ++i) {
-    const std::string& a = args[i];
-    auto value = [&](const std::string& flag) -> std::string {
-      auto eq = a.find('=');
-      if (eq != std::string::npos) return a.substr(eq + 1);
-      if (i + 1 >= args.size()) throw usage_error(flag + " needs a value");
-      return args[++i];
-    };
-    if (a == "--help" || a == "-h") {
-      std::cout << usage_text;
-      return 0;
-    } else if (a == "--out" || a.rfind("--out=", 0) == 0) {
-      out = value("--out");
-    } else if (a == "--days" || a.rfind("--days=", 0) == 0) {
-      options.days = static_cast<int>(std::min<int64_t>(parse_count("--days", value("--days")), 36500));
-    } else if (a == "--force") {
-      options.overwrite = true;
-    } else if (a.rfind("-", 0) == 0) {
-      throw usage_error("unknown option '" + a + "' for certs");
-    } else if (cluster_file.empty()) {
-      cluster_file = a;
-    } else {
-      throw usage_error("unexpected argument '" + a + "'");
-    }
-  }
+  if (a.has_days) options.days = static_cast<int>(std::min<int64_t>(parse_count("--days", a.days), 36500));
+  options.overwrite = a.force;
   if (cluster_file.empty()) throw usage_error("certs needs a CLUSTER file");
   if (out.empty()) throw usage_error("certs needs --out DIR");
   cluster_spec c = load_cluster(cluster_file);
@@ -286,51 +244,70 @@ int run_certs(const std::vector<std::string>& args) {
   return 0;
 }
 
-int run(const std::vector<std::string>& args) {
-  if (args.empty()) throw usage_error("missing command (check, plan, netns or certs)");
-  if (args[0] == "--help" || args[0] == "-h" || args[0] == "help") {
+// Prints the usage for --help (in any command too) and `help`; throws usage_error.
+int run(int argc, char** argv) {
+  CLI::App app;
+  app.set_help_flag("-h,--help");  // before the commands: they inherit it
+  bool version = false;
+  app.add_flag("--version", version)->disable_flag_override();
+  command_args a;
+  auto add = [](CLI::App* cmd, const char* flag, std::string& target) {
+    cmd->add_option(flag, target)->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+  };
+  std::vector<CLI::App*> commands;
+  for (const char* name : {"check", "plan", "netns", "certs"}) {
+    auto* cmd = app.add_subcommand(name);
+    cmd->add_option("cluster", a.cluster_file);
+    // Unknown options and a second CLUSTER are reported below, in our words.
+    cmd->allow_extras();
+    commands.push_back(cmd);
+  }
+  add(commands[0], "--model", a.model_file);
+  add(commands[0], "--batch", a.batch);
+  for (auto [flag, target] : {std::pair{"--model", &a.model_file}, {"--batch", &a.batch},
+                              {"--micro-batches", &a.micro_batches}, {"--policy", &a.policy},
+                              {"--profile", &a.profile_file}, {"--compression", &a.compression}})
+    add(commands[1], flag, *target);
+  commands[1]->add_flag("--json", a.json)->disable_flag_override();
+  add(commands[3], "--out", a.out);
+  add(commands[3], "--days", a.days);
+  commands[3]->add_flag("--force", a.force)->disable_flag_override();
+  // One command per run: a later "check" is an argument of the first command, not a second one.
+  app.require_subcommand(0, 1);
+  app.allow_extras();
+  if (!cli::parse(app, argc, argv, [](const std::string& flag) { return flag + " needs a value"; })) {
     std::cout << usage_text;
     return 0;
   }
-  if (args[0] == "--version") {
+  if (auto extra = app.remaining(); !extra.empty()) {
+    if (extra.front() == "help") {
+      std::cout << usage_text;
+      return 0;
+    }
+    throw usage_error("unknown command '" + extra.front() + "' (check, plan, netns or certs)");
+  }
+  if (version) {
     std::cout << "fusion-cluster " << FUSION_VERSION << " (wire protocol " << wire_protocol_version << ")\n";
     return 0;
   }
-  const std::string& cmd = args[0];
-  if (cmd == "plan") return run_plan(args);
-  if (cmd == "certs") return run_certs(args);
-  if (cmd != "check" && cmd != "netns")
-    throw usage_error("unknown command '" + cmd + "' (check, plan, netns or certs)");
-  std::string cluster_file, model_file;
-  int64_t batch = 8;
-  bool batch_given = false;
-  for (size_t i = 1; i < args.size(); ++i) {
-    const std::string& a = args[i];
-    auto value = [&](const std::string& flag) -> std::string {
-      if (i + 1 >= args.size()) throw usage_error(flag + " needs a value");
-      return args[++i];
-    };
-    if (a == "--help" || a == "-h") {
-      std::cout << usage_text;
-      return 0;
-    } else if (cmd == "check" && a == "--model") {
-      model_file = value(a);
-    } else if (cmd == "check" && a.rfind("--model=", 0) == 0) {
-      model_file = a.substr(8);
-    } else if (cmd == "check" && a == "--batch") {
-      batch = parse_count("--batch", value(a));
-      batch_given = true;
-    } else if (cmd == "check" && a.rfind("--batch=", 0) == 0) {
-      batch = parse_count("--batch", a.substr(8));
-      batch_given = true;
-    } else if (a.rfind("-", 0) == 0) {
-      throw usage_error("unknown option '" + a + "' for " + cmd);
-    } else if (cluster_file.empty()) {
-      cluster_file = a;
-    } else {
-      throw usage_error("unexpected argument '" + a + "'");
-    }
+  auto chosen = std::find_if(commands.begin(), commands.end(), [](CLI::App* c) { return c->parsed(); });
+  if (chosen == commands.end()) throw usage_error("missing command (check, plan, netns or certs)");
+  const std::string cmd = (*chosen)->get_name();
+  if (auto extra = (*chosen)->remaining(); !extra.empty()) {
+    const std::string& x = extra.front();
+    if (x.size() > 1 && x[0] == '-') throw usage_error("unknown option '" + cli::flag_of(x) + "' for " + cmd);
+    throw usage_error("unexpected argument '" + x + "'");
   }
+  a.has_batch = (cmd == "check" || cmd == "plan") && (*chosen)->count("--batch") > 0;
+  a.has_micro_batches = cmd == "plan" && (*chosen)->count("--micro-batches") > 0;
+  a.has_days = cmd == "certs" && (*chosen)->count("--days") > 0;
+  a.has_compression = cmd == "plan" && (*chosen)->count("--compression") > 0;
+  if (cmd == "plan") return run_plan(a);
+  if (cmd == "certs") return run_certs(a);
+  const std::string& cluster_file = a.cluster_file;
+  const std::string& model_file = a.model_file;
+  const bool batch_given = a.has_batch;
+  const int64_t batch = batch_given ? parse_count("--batch", a.batch) : 8;
   if (cluster_file.empty()) throw usage_error(cmd + " needs a CLUSTER file");
   if (batch_given && model_file.empty()) throw usage_error("--batch needs --model");
   cluster_spec c = load_cluster(cluster_file);
@@ -351,7 +328,7 @@ int run(const std::vector<std::string>& args) {
 
 int main(int argc, char** argv) {
   try {
-    return run(std::vector<std::string>(argv + 1, argv + argc));
+    return run(argc, argv);
   } catch (const usage_error& e) {
     std::cerr << "fusion-cluster: " << e.what() << "\n(fusion-cluster --help for usage)\n";
   } catch (const std::exception& e) {

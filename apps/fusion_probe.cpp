@@ -14,8 +14,10 @@
 #include <cstdlib>
 #include <iostream>
 #include <new>
+#include <set>
 #include <string>
 
+#include "apps/cli.hpp"
 #include "core/wire.hpp"
 #include "net/frame_channel.hpp"
 #include "net/link_probe.hpp"
@@ -46,16 +48,9 @@ bool parse_number(const std::string& flag, const std::string& text, double& out)
   return true;
 }
 
-// --certs DIR --name NODE [--peer NODE]: TLS settings, collected while the options are parsed.
+// --certs DIR --name NODE [--peer NODE]: TLS settings.
 struct tls_options {
   std::string certs, name, peer;
-  bool take(const std::string& flag, const char* value) {
-    if (flag == "--certs") certs = value;
-    else if (flag == "--name") name = value;
-    else if (flag == "--peer") peer = value;
-    else return false;
-    return true;
-  }
   // The context, null in plaintext; an error message otherwise.
   std::shared_ptr<const fusion::net::tls_context> load(bool need_peer, std::string& error) const {
     if (certs.empty() && name.empty() && peer.empty()) return nullptr;
@@ -70,26 +65,26 @@ struct tls_options {
   }
 };
 
-int serve(int argc, char** argv) {
-  fusion::net::frame_server_options opts;
-  opts.host = "0.0.0.0";
+/// What the command line of a command gives; the fields a command lacks stay empty.
+struct command_args {
+  std::string host = "0.0.0.0", endpoint;
+  std::string port, seconds, warmup, frame_kib;  ///< checked by parse_number once parsing is done
   tls_options tls;
-  for (int i = 2; i < argc; ++i) {
-    std::string a = argv[i];
-    if (a != "--host" && a != "--port" && a != "--certs" && a != "--name")
-      return usage(("unknown option " + a).c_str());
-    if (i + 1 >= argc) return usage((a + " needs a value").c_str());
+  std::set<std::string> given;  ///< the options on the command line ("--port")
+};
+
+int serve(command_args& a) {
+  fusion::net::frame_server_options opts;
+  opts.host = a.host;
+  tls_options& tls = a.tls;
+  if (a.given.count("--port")) {
     double v = 0;
-    if (tls.take(a, argv[i + 1])) {
-      ++i;
-    } else if (a == "--host") {
-      opts.host = argv[++i];
-    } else if (a == "--port") {
-      if (!parse_number(a, argv[++i], v) || v > 65535) return 2;
-      opts.port = static_cast<uint16_t>(v);
-    } else {
-      return usage(("unknown option " + a).c_str());
+    if (!parse_number("--port", a.port, v)) return 2;
+    if (v > 65535) {
+      std::cerr << "fusion-probe: --port must be at most 65535, got " << a.port << "\n";
+      return 2;
     }
+    opts.port = static_cast<uint16_t>(v);
   }
   std::string error;
   opts.tls = tls.load(false, error);
@@ -119,27 +114,24 @@ int serve(int argc, char** argv) {
   return 0;
 }
 
-int measure(int argc, char** argv) {
-  if (argc < 3) return usage("measure needs HOST:PORT");
-  auto ep = fusion::net::parse_endpoint(argv[2]);
-  if (!ep) return usage((std::string("bad endpoint '") + argv[2] + "' (expected HOST:PORT)").c_str());
+int measure(command_args& a) {
+  if (a.endpoint.empty()) return usage("measure needs HOST:PORT");
+  auto ep = fusion::net::parse_endpoint(a.endpoint);
+  if (!ep) return usage(("bad endpoint '" + a.endpoint + "' (expected HOST:PORT)").c_str());
   fusion::net::probe_options opts;
-  tls_options tls;
-  for (int i = 3; i < argc; ++i) {
-    std::string a = argv[i];
-    if (i + 1 >= argc) return usage((a + " needs a value").c_str());
-    if (tls.take(a, argv[++i])) continue;
-    double v = 0;
-    if (!parse_number(a, argv[i], v)) return 2;
-    if (a == "--seconds") {
-      opts.duration = std::chrono::milliseconds(static_cast<int64_t>(v * 1000));
-    } else if (a == "--warmup") {
-      opts.warmup = std::chrono::milliseconds(static_cast<int64_t>(v * 1000));
-    } else if (a == "--frame-kib") {
-      opts.frame_bytes = static_cast<size_t>(v * 1024);
-    } else {
-      return usage(("unknown option " + a).c_str());
-    }
+  tls_options& tls = a.tls;
+  double v = 0;
+  if (a.given.count("--seconds")) {
+    if (!parse_number("--seconds", a.seconds, v)) return 2;
+    opts.duration = std::chrono::milliseconds(static_cast<int64_t>(v * 1000));
+  }
+  if (a.given.count("--warmup")) {
+    if (!parse_number("--warmup", a.warmup, v)) return 2;
+    opts.warmup = std::chrono::milliseconds(static_cast<int64_t>(v * 1000));
+  }
+  if (a.given.count("--frame-kib")) {
+    if (!parse_number("--frame-kib", a.frame_kib, v)) return 2;
+    opts.frame_bytes = static_cast<size_t>(v * 1024);
   }
   std::string error;
   opts.tls = tls.load(true, error);
@@ -151,7 +143,7 @@ int measure(int argc, char** argv) {
     return 1;
   }
   std::printf("mbit=%.3f\n", r->mbit_per_s);
-  std::printf("%s: %.1f Mbit/s (%.2f MiB in %.3f s after %.1f s warm-up), rtt %.3f ms\n", argv[2],
+  std::printf("%s: %.1f Mbit/s (%.2f MiB in %.3f s after %.1f s warm-up), rtt %.3f ms\n", a.endpoint.c_str(),
               r->mbit_per_s, r->bytes / 1048576.0, r->seconds, opts.warmup.count() / 1000.0, r->rtt_ms);
   return 0;
 }
@@ -160,16 +152,55 @@ int measure(int argc, char** argv) {
 
 static int run(int argc, char** argv) {
   if (argc < 2) return usage("");
-  std::string cmd = argv[1];
-  if (cmd == "serve") return serve(argc, argv);
-  if (cmd == "measure") return measure(argc, argv);
-  if (cmd == "--help" || cmd == "-h") return usage("") == 2 ? 0 : 0;
-  if (cmd == "--version") {
+  CLI::App app;
+  app.set_help_flag("-h,--help");
+  bool version = false;
+  app.add_flag("--version", version)->disable_flag_override();
+  command_args a;
+  auto add = [](CLI::App* cmd, const char* flag, std::string& target) {
+    cmd->add_option(flag, target)->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+  };
+  auto* serve_cmd = app.add_subcommand("serve");
+  auto* measure_cmd = app.add_subcommand("measure");
+  add(serve_cmd, "--host", a.host);
+  add(serve_cmd, "--port", a.port);
+  measure_cmd->add_option("endpoint", a.endpoint);
+  add(measure_cmd, "--seconds", a.seconds);
+  add(measure_cmd, "--warmup", a.warmup);
+  add(measure_cmd, "--frame-kib", a.frame_kib);
+  add(measure_cmd, "--peer", a.tls.peer);
+  for (auto* cmd : {serve_cmd, measure_cmd}) {
+    add(cmd, "--certs", a.tls.certs);
+    add(cmd, "--name", a.tls.name);
+    // The commands have no --help (only the program has); unknown options, --help among them,
+    // and stray arguments are reported below.
+    cmd->set_help_flag();
+    cmd->allow_extras();
+  }
+  app.require_subcommand(0, 1);  // a later "serve" is an argument of the first command
+  app.allow_extras();
+  bool help = false;
+  try {
+    help = !fusion::cli::parse(app, argc, argv, [](const std::string& flag) { return flag + " needs a value"; });
+  } catch (const fusion::usage_error& e) {
+    return usage(e.what());
+  }
+  if (help) return usage("") == 2 ? 0 : 0;  // the usage on stderr, as before
+  if (auto extra = app.remaining(); !extra.empty())
+    return usage(("unknown command '" + extra.front() + "'").c_str());
+  if (version) {
     std::printf("fusion-probe %s (wire protocol %u)\n", FUSION_VERSION,
                 static_cast<unsigned>(fusion::wire_protocol_version));
     return 0;
   }
-  return usage(("unknown command '" + cmd + "'").c_str());
+  auto* cmd = serve_cmd->parsed() ? serve_cmd : measure_cmd->parsed() ? measure_cmd : nullptr;
+  if (!cmd) return usage("");
+  if (auto extra = cmd->remaining(); !extra.empty())
+    return usage(("unknown option " + fusion::cli::flag_of(extra.front())).c_str());
+  for (const auto* opt : cmd->get_options())
+    if (opt->count() > 0)
+      for (auto& n : opt->get_lnames()) a.given.insert("--" + n);
+  return cmd == serve_cmd ? serve(a) : measure(a);
 }
 
 int main(int argc, char** argv) {

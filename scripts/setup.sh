@@ -10,7 +10,7 @@ packages=(
   libboost-dev
   doctest-dev
   libopenblas-dev
-  libedit-dev nlohmann-json3-dev
+  libedit-dev nlohmann-json3-dev libcli11-dev
   zlib1g-dev libxxhash-dev
   bible-kjv bible-kjv-text dataset-fashion-mnist
   iproute2 procps

@@ -216,6 +216,50 @@ TEST_CASE("apps/options: usage and configuration mistakes exit 2 and say what is
   CHECK(contains(r.output, "--node.join-timeout needs a value"));
 }
 
+TEST_CASE("apps/options: fusion-probe, fusion-cluster and fusion-admin name the option of a usage mistake") {
+  struct mistake {
+    std::string command, says;
+  };
+  const mistake mistakes[] = {
+      {"fusion-probe", ""},
+      {"fusion-probe frobnicate", "unknown command 'frobnicate'"},
+      {"fusion-probe serve --bogus 1", "unknown option --bogus"},
+      {"fusion-probe serve --peer n0", "unknown option --peer"},
+      {"fusion-probe serve --host", "--host needs a value"},
+      {"fusion-probe serve --port 70000", "--port must be at most 65535, got 70000"},
+      {"fusion-probe serve --port=-1", "--port expects a non-negative number, got '-1'"},
+      {"fusion-probe measure", "measure needs HOST:PORT"},
+      {"fusion-probe measure nohost", "bad endpoint 'nohost' (expected HOST:PORT)"},
+      {"fusion-probe measure 127.0.0.1:1 --seconds x", "--seconds expects a non-negative number, got 'x'"},
+      {"fusion-probe measure 127.0.0.1:1 --certs /nonexistent", "TLS needs --certs, --name and --peer together"},
+      {"fusion-cluster", "missing command (check, plan, netns or certs)"},
+      {"fusion-cluster nope", "unknown command 'nope'"},
+      {"fusion-cluster netns configs/clusters/sites-3.pbtxt --model x", "unknown option '--model' for netns"},
+      {"fusion-cluster check configs/clusters/sites-3.pbtxt more", "unexpected argument 'more'"},
+      {"fusion-cluster check configs/clusters/sites-3.pbtxt --batch 4", "--batch needs --model"},
+      {"fusion-cluster certs configs/clusters/sites-3.pbtxt --out", "--out needs a value"},
+      {"fusion-cluster plan configs/clusters/sites-3.pbtxt --json=yes", "--json takes no value"},
+      {"fusion-cluster plan configs/clusters/sites-3.pbtxt --compression zip", "--compression must be none, topk"},
+      {"fusion-admin 127.0.0.1:1 -c", "-c needs the commands to run"},
+      {"fusion-admin -c status 127.0.0.1:1 127.0.0.1:2", "one coordinator address expected, got '127.0.0.1:1' and"},
+      {"fusion-admin 127.0.0.1:0", "port 0 is not a port"},
+  };
+  for (auto& m : mistakes) {
+    auto r = run_in_source(cmd(m.command));
+    INFO(m.command << "\n" << r.output);
+    CHECK(r.status == 2);
+    CHECK(contains(r.output, m.says));
+    check_no_internals(r.output);
+  }
+  // --help prints the usage and exits 0, also after a command.
+  for (const char* help : {"fusion-probe --help", "fusion-cluster plan --help", "fusion-cluster help", "fusion-admin -h"}) {
+    auto r = run_in_source(cmd(help));
+    INFO(help << "\n" << r.output);
+    CHECK(r.status == 0);
+    CHECK(contains(r.output, "usage: "));
+  }
+}
+
 TEST_CASE("apps/fusion-train: paths in a config are relative to its directory, on the command line to the cwd") {
   scratch_dir dir("paths");
   fs::create_directories(dir / "models");
