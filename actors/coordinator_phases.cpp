@@ -18,6 +18,7 @@
 
 #include "actors/coordinator_state.hpp"
 #include "actors/secure_link.hpp"
+#include "core/log.hpp"
 
 namespace fusion {
 

@@ -28,7 +28,7 @@ struct outgoing {
 
 struct edge_state {
   uint64_t edge = 0;
-  caf::actor peer, reporter;
+  node_inbox peer, reporter;  // the receiving node, and this node
   edge_config cfg;
   std::shared_ptr<data_link> link;
   edge_encoder encoder;
@@ -157,8 +157,8 @@ edge_sender_actor::behavior_type edge_sender_fn(edge_ptr self, uint64_t edge, ca
   auto& st = self->state;
   st.encoder.set(codec);
   st.edge = edge;
-  st.peer = std::move(peer);
-  st.reporter = std::move(reporter);
+  st.peer = caf::actor_cast<node_inbox>(peer);
+  st.reporter = caf::actor_cast<node_inbox>(reporter);
   st.cfg = cfg.clamped();
   st.link = std::move(link);
   return {

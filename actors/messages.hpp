@@ -327,6 +327,12 @@ using tensor_sink =
     caf::typed_actor<caf::reacts_to<forward_atom, uint64_t, uint32_t, uint32_t, uint8_t, tensor>,
                      caf::reacts_to<backward_atom, uint64_t, uint32_t, uint32_t, tensor>>;
 
+/// What an edge sender sends to node actors: wire_atom(chunk) to the receiving node (when the edge
+/// does not use the data channel), and stats_atom(edge_stat) after every tensor and
+/// fail_atom(error) to its own node. A typed view of the node actor for the edge sender.
+using node_inbox = caf::typed_actor<caf::reacts_to<wire_atom, wire_chunk>, caf::reacts_to<stats_atom, edge_stat>,
+                                    caf::reacts_to<fail_atom, caf::error>>;
+
 /// The sending end of a cross-node edge (actors/edge_actor.hpp): a tensor sink that also takes
 /// the receiving node's credits and codec changes.
 using edge_sender_actor =

@@ -22,6 +22,15 @@ ini_get() {
   echo "${v:-$3}"
 }
 
+# ini_path SECTION KEY DEFAULT: a path from the run config, relative to the config file's
+# directory as fusion-train reads it (docs/training.md); DEFAULT (relative to the current
+# directory) when the config leaves the key out.
+ini_path() {
+  local v
+  v=$(ini_get "$1" "$2" "")
+  if [[ -z $v ]]; then echo "$3"; elif [[ $v == /* ]]; then echo "$v"; else echo "$(dirname "$config")/$v"; fi
+}
+
 # run_rounds REPEATS SETUP...: calls the script's run_setup SETUP ROUND for every set-up in every
 # round, odd rounds in the given order and even rounds reversed (so neither order favours one),
 # and appends each printed rate to results[SETUP] (declare -A results first).

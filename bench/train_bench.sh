@@ -52,7 +52,7 @@ done
 source bench/bench_lib.sh  # require_torch, ini_get
 require_torch train_bench
 
-model=$(ini_get model file "") data=${data_override:-$(ini_get data file data/kjv.txt)} batch=$(ini_get train batch 16)
+model=$(ini_path model file "") data=${data_override:-$(ini_path data file data/kjv.txt)} batch=$(ini_get train batch 16)
 lr=$(ini_get optim lr 1e-3) min_lr=$(ini_get optim min-lr 1e-4) lr_warmup=$(ini_get optim warmup-steps 0)
 [[ -f $model ]] || { echo "train_bench: model file '$model' (from $config) not found" >&2; exit 1; }
 [[ -s $data ]] || { echo "train_bench: corpus $data not found: run scripts/get-data.sh" >&2; exit 1; }
@@ -129,17 +129,19 @@ run_ours() {  # $1 round
   if ! "${cmd[@]}" >"$tmp/ours$1.out" 2>"$tmp/ours$1.err"; then
     tail -20 "$tmp/ours$1.err" >&2; echo "train_bench: fusion-train failed (log: $tmp/ours$1.err)" >&2; exit 1
   fi
-  # Per-step lines carry cumulative elapsed_s; rate over the steps after the warm-up ones.
+  # Step records carry cumulative elapsed_s; rate over the steps after the warm-up ones. Read as
+  # JSON: op names inside a record ("loss" is one) must not be taken for its fields.
   local line
-  line=$(awk -v w="$warmup" -v tps="$tokens_per_step" '
-      /"tokens_per_s"/ {
-        n++; e = $0; sub(/.*"elapsed_s": */, "", e); sub(/[,}].*/, "", e)
-        l = $0; sub(/.*"loss": */, "", l); sub(/[,}].*/, "", l)
-        if (n == w) e0 = e
-        last = e; loss = l
-      }
-      END { if (n <= w) exit 1; printf "%.1f %s", (n - w) * tps / (last - e0), loss }' "$tmp/metrics$1.jsonl") ||
-    { echo "train_bench: $tmp/metrics$1.jsonl has too few steps" >&2; exit 1; }
+  line=$(/usr/bin/python3 - "$tmp/metrics$1.jsonl" "$warmup" "$tokens_per_step" <<'PY'
+import json, sys
+steps = [r for r in map(json.loads, open(sys.argv[1])) if r.get("type") == "step"]
+warmup, tokens_per_step = int(sys.argv[2]), int(sys.argv[3])
+if len(steps) <= warmup:
+    sys.exit(1)
+t0 = steps[warmup - 1]["elapsed_s"] if warmup > 0 else 0.0
+print("%.1f %s" % ((len(steps) - warmup) * tokens_per_step / (steps[-1]["elapsed_s"] - t0), steps[-1]["loss"]))
+PY
+  ) || { echo "train_bench: $tmp/metrics$1.jsonl has too few steps" >&2; exit 1; }
   local rss others="n/a"
   if [[ -n $time_v ]]; then
     rss=$(peak_rss_mib "$tmp/ours_time$1.txt")
