@@ -17,7 +17,7 @@ namespace fusion::test {
 namespace {
 
 // Fails (without a GPU too) when `kind` has no parity case; otherwise runs it, or skips.
-void run_parity_case(const char* kind) {
+void run_parity_case(const std::string& kind) {
   const auto it = parity_cases().find(kind);
   REQUIRE_MESSAGE(it != parity_cases().end(),
                   kind << ": no CUDA parity case; add FUSION_PARITY_CASE(" << kind
@@ -39,7 +39,9 @@ TEST_CASE("every op kind has one parity case and every parity case an op kind") 
   const std::vector<std::string> listed = op_kinds();
   const std::set<std::string> kinds(listed.begin(), listed.end());
   for (const auto& [kind, entry] : parity_cases()) {
-    INFO("parity case " << kind << " (" << entry.files.front() << ")");
+    std::string files;
+    for (const std::string& f : entry.files) files += (files.empty() ? "" : ", ") + f;
+    INFO("parity case " << kind << " (" << files << ")");
     // A misspelt kind's case would never run, while the real kind failed for lack of one.
     CHECK_MESSAGE(kinds.count(kind) == 1, kind << " is not an op kind of ops/op_kinds.hpp");
     CHECK_MESSAGE(entry.files.size() == 1, kind << " has " << entry.files.size() << " parity cases");
