@@ -8,7 +8,7 @@
 #include <string>
 
 #include "ops/cpu/common.hpp"
-#include "ops/op.hpp"
+#include "ops/op_kinds.hpp"
 
 namespace fusion::cpu {
 
@@ -166,11 +166,11 @@ class unary_op final : public op {
 
 namespace fusion {
 
-std::unique_ptr<op> make_gelu_op(const attr_map& attrs) {
+std::unique_ptr<op> make_gelu_cpu(const attr_map& attrs) {
   return std::make_unique<cpu::unary_op<cpu::gelu_kernels>>(attrs);
 }
 
-std::unique_ptr<op> make_relu_op(const attr_map& attrs) {
+std::unique_ptr<op> make_relu_cpu(const attr_map& attrs) {
   return std::make_unique<cpu::unary_op<cpu::relu_kernels>>(attrs);
 }
 

@@ -4,7 +4,7 @@
 #include <string>
 
 #include "ops/cpu/common.hpp"
-#include "ops/op.hpp"
+#include "ops/op_kinds.hpp"
 
 namespace fusion::cpu {
 
@@ -94,6 +94,6 @@ class add_op final : public op {
 
 namespace fusion {
 
-std::unique_ptr<op> make_add_op(const attr_map& attrs) { return std::make_unique<cpu::add_op>(attrs); }
+std::unique_ptr<op> make_add_cpu(const attr_map& attrs) { return std::make_unique<cpu::add_op>(attrs); }
 
 }  // namespace fusion

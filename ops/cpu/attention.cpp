@@ -11,7 +11,7 @@
 #include "ops/cpu/blas.hpp"
 #include "ops/cpu/common.hpp"
 #include "ops/cpu/vec_math.hpp"
-#include "ops/op.hpp"
+#include "ops/op_kinds.hpp"
 
 namespace fusion::cpu {
 
@@ -234,7 +234,7 @@ class attention_op final : public op {
 
 }  // namespace
 
-std::unique_ptr<op> make_attention_op(const attr_map& attrs) {
+std::unique_ptr<op> make_attention_cpu(const attr_map& attrs) {
   const int64_t heads = positive_attr(attrs, attention_name, "heads");
   const bool causal = with_op_name(attention_name, [&] { return attrs.get_bool("causal", true); });
   return std::make_unique<attention_op>(heads, causal);

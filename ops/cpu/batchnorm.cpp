@@ -8,7 +8,7 @@
 
 #include "ops/cpu/common.hpp"
 #include "ops/cpu/vec_math.hpp"
-#include "ops/op.hpp"
+#include "ops/op_kinds.hpp"
 
 namespace fusion::cpu {
 
@@ -327,7 +327,7 @@ class batchnorm_op final : public op {
 
 }  // namespace
 
-std::unique_ptr<op> make_batchnorm_op(const attr_map& attrs) {
+std::unique_ptr<op> make_batchnorm2d_cpu(const attr_map& attrs) {
   const double eps = with_op_name(batchnorm_name, [&] { return attrs.get_float("eps", 1e-5); });
   if (!(eps > 0)) throw op_error("batchnorm2d: attribute 'eps' must be > 0, got " + attrs.get_string("eps", ""));
   const double momentum = with_op_name(batchnorm_name, [&] { return attrs.get_float("momentum", 0.1); });

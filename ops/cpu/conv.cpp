@@ -17,7 +17,7 @@
 #include "ops/cpu/blas.hpp"
 #include "ops/cpu/common.hpp"
 #include "ops/cpu/vec_math.hpp"
-#include "ops/op.hpp"
+#include "ops/op_kinds.hpp"
 
 namespace fusion::cpu {
 
@@ -476,6 +476,6 @@ class conv2d_op final : public op {
 
 namespace fusion {
 
-std::unique_ptr<op> make_conv2d_op(const attr_map& attrs) { return std::make_unique<cpu::conv2d_op>(attrs); }
+std::unique_ptr<op> make_conv2d_cpu(const attr_map& attrs) { return std::make_unique<cpu::conv2d_op>(attrs); }
 
 }  // namespace fusion

@@ -7,7 +7,7 @@
 
 #include "ops/cpu/common.hpp"
 #include "ops/cpu/vec_math.hpp"
-#include "ops/op.hpp"
+#include "ops/op_kinds.hpp"
 
 namespace fusion::cpu {
 
@@ -194,6 +194,6 @@ class cross_entropy_op final : public op {
 
 }  // namespace
 
-std::unique_ptr<op> make_cross_entropy_op(const attr_map&) { return std::make_unique<cross_entropy_op>(); }
+std::unique_ptr<op> make_cross_entropy_cpu(const attr_map&) { return std::make_unique<cross_entropy_op>(); }
 
 }  // namespace fusion

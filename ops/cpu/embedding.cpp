@@ -4,7 +4,7 @@
 #include <string>
 
 #include "ops/cpu/common.hpp"
-#include "ops/op.hpp"
+#include "ops/op_kinds.hpp"
 
 namespace fusion::cpu {
 
@@ -246,11 +246,11 @@ class position_embedding_op final : public op {
 
 namespace fusion {
 
-std::unique_ptr<op> make_token_embedding_op(const attr_map& attrs) {
+std::unique_ptr<op> make_token_embedding_cpu(const attr_map& attrs) {
   return std::make_unique<cpu::token_embedding_op>(attrs);
 }
 
-std::unique_ptr<op> make_position_embedding_op(const attr_map& attrs) {
+std::unique_ptr<op> make_position_embedding_cpu(const attr_map& attrs) {
   return std::make_unique<cpu::position_embedding_op>(attrs);
 }
 

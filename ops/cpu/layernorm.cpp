@@ -6,7 +6,7 @@
 
 #include "ops/cpu/common.hpp"
 #include "ops/cpu/vec_math.hpp"
-#include "ops/op.hpp"
+#include "ops/op_kinds.hpp"
 
 namespace fusion::cpu {
 
@@ -177,7 +177,7 @@ class layernorm_op final : public op {
 
 }  // namespace
 
-std::unique_ptr<op> make_layernorm_op(const attr_map& attrs) {
+std::unique_ptr<op> make_layernorm_cpu(const attr_map& attrs) {
   const double eps = with_op_name(layernorm_name, [&] { return attrs.get_float("eps", 1e-5); });
   if (!(eps > 0)) throw op_error("layernorm: attribute 'eps' must be > 0, got " + attrs.get_string("eps", ""));
   return std::make_unique<layernorm_op>(eps);

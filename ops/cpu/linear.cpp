@@ -8,7 +8,7 @@
 
 #include "ops/cpu/blas.hpp"
 #include "ops/cpu/common.hpp"
-#include "ops/op.hpp"
+#include "ops/op_kinds.hpp"
 
 namespace fusion::cpu {
 
@@ -179,6 +179,6 @@ class linear_op final : public op {
 
 namespace fusion {
 
-std::unique_ptr<op> make_linear_op(const attr_map& attrs) { return std::make_unique<cpu::linear_op>(attrs); }
+std::unique_ptr<op> make_linear_cpu(const attr_map& attrs) { return std::make_unique<cpu::linear_op>(attrs); }
 
 }  // namespace fusion

@@ -8,7 +8,7 @@
 
 #include "ops/cpu/blas.hpp"
 #include "ops/cpu/common.hpp"
-#include "ops/op.hpp"
+#include "ops/op_kinds.hpp"
 
 namespace fusion::cpu {
 
@@ -167,6 +167,6 @@ class matmul_op final : public op {
 
 namespace fusion {
 
-std::unique_ptr<op> make_matmul_op(const attr_map& attrs) { return std::make_unique<cpu::matmul_op>(attrs); }
+std::unique_ptr<op> make_matmul_cpu(const attr_map& attrs) { return std::make_unique<cpu::matmul_op>(attrs); }
 
 }  // namespace fusion

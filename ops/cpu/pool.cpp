@@ -9,7 +9,7 @@
 
 #include "ops/cpu/common.hpp"
 #include "ops/cpu/vec_math.hpp"
-#include "ops/op.hpp"
+#include "ops/op_kinds.hpp"
 
 namespace fusion::cpu {
 
@@ -397,12 +397,12 @@ std::unique_ptr<op> make_pool2d_op(pool_mode mode, const attr_map& attrs) {
 
 }  // namespace
 
-std::unique_ptr<op> make_max_pool2d_op(const attr_map& attrs) { return make_pool2d_op(pool_mode::max, attrs); }
+std::unique_ptr<op> make_max_pool2d_cpu(const attr_map& attrs) { return make_pool2d_op(pool_mode::max, attrs); }
 
-std::unique_ptr<op> make_avg_pool2d_op(const attr_map& attrs) { return make_pool2d_op(pool_mode::avg, attrs); }
+std::unique_ptr<op> make_avg_pool2d_cpu(const attr_map& attrs) { return make_pool2d_op(pool_mode::avg, attrs); }
 
-std::unique_ptr<op> make_global_avg_pool_op(const attr_map&) { return std::make_unique<global_avg_pool_op>(); }
+std::unique_ptr<op> make_global_avg_pool_cpu(const attr_map&) { return std::make_unique<global_avg_pool_op>(); }
 
-std::unique_ptr<op> make_flatten_op(const attr_map&) { return std::make_unique<flatten_op>(); }
+std::unique_ptr<op> make_flatten_cpu(const attr_map&) { return std::make_unique<flatten_op>(); }
 
 }  // namespace fusion

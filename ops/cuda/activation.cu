@@ -121,7 +121,7 @@ class unary_op final : public cuda_op {
 
 }  // namespace
 
-std::unique_ptr<op> make_gelu_op(const attr_map& attrs) { return std::make_unique<unary_op<gelu_kernels>>(attrs); }
-std::unique_ptr<op> make_relu_op(const attr_map& attrs) { return std::make_unique<unary_op<relu_kernels>>(attrs); }
+std::unique_ptr<op> make_gelu_cuda(const attr_map& attrs) { return std::make_unique<unary_op<gelu_kernels>>(attrs); }
+std::unique_ptr<op> make_relu_cuda(const attr_map& attrs) { return std::make_unique<unary_op<relu_kernels>>(attrs); }
 
 }  // namespace fusion::cuda

@@ -65,6 +65,6 @@ class add_op final : public cuda_op {
 
 }  // namespace
 
-std::unique_ptr<op> make_add_op(const attr_map& attrs) { return std::make_unique<add_op>(attrs); }
+std::unique_ptr<op> make_add_cuda(const attr_map& attrs) { return std::make_unique<add_op>(attrs); }
 
 }  // namespace fusion::cuda

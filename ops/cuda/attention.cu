@@ -190,6 +190,6 @@ class attention_op final : public cuda_op {
 
 }  // namespace
 
-std::unique_ptr<op> make_attention_op(const attr_map& attrs) { return std::make_unique<attention_op>(attrs); }
+std::unique_ptr<op> make_attention_cuda(const attr_map& attrs) { return std::make_unique<attention_op>(attrs); }
 
 }  // namespace fusion::cuda

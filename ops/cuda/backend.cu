@@ -1,6 +1,6 @@
 // The CUDA backend (ops/backend.hpp): one cuBLAS handle and a little scratch per op actor on
-// the device's shared stream, timing events, the CUDA op table, transfers with pinned host
-// staging, and the optimizer entry points.
+// the device's shared stream, timing events, the CUDA op table (from ops/op_kinds.hpp),
+// transfers with pinned host staging, and the optimizer entry points.
 //
 // Shape legend: n elements of a tensor.
 #include <algorithm>
@@ -26,25 +26,10 @@ struct op_entry {
   factory make;
 };
 
-// Same kinds as ops/registry.cpp; a kind missing here has no CUDA kernels yet.
-constexpr op_entry op_table[] = {
-    {"add", make_add_op},
-    {"attention", make_attention_op},
-    {"avg_pool2d", make_avg_pool2d_op},
-    {"batchnorm2d", make_batchnorm_op},
-    {"conv2d", make_conv2d_op},
-    {"cross_entropy", make_cross_entropy_op},
-    {"flatten", make_flatten_op},
-    {"gelu", make_gelu_op},
-    {"global_avg_pool", make_global_avg_pool_op},
-    {"layernorm", make_layernorm_op},
-    {"linear", make_linear_op},
-    {"matmul", make_matmul_op},
-    {"max_pool2d", make_max_pool2d_op},
-    {"position_embedding", make_position_embedding_op},
-    {"relu", make_relu_op},
-    {"token_embedding", make_token_embedding_op},
-};
+// Every kind of ops/op_kinds.hpp: a kind without make_<kind>_cuda fails to link.
+#define FUSION_CUDA_ENTRY(kind, family, ...) {#kind, make_##kind##_cuda},
+constexpr op_entry op_table[] = {FUSION_OP_KINDS(FUSION_CUDA_ENTRY)};
+#undef FUSION_CUDA_ENTRY
 
 // The one stream of each device, shared by every backend of the process on it and never
 // destroyed (like the per-thread cuBLAS handles of common.cu: tearing it down at exit can run
@@ -255,8 +240,10 @@ class cuda_backend final : public backend {
 std::unique_ptr<op> make_op(const std::string& kind, const attr_map& attrs) {
   for (const op_entry& e : op_table)
     if (kind == e.kind) return e.make(attrs);
-  fusion::make_op(kind, attrs);  // throws the registry's "unknown op" error for a bad kind
-  throw op_error(kind + ": no CUDA kernels for this op yet (run it on a CPU node)");
+  // Both tables come from ops/op_kinds.hpp, so the kind is unknown to the CPU registry too,
+  // whose error lists the known kinds.
+  fusion::make_op(kind, attrs);
+  throw op_error("unknown op '" + kind + "'");
 }
 
 std::unique_ptr<backend> make_backend(int index, gemm_precision gemm) {

@@ -190,6 +190,6 @@ class batchnorm_op final : public cuda_op {
 
 }  // namespace
 
-std::unique_ptr<op> make_batchnorm_op(const attr_map& attrs) { return std::make_unique<batchnorm_op>(attrs); }
+std::unique_ptr<op> make_batchnorm2d_cuda(const attr_map& attrs) { return std::make_unique<batchnorm_op>(attrs); }
 
 }  // namespace fusion::cuda

@@ -18,7 +18,7 @@
 
 #include "ops/optim.hpp"
 #include "ops/cpu/common.hpp"
-#include "ops/op.hpp"
+#include "ops/op_kinds.hpp"
 
 namespace fusion::cuda {
 
@@ -235,23 +235,5 @@ class cuda_op : public op {
 
   std::unique_ptr<op> cpu_;
 };
-
-// Factories of the CUDA ops, one per kind, next to their kernels (ops/cuda/<stem>.cu).
-std::unique_ptr<op> make_token_embedding_op(const attr_map&);     // embedding.cu
-std::unique_ptr<op> make_position_embedding_op(const attr_map&);  // embedding.cu
-std::unique_ptr<op> make_linear_op(const attr_map&);              // linear.cu
-std::unique_ptr<op> make_matmul_op(const attr_map&);              // matmul.cu
-std::unique_ptr<op> make_layernorm_op(const attr_map&);           // layernorm.cu
-std::unique_ptr<op> make_gelu_op(const attr_map&);                // activation.cu
-std::unique_ptr<op> make_relu_op(const attr_map&);                // activation.cu
-std::unique_ptr<op> make_attention_op(const attr_map&);           // attention.cu
-std::unique_ptr<op> make_add_op(const attr_map&);                 // add.cu
-std::unique_ptr<op> make_cross_entropy_op(const attr_map&);       // cross_entropy.cu
-std::unique_ptr<op> make_conv2d_op(const attr_map&);              // conv.cu
-std::unique_ptr<op> make_batchnorm_op(const attr_map&);           // batchnorm.cu
-std::unique_ptr<op> make_max_pool2d_op(const attr_map&);          // pool.cu
-std::unique_ptr<op> make_avg_pool2d_op(const attr_map&);          // pool.cu
-std::unique_ptr<op> make_global_avg_pool_op(const attr_map&);     // pool.cu
-std::unique_ptr<op> make_flatten_op(const attr_map&);             // pool.cu
 
 }  // namespace fusion::cuda

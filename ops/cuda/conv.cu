@@ -225,6 +225,6 @@ class conv2d_op final : public cuda_op {
 
 }  // namespace
 
-std::unique_ptr<op> make_conv2d_op(const attr_map& attrs) { return std::make_unique<conv2d_op>(attrs); }
+std::unique_ptr<op> make_conv2d_cuda(const attr_map& attrs) { return std::make_unique<conv2d_op>(attrs); }
 
 }  // namespace fusion::cuda

@@ -203,6 +203,6 @@ class cross_entropy_op final : public cuda_op {
 
 }  // namespace
 
-std::unique_ptr<op> make_cross_entropy_op(const attr_map& attrs) { return std::make_unique<cross_entropy_op>(attrs); }
+std::unique_ptr<op> make_cross_entropy_cuda(const attr_map& attrs) { return std::make_unique<cross_entropy_op>(attrs); }
 
 }  // namespace fusion::cuda

@@ -172,11 +172,11 @@ class position_embedding_op final : public cuda_op {
 
 }  // namespace
 
-std::unique_ptr<op> make_token_embedding_op(const attr_map& attrs) {
+std::unique_ptr<op> make_token_embedding_cuda(const attr_map& attrs) {
   return std::make_unique<token_embedding_op>(attrs);
 }
 
-std::unique_ptr<op> make_position_embedding_op(const attr_map& attrs) {
+std::unique_ptr<op> make_position_embedding_cuda(const attr_map& attrs) {
   return std::make_unique<position_embedding_op>(attrs);
 }
 

@@ -181,6 +181,6 @@ class layernorm_op final : public cuda_op {
 
 }  // namespace
 
-std::unique_ptr<op> make_layernorm_op(const attr_map& attrs) { return std::make_unique<layernorm_op>(attrs); }
+std::unique_ptr<op> make_layernorm_cuda(const attr_map& attrs) { return std::make_unique<layernorm_op>(attrs); }
 
 }  // namespace fusion::cuda

@@ -105,6 +105,6 @@ class linear_op final : public cuda_op {
 
 }  // namespace
 
-std::unique_ptr<op> make_linear_op(const attr_map& attrs) { return std::make_unique<linear_op>(attrs); }
+std::unique_ptr<op> make_linear_cuda(const attr_map& attrs) { return std::make_unique<linear_op>(attrs); }
 
 }  // namespace fusion::cuda

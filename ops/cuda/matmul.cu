@@ -97,6 +97,6 @@ class matmul_op final : public cuda_op {
 
 }  // namespace
 
-std::unique_ptr<op> make_matmul_op(const attr_map& attrs) { return std::make_unique<matmul_op>(attrs); }
+std::unique_ptr<op> make_matmul_cuda(const attr_map& attrs) { return std::make_unique<matmul_op>(attrs); }
 
 }  // namespace fusion::cuda

@@ -227,11 +227,11 @@ class pool_op final : public cuda_op {
 
 }  // namespace
 
-std::unique_ptr<op> make_max_pool2d_op(const attr_map& a) { return std::make_unique<pool_op>(pool_kind::max, a); }
-std::unique_ptr<op> make_avg_pool2d_op(const attr_map& a) { return std::make_unique<pool_op>(pool_kind::avg, a); }
-std::unique_ptr<op> make_global_avg_pool_op(const attr_map& a) {
+std::unique_ptr<op> make_max_pool2d_cuda(const attr_map& a) { return std::make_unique<pool_op>(pool_kind::max, a); }
+std::unique_ptr<op> make_avg_pool2d_cuda(const attr_map& a) { return std::make_unique<pool_op>(pool_kind::avg, a); }
+std::unique_ptr<op> make_global_avg_pool_cuda(const attr_map& a) {
   return std::make_unique<pool_op>(pool_kind::global_avg, a);
 }
-std::unique_ptr<op> make_flatten_op(const attr_map& a) { return std::make_unique<pool_op>(pool_kind::flatten, a); }
+std::unique_ptr<op> make_flatten_cuda(const attr_map& a) { return std::make_unique<pool_op>(pool_kind::flatten, a); }
 
 }  // namespace fusion::cuda

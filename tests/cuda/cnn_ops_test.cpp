@@ -1,6 +1,6 @@
-// The convolutional-network ops on the GPU against their CPU twins (conv2d, batchnorm2d,
-// max_pool2d, avg_pool2d, global_avg_pool, flatten, cross_entropy's accuracy metric), plus a
-// check, run without a GPU, that every CPU op kind has a CUDA implementation.
+// The parity cases of the convolutional-network ops (FUSION_PARITY_CASE, run by
+// tests/cuda/parity_test.cpp: conv2d, batchnorm2d, max_pool2d, avg_pool2d, global_avg_pool,
+// flatten) and cross_entropy's accuracy metric on the GPU against their CPU twins.
 //
 // Shape legend: B batch, C channels, H x W pixels, V classes. Every comparison runs forward on
 // both backends (CUDA output poisoned with NaN), compares the output, the saved tensors (i32
@@ -12,11 +12,9 @@
 
 #include <cmath>
 #include <limits>
-#include <map>
 #include <random>
 #include <string>
 
-#include "ops/cuda/cuda_backend.hpp"
 #include "tests/cuda/cuda_test_util.hpp"
 
 namespace fusion::test {
@@ -176,40 +174,7 @@ attr_map conv(const char* out, const char* k, const char* stride = "1", const ch
 
 }  // namespace
 
-TEST_CASE("every CPU op kind has a CUDA implementation") {
-  // Constructing an op reads attributes only (no device call), so this runs without a GPU.
-  const std::map<std::string, std::string> plausible = {
-      {"out", "4"},     {"in", "3"},         {"bias", "true"},       {"init_std", "0.02"}, {"heads", "2"},
-      {"causal", "true"}, {"eps", "1e-5"},   {"momentum", "0.1"},    {"transpose_b", "false"},
-      {"max_len", "8"}, {"dim", "4"},        {"vocab", "10"},        {"kernel", "3"},      {"stride", "1"},
-      {"padding", "1"}, {"dilation", "1"},   {"groups", "1"}};
-  std::string missing;
-  for (const std::string& kind : op_kinds()) {
-    attr_map attrs;
-    if (const auto* names = op_attributes(kind))
-      for (const std::string& n : *names)
-        if (plausible.count(n)) attrs.set(n, plausible.at(n));
-    std::unique_ptr<op> cpu_op;
-    try {
-      cpu_op = make_op(kind, attrs);
-    } catch (const op_error& e) {
-      FAIL_CHECK(kind << ": the CPU op rejects the test's plausible attributes (" << e.what()
-                      << "); add a value for its attribute to this test");
-      continue;
-    }
-    try {
-      auto gpu_op = cuda::make_op(kind, attrs);
-      CHECK(std::string(gpu_op->kind()) == kind);
-      CHECK(gpu_op->metric_names() == cpu_op->metric_names());
-    } catch (const op_error& e) {
-      missing += "\n  " + kind + ": " + e.what();
-    }
-  }
-  CHECK_MESSAGE(missing.empty(), "op kinds without a CUDA implementation (ops/cuda/backend.cu op_table):" << missing);
-}
-
-TEST_CASE("cuda conv2d matches the CPU") {
-  FUSION_GPU_OR_SKIP(g);
+FUSION_PARITY_CASE(conv2d, g) {
   std::mt19937 rng(21);
   compare_cnn(g, "conv2d", conv("4", "3"), {random_f32({2, 3, 9, 9}, rng)}, gemm_tol, gemm_tol);
   // Stride and padding on a non-square image.
@@ -228,8 +193,8 @@ TEST_CASE("cuda conv2d matches the CPU") {
   compare_cnn(g, "conv2d", conv("8", "3", "1", "1"), {random_f32({20, 64, 56, 56}, rng)}, gemm_tol, gemm_tol);
 }
 
-TEST_CASE("cuda batchnorm2d matches the CPU in training and evaluation") {
-  FUSION_GPU_OR_SKIP(g);
+// In training and evaluation.
+FUSION_PARITY_CASE(batchnorm2d, g) {
   std::mt19937 rng(22);
   const attr_map none;
   // Offset mean checks the centred variance; saved mean/rstd and the running statistics compared.
@@ -265,8 +230,8 @@ TEST_CASE("cuda batchnorm2d matches the CPU in training and evaluation") {
   CHECK_THROWS_AS(op->forward(f), op_error);  // the running statistics are required
 }
 
-TEST_CASE("cuda max_pool2d matches the CPU, ties and padding included") {
-  FUSION_GPU_OR_SKIP(g);
+// Ties and padding included.
+FUSION_PARITY_CASE(max_pool2d, g) {
   std::mt19937 rng(23);
   compare_cnn(g, "max_pool2d", attr_map({{"kernel", "2"}}), {random_f32({2, 3, 8, 8}, rng)}, exact_tol, exact_tol);
   // Three levels of negative integers: ties in nearly every window (the first maximum wins and
@@ -286,8 +251,7 @@ TEST_CASE("cuda max_pool2d matches the CPU, ties and padding included") {
               exact_tol);
 }
 
-TEST_CASE("cuda avg_pool2d matches the CPU") {
-  FUSION_GPU_OR_SKIP(g);
+FUSION_PARITY_CASE(avg_pool2d, g) {
   std::mt19937 rng(24);
   compare_cnn(g, "avg_pool2d", attr_map({{"kernel", "2"}}), {random_f32({2, 3, 8, 8}, rng)}, exact_tol, exact_tol);
   // Padding counts in the divisor (k * k always).
@@ -299,11 +263,14 @@ TEST_CASE("cuda avg_pool2d matches the CPU") {
               exact_tol, exact_tol);
 }
 
-TEST_CASE("cuda global_avg_pool and flatten match the CPU") {
-  FUSION_GPU_OR_SKIP(g);
+FUSION_PARITY_CASE(global_avg_pool, g) {
   std::mt19937 rng(25);
   compare_cnn(g, "global_avg_pool", {}, {random_f32({2, 3, 5, 7}, rng)}, reduction_tol, exact_tol);
   compare_cnn(g, "global_avg_pool", {}, {random_f32({2, 2, 40, 40}, rng, 1.0f, 1.0f)}, reduction_tol, exact_tol);
+}
+
+FUSION_PARITY_CASE(flatten, g) {
+  std::mt19937 rng(27);
   compare_cnn(g, "flatten", {}, {random_f32({2, 3, 4, 5}, rng)}, exact_tol, exact_tol);
   compare_cnn(g, "flatten", {}, {random_f32({3, 7}, rng)}, exact_tol, exact_tol);
 }

@@ -1,5 +1,6 @@
-// Helpers of the CUDA tests: the shared GPU backend (or a printed skip without a device),
-// random tensors, and the CPU-vs-CUDA comparison of one op's forward and backward.
+// Helpers of the CUDA tests: the shared GPU backend (or a printed skip without a device), the
+// registry of per-kind parity cases, random tensors, and the CPU-vs-CUDA comparison of one op's
+// forward and backward.
 #pragma once
 
 #include <doctest/doctest.h>
@@ -7,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <map>
 #include <memory>
 #include <random>
 #include <string>
@@ -72,6 +74,41 @@ inline std::vector<parity_pass> parity_passes(backend& g) {
     return;                                                      \
   }                                                              \
   ::fusion::backend& NAME = *::fusion::test::gpu()
+
+/// A kind's parity case: the CUDA op against its CPU twin on `g` (compare_op, compare_cnn).
+using parity_case = void (*)(backend& g);
+
+/// Where each kind's parity case was registered (FUSION_PARITY_CASE): the case and the files
+/// that registered one (more than one file is an error, reported by tests/cuda/parity_test.cpp).
+struct parity_entry {
+  parity_case run = nullptr;
+  std::vector<std::string> files;
+};
+
+/// Every registered parity case by kind; filled before main by FUSION_PARITY_CASE.
+inline std::map<std::string, parity_entry>& parity_cases() {
+  static std::map<std::string, parity_entry> cases;
+  return cases;
+}
+
+/// Records `run` as the parity case of `kind`; returns true (for the static initialiser).
+inline bool register_parity_case(const char* kind, parity_case run, const char* file) {
+  parity_entry& e = parity_cases()[kind];
+  e.run = run;
+  e.files.push_back(file);
+  return true;
+}
+
+/// Defines the parity case of op kind KIND (an identifier, as in ops/op_kinds.hpp), a function
+/// body that sees the GPU backend as `backend& G`:
+///   FUSION_PARITY_CASE(linear, g) { compare_op(g, "linear", ...); }
+/// tests/cuda/parity_test.cpp runs it as the test case "cuda KIND matches the CPU" (skipped
+/// without a device), and fails, GPU or not, for a kind of the list without a case.
+#define FUSION_PARITY_CASE(KIND, G)                                                         \
+  static void fusion_parity_##KIND(::fusion::backend& G);                                  \
+  [[maybe_unused]] static const bool fusion_parity_registered_##KIND =                      \
+      ::fusion::test::register_parity_case(#KIND, fusion_parity_##KIND, __FILE__);          \
+  static void fusion_parity_##KIND(::fusion::backend& G)
 
 /// f32 tensor with values uniform in [offset - scale, offset + scale].
 inline tensor random_f32(const shape_t& s, std::mt19937& rng, float scale = 1.0f, float offset = 0.0f) {

@@ -1,11 +1,13 @@
-// Every CUDA op against its CPU twin on fresh random inputs: forward with a NaN-poisoned output,
+// The parity cases of the transformer ops (FUSION_PARITY_CASE, run by tests/cuda/parity_test.cpp):
+// each CUDA op against its CPU twin on fresh random inputs: forward with a NaN-poisoned output,
 // backward accumulating onto non-zero gradients. Tolerances (max_rel_diff: |a-b| / max(1,|b|)):
 //   copies, adds and ReLU            1e-6 (same float operations, at most reordered sums)
 //   GELU, embeddings with atomics    1e-5 (tanhf vs the CPU's rational tanh; atomic order)
 //   layernorm, softmax-based ops     1e-4 (block reductions in another order than the CPU's)
 //   cuBLAS GEMM-based ops            2e-3 (fp32 GEMMs, TF32 off; different blocking and order)
 // Every comparison runs again on a backend with bf16 GEMMs, within bf16_tol of the tensor's
-// largest magnitude (cuda_test_util.hpp). Without a CUDA device every case prints "skipped: ..." and returns.
+// largest magnitude (cuda_test_util.hpp). Without a CUDA device every case prints "skipped: ..."
+// and returns.
 #include <doctest/doctest.h>
 
 #include <random>
@@ -18,8 +20,7 @@ namespace {
 constexpr double exact_tol = 1e-6, elementwise_tol = 1e-5, reduction_tol = 1e-4, gemm_tol = 2e-3;
 }  // namespace
 
-TEST_CASE("cuda token_embedding matches the CPU") {
-  FUSION_GPU_OR_SKIP(g);
+FUSION_PARITY_CASE(token_embedding, g) {
   std::mt19937 rng(1);
   compare_op(g, "token_embedding", attr_map({{"vocab", "50"}, {"dim", "24"}}), {random_ids({3, 17}, 50, rng)},
              exact_tol, elementwise_tol);
@@ -27,23 +28,20 @@ TEST_CASE("cuda token_embedding matches the CPU") {
              exact_tol, elementwise_tol);  // many repeated ids: concurrent atomics on one row
 }
 
-TEST_CASE("cuda position_embedding matches the CPU") {
-  FUSION_GPU_OR_SKIP(g);
+FUSION_PARITY_CASE(position_embedding, g) {
   std::mt19937 rng(2);
   compare_op(g, "position_embedding", attr_map({{"max_len", "40"}}), {random_f32({3, 17, 24}, rng)}, exact_tol,
              exact_tol);
 }
 
-TEST_CASE("cuda linear matches the CPU") {
-  FUSION_GPU_OR_SKIP(g);
+FUSION_PARITY_CASE(linear, g) {
   std::mt19937 rng(3);
   compare_op(g, "linear", attr_map({{"out", "50"}}), {random_f32({4, 33, 72}, rng)}, gemm_tol, gemm_tol);
   compare_op(g, "linear", attr_map({{"out", "130"}, {"bias", "false"}}), {random_f32({65, 40}, rng)}, gemm_tol,
              gemm_tol);
 }
 
-TEST_CASE("cuda matmul matches the CPU") {
-  FUSION_GPU_OR_SKIP(g);
+FUSION_PARITY_CASE(matmul, g) {
   std::mt19937 rng(4);
   compare_op(g, "matmul", {}, {random_f32({2, 3, 17, 24}, rng), random_f32({2, 3, 24, 19}, rng)}, gemm_tol,
              gemm_tol);
@@ -52,23 +50,24 @@ TEST_CASE("cuda matmul matches the CPU") {
   compare_op(g, "matmul", {}, {random_f32({5, 9}, rng), random_f32({9, 7}, rng)}, gemm_tol, gemm_tol);
 }
 
-TEST_CASE("cuda gelu and relu match the CPU") {
-  FUSION_GPU_OR_SKIP(g);
+FUSION_PARITY_CASE(gelu, g) {
   std::mt19937 rng(5);
   compare_op(g, "gelu", {}, {random_f32({5, 37, 29}, rng, 4.0f)}, elementwise_tol, elementwise_tol);
-  compare_op(g, "relu", {}, {random_f32({5, 37, 29}, rng, 4.0f)}, exact_tol, exact_tol);
   // More elements than one grid covers (8192 blocks x 256 threads): the grid-stride loops.
   compare_op(g, "gelu", {}, {random_f32({3, 1024, 1024}, rng, 4.0f)}, elementwise_tol, elementwise_tol);
 }
 
-TEST_CASE("cuda add matches the CPU") {
-  FUSION_GPU_OR_SKIP(g);
+FUSION_PARITY_CASE(relu, g) {
+  std::mt19937 rng(5);
+  compare_op(g, "relu", {}, {random_f32({5, 37, 29}, rng, 4.0f)}, exact_tol, exact_tol);
+}
+
+FUSION_PARITY_CASE(add, g) {
   std::mt19937 rng(6);
   compare_op(g, "add", {}, {random_f32({7, 33, 5}, rng), random_f32({7, 33, 5}, rng)}, exact_tol, exact_tol);
 }
 
-TEST_CASE("cuda layernorm matches the CPU") {
-  FUSION_GPU_OR_SKIP(g);
+FUSION_PARITY_CASE(layernorm, g) {
   std::mt19937 rng(7);
   // An offset mean checks the two-pass variance; C = 300 exceeds one block of threads.
   compare_op(g, "layernorm", {}, {random_f32({4, 19, 72}, rng, 1.0f, 3.0f)}, reduction_tol, reduction_tol);
@@ -77,8 +76,7 @@ TEST_CASE("cuda layernorm matches the CPU") {
   compare_op(g, "layernorm", {}, {random_f32({5, 20}, rng)}, reduction_tol, reduction_tol);
 }
 
-TEST_CASE("cuda attention matches the CPU") {
-  FUSION_GPU_OR_SKIP(g);
+FUSION_PARITY_CASE(attention, g) {
   std::mt19937 rng(8);
   compare_op(g, "attention", attr_map({{"heads", "4"}}), {random_f32({2, 37, 3 * 48}, rng)}, gemm_tol, gemm_tol);
   compare_op(g, "attention", attr_map({{"heads", "2"}, {"causal", "false"}}), {random_f32({2, 20, 3 * 32}, rng)},
@@ -88,8 +86,7 @@ TEST_CASE("cuda attention matches the CPU") {
              gemm_tol);
 }
 
-TEST_CASE("cuda cross_entropy matches the CPU") {
-  FUSION_GPU_OR_SKIP(g);
+FUSION_PARITY_CASE(cross_entropy, g) {
   std::mt19937 rng(9);
   compare_op(g, "cross_entropy", {}, {random_f32({3, 17, 50}, rng, 5.0f), random_ids({3, 17}, 50, rng)},
              reduction_tol, reduction_tol);

@@ -10,6 +10,7 @@
 
 #include <cmath>
 #include <limits>
+#include <map>
 #include <random>
 #include <string>
 #include <vector>
@@ -21,6 +22,24 @@ namespace fusion::test {
 /// infer_shape with owning vectors, so tests can pass braced lists.
 inline shape_t infer(const op& o, std::vector<shape_t> shapes, std::vector<dtype> types) {
   return o.infer_shape(shapes, types);
+}
+
+/// A value for every attribute op `kind` lists (op_attributes): enough to construct any op kind
+/// in the table tests; fails the test for an attribute without a value here.
+inline attr_map plausible_attributes(const std::string& kind) {
+  static const std::map<std::string, std::string> values = {
+      {"out", "4"},       {"in", "3"},       {"bias", "true"},    {"init_std", "0.02"},  {"heads", "2"},
+      {"causal", "true"}, {"eps", "1e-5"},   {"momentum", "0.1"}, {"transpose_b", "false"},
+      {"max_len", "8"},   {"dim", "4"},      {"vocab", "10"},     {"kernel", "3"},       {"stride", "1"},
+      {"padding", "1"},   {"dilation", "1"}, {"groups", "1"}};
+  attr_map attrs;
+  const std::vector<std::string>* names = op_attributes(kind);
+  REQUIRE_MESSAGE(names != nullptr, kind << " is not an op kind");
+  for (const std::string& n : *names) {
+    REQUIRE_MESSAGE(values.count(n) == 1, kind << ": attribute " << n << " has no value in plausible_attributes");
+    attrs.set(n, values.at(n));
+  }
+  return attrs;
 }
 
 /// Random f64 tensor with values in [-scale, scale].
