@@ -132,18 +132,11 @@ xxh64_hasher::xxh64_hasher(uint64_t seed) : state_(XXH64_createState()) {
   XXH64_reset(state_.get(), seed);
 }
 
-void xxh64_hasher::update(const void* data, size_t len) {
-  // XXH64_update refuses only a null pointer with a nonzero length, which a span never gives.
-  if (len) XXH64_update(state_.get(), data, len);
-}
+void xxh64_hasher::update(const void* data, size_t len) { XXH64_update(state_.get(), data, len); }
 
 uint64_t xxh64_hasher::digest() const { return XXH64_digest(state_.get()); }
 
-uint64_t xxh64(std::span<const std::byte> data, uint64_t seed) {
-  xxh64_hasher h(seed);
-  h.update(data.data(), data.size());
-  return h.digest();
-}
+uint64_t xxh64(std::span<const std::byte> data, uint64_t seed) { return XXH64(data.data(), data.size(), seed); }
 
 // ---- save ------------------------------------------------------------------------------------
 
