@@ -181,7 +181,7 @@ int run_plan(const std::vector<std::string>& args) {
     else if (a == "--compression") {
       auto mode = value();
       if (!parse_codec_kind(mode, compression.mode))
-        throw usage_error("--compression must be none, topk or adatopk, got '" + mode + "'");
+        throw usage_error("--compression must be " + codec_names() + ", got '" + mode + "'");
     }
     else if (a == "--json" && !inline_value) json = true;
     else if (a.rfind("-", 0) == 0) throw usage_error("unknown option '" + a + "' for plan");
