@@ -100,21 +100,20 @@ caf::result<std::string> command_compress(coord_ptr self, const std::vector<std:
   const auto& c = st.in->cfg.compression;
   const std::string& how = args[1];
   if (how == "auto") {
-    if (c.mode != codec_kind::adatopk)
+    if (!codec_of(c.mode).adaptive())
       return bad("'auto' hands the edge to AdaTopK, which this run does not use (compression.mode=" +
                  to_string(c.mode) + ")");
     st.pinned_edges.erase(id);
     return json{{"edge", id}, {"codec", "auto"}}.dump();
   }
-  codec_settings s;
+  pinned_codec pin;  // none
   if (how != "none") {
     double ratio = std::strtod(how.c_str(), &end);
     if (how.empty() || *end != '\0' || !(ratio > 0 && ratio <= 1))
       return bad("compress: '" + how + "' is not none, auto or a keep ratio in (0, 1], e.g. 0.1");
-    compression_config topk = c;
-    topk.mode = codec_kind::topk;
-    s = topk.codec(e->forward, ratio);
+    pin = {codec_kind::topk, ratio};
   }
+  const codec_settings s = codec_for_edge(*e, c, {std::nullopt, pin});
   e->setting = s;
   st.pinned_edges.insert(id);
   if (auto it = st.senders.find(id); it != st.senders.end()) self->send(it->second, compress_atom::value, s);

@@ -26,7 +26,7 @@ void plan_compression(coord_ptr self) {
   const auto& c = st.in->cfg.compression;
   st.current = plan_compressed_run(*estimator_of(self), st.profile, c, 1);
   st.governors.clear();
-  if (c.mode != codec_kind::adatopk) return;
+  if (!codec_of(c.mode).adaptive()) return;
   // The governors start from the ratios the profile gave, so the first re-evaluation measures
   // against what runs.
   for (auto& g : link_groups(st.current, *estimator_of(self))) {
@@ -40,7 +40,7 @@ void adapt_compression(coord_ptr self) {
   const auto& c = st.in->cfg.compression;
   auto* est = estimator_of(self);
   // The estimator learns from step 3 on (observe_step), so the first evaluation waits for it.
-  if (c.mode != codec_kind::adatopk || !est || st.step < 3 || st.step % c.every != 0) return;
+  if (!codec_of(c.mode).adaptive() || !est || st.step < 3 || st.step % c.every != 0) return;
   for (auto& g : link_groups(st.current, *est)) {
     auto key = std::make_tuple(g.from, g.to, g.load.forward);
     auto it = st.governors.find(key);
@@ -53,7 +53,7 @@ void adapt_compression(coord_ptr self) {
     for (size_t i : g.edges) {
       auto& e = st.current.edges[i];
       if (st.pinned_edges.count(e.id)) continue;  // the admin's choice stands
-      e.setting = c.codec(e.forward, after);
+      e.setting = codec_for_edge(e, c, {after, std::nullopt});
       dense += e.bytes_per_micro_batch;
       if (auto s = st.senders.find(e.id); s != st.senders.end()) self->send(s->second, compress_atom::value, e.setting);
     }

@@ -115,13 +115,10 @@ void commit(coord_ptr self, std::shared_ptr<migration_ctx> m) {
   // New edges get the codec their link runs at (AdaTopK re-evaluates them with the others).
   const auto& c = st.in->cfg.compression;
   for (auto& a : d.added) {
-    if (!a.compressible || c.mode == codec_kind::none) continue;
-    double ratio = c.ratio;
-    if (c.mode == codec_kind::adatopk) {
-      auto g = st.governors.find(std::make_tuple(a.from, a.to, a.forward));
-      ratio = g == st.governors.end() ? 1.0 : g->second.current();
-    }
-    a.setting = c.codec(a.forward, ratio);
+    edge_codec_state link;  // governors exist only under an adaptive codec
+    if (auto g = st.governors.find(std::make_tuple(a.from, a.to, a.forward)); g != st.governors.end())
+      link.link_ratio = g->second.current();
+    a.setting = codec_for_edge(a, c, link);
     for (auto& e : st.current.edges)
       if (e.id == a.id) e.setting = a.setting;
   }

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "actors/messages.hpp"
-#include "compression/topk_cuda.hpp"
+#include "compression/codec_cuda.hpp"
 #include "core/wire.hpp"
 
 namespace fusion {
@@ -64,16 +64,6 @@ void pump(edge_ptr self) {
   }
 }
 
-// A GPU producer's tensor is encoded on its device: only the payload crosses PCIe.
-void encode_on_device(const tensor& value, const codec_settings& s, std::vector<std::byte>& payload) {
-#if FUSION_HAVE_CUDA
-  encode_topk_cuda(value.f32(), static_cast<uint64_t>(value.numel()), s.keep_ratio, s.values, s.block, payload);
-#else
-  (void)value, (void)s, (void)payload;
-  throw std::logic_error("this build has no CUDA encoder");
-#endif
-}
-
 void report_failure(edge_ptr self, const std::string& what) {
   auto& st = self->state;
   if (st.reporter)
@@ -86,8 +76,12 @@ void enqueue(edge_ptr self, wire_header base, tensor value) {
   const codec_settings& codec = st.encoder.settings();
   const auto n = static_cast<uint64_t>(value.numel());
   const bool compress = value.type() == dtype::f32 && st.encoder.encodes(n);
-  // Error feedback keeps its residual on the host, so such an edge encodes there.
-  const bool on_device = compress && value.is_cuda() && topk_cuda_compiled() && !codec.error_feedback;
+  // A GPU producer's tensor is encoded on its device where the codec has a GPU encoder: only
+  // the payload crosses PCIe. Error feedback keeps its residual on the host, so such an edge
+  // encodes there.
+  const device_encode_fn device =
+      compress && value.is_cuda() && !codec.error_feedback ? device_encoder(codec.kind) : nullptr;
+  const bool on_device = device != nullptr;
   // Otherwise the wire carries host bytes whatever the producer's device; the chunks reference
   // `value`, so it is downloaded once, here, rather than per chunk.
   if (value.is_cuda() && !on_device) {
@@ -107,7 +101,7 @@ void enqueue(edge_ptr self, wire_header base, tensor value) {
     auto payload = std::make_shared<std::vector<std::byte>>();
     try {
       if (on_device)
-        encode_on_device(value, codec, *payload);
+        device(value.f32(), n, codec, *payload);
       else
         st.encoder.encode(std::span<const float>(value.f32(), n), base.micro_batch, *payload);
     } catch (const std::exception& e) {
@@ -115,7 +109,7 @@ void enqueue(edge_ptr self, wire_header base, tensor value) {
     }
     o.encode_s = std::chrono::duration<double>(clock_type::now() - start).count();
     o.keep_ratio = codec.keep_ratio;
-    base.encoding = codec_kind::topk;
+    base.encoding = codec_of(codec.kind).wire_encoding();
     base.payload_bytes = payload->size();
     o.bytes = std::shared_ptr<const std::byte>(payload, payload->data());
   } else {

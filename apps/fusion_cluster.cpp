@@ -167,7 +167,7 @@ int run_plan(const command_args& a) {
   int64_t micro = !a.has_micro_batches ? 4 : parse_count("--micro-batches", a.micro_batches);
   const bool json = a.json;
   if (a.has_compression && !parse_codec_kind(a.compression, compression.mode))
-    throw usage_error("--compression must be none, topk or adatopk, got '" + a.compression + "'");
+    throw usage_error("--compression must be " + codec_names() + ", got '" + a.compression + "'");
   if (cluster_file.empty()) throw usage_error("plan needs a CLUSTER file");
   if (model_file.empty()) throw usage_error("plan needs --model FILE");
   if (batch % micro != 0)

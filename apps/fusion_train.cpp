@@ -289,10 +289,11 @@ void check_settings(const train_app_config& cfg) {
   }
   codec_kind mode;
   if (!parse_codec_kind(cfg.compression_mode, mode))
-    throw usage_error("compression.mode must be none, topk or adatopk, got \"" + cfg.compression_mode + "\"");
+    throw usage_error("compression.mode must be " + codec_names() + ", got \"" + cfg.compression_mode + "\"");
   value_type values;
   if (!parse_value_type(cfg.compression_values, values))
-    throw usage_error("compression.values must be f32, f16 or bf16, got \"" + cfg.compression_values + "\"");
+    throw usage_error("compression.values must be " + value_type_names() + ", got \"" + cfg.compression_values +
+                      "\"");
   const auto& c = r.compression;
   auto ratio_ok = [](double x) { return x > 0 && x <= 1; };
   if (!ratio_ok(c.ratio))

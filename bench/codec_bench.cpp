@@ -1,4 +1,4 @@
-// fusion-bench-codec: the CPU topk edge codec (compression/codec.hpp) on one core.
+// fusion-bench-codec: the CPU topk edge codec (compression/topk.hpp) on one core.
 //
 // For fp32 tensors of 4 MiB and 64 MiB (normal random data), block 4096, fp16 values, at 1%,
 // 10% and 30% kept: encode and decode rates (dense fp32 bytes / seconds, best of several
@@ -18,7 +18,7 @@
 #include <string>
 #include <vector>
 
-#include "compression/codec.hpp"
+#include "compression/topk.hpp"
 
 using namespace fusion;
 

@@ -26,12 +26,21 @@ double floor_of(const link_load& load, const adaptive_settings& s) {
 
 }  // namespace
 
+codec_settings rung_codec(double ratio, const adaptive_settings& s) {
+  if (ratio >= 1) return {};  // the link keeps up: raw fp32
+  codec_settings run;
+  run.values = s.values;
+  run.block = s.block;
+  return codec_of(codec_kind::adatopk).at(ratio, run);
+}
+
 double link_seconds(const link_load& load, double ratio, const adaptive_settings& s) {
   // An unknown rate gives an unknown time: infinity, so nobody mistakes it for a fast link.
   if (!(load.mbit > 0)) return std::numeric_limits<double>::infinity();
+  const codec_settings rung = rung_codec(ratio, s);
+  const codec& c = codec_of(rung.kind);
   uint64_t bytes = 0;
-  for (const uint64_t n : load.elements)
-    bytes += ratio >= 1 ? 4 * n : topk_payload_bytes(n, ratio, s.values, s.block);
+  for (const uint64_t n : load.elements) bytes += c.payload_bytes(n, rung);
   return static_cast<double>(bytes) * 8.0 / (load.mbit * 1e6) + load.rtt_s / 2;
 }
 

@@ -6,9 +6,9 @@
 // per micro-batch is payload / rate + rtt / 2. When that exceeds the slowest compute stage of
 // the same phase (forward compute for activations, backward compute for gradients), the link is
 // the bottleneck: it gets the largest keep ratio whose payload fits the compute time (exact
-// payload sizes from topk_payload_bytes), never below the phase's floor. Links that fit stay
-// dense (ratio 1). Edges sharing a link direction share its rate, so the rule works per link
-// direction over the sum of their payloads.
+// payload sizes from the codec table, rung_codec), never below the phase's floor. Links that
+// fit stay dense (ratio 1). Edges sharing a link direction share its rate, so the rule works
+// per link direction over the sum of their payloads.
 //
 // The ladder, densest first: keep_all_ratio (every element kept, values sent as `values`:
 // f16 halves the bytes and is nearly exact), then 0.5, 0.3, 0.2, 0.15, 0.1, 0.07, 0.05, 0.03,
@@ -22,12 +22,9 @@
 #include <vector>
 
 #include "compression/codec.hpp"
+#include "compression/topk.hpp"  // keep_all_ratio, the densest lossy rung
 
 namespace fusion {
-
-/// The rung that keeps every element but sends the values rounded to adaptive_settings::values:
-/// the largest double below 1, for which keep_count keeps whole blocks (ratio 1 means raw fp32).
-inline constexpr double keep_all_ratio = 0x1.fffffffffffffp-1;
 
 /// Settings of the adaptive rule ([compression] in the run config).
 struct adaptive_settings {
@@ -50,6 +47,10 @@ struct link_load {
   double rtt_s = 0;                  ///< round trip, seconds
   double budget_s = 0;               ///< slowest compute stage of this phase, per micro-batch
 };
+
+/// The codec of ladder rung `ratio`: none (raw fp32) at 1, else adatopk at that ratio with the
+/// settings' value type and block.
+codec_settings rung_codec(double ratio, const adaptive_settings& s);
 
 /// Seconds one micro-batch of `load` takes on its link at keep ratio `ratio` (1: dense fp32).
 double link_seconds(const link_load& load, double ratio, const adaptive_settings& s);

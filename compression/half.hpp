@@ -1,4 +1,4 @@
-// Bit-exact fp32 <-> fp16 / bf16 conversions of the topk codec (compression/codec.cpp). Plain
+// Bit-exact fp32 <-> fp16 / bf16 conversions of the topk codec (compression/topk.cpp). Plain
 // integer arithmetic, no dependence on the floating-point environment (FTZ/DAZ, rounding
 // mode) or on F16C, so a GPU implementation can reproduce every bit. Branch-free, so loops
 // over arrays vectorise.

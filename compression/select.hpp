@@ -1,4 +1,4 @@
-// The per-block kernels of the topk codec (compression/codec.cpp): which elements of a block
+// The per-block kernels of the topk codec (compression/topk.cpp): which elements of a block
 // are kept, writing them out, and expanding them back. Internal to compression/; the tests
 // call them directly to check them against a reference.
 #pragma once

@@ -14,7 +14,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "compression/codec.hpp"
+#include "compression/topk.hpp"
 
 #ifndef FUSION_HAVE_CUDA
 #error "compression/topk_cuda.hpp needs FUSION_HAVE_CUDA (0 or 1): link fusion_tensor, which defines it"
@@ -35,5 +35,10 @@ inline constexpr bool topk_cuda_compiled() noexcept { return FUSION_HAVE_CUDA !=
 /// a caller that wrote `x` on a cudaStreamNonBlocking stream synchronises that stream first.
 void encode_topk_cuda(const float* x, uint64_t n, double ratio, value_type values, uint32_t block,
                       std::vector<std::byte>& out);
+
+/// encode_topk_cuda with a codec's settings (a device_encode_fn for compression/codec_cuda.hpp).
+inline void encode_topk_cuda_settings(const float* x, uint64_t n, const codec_settings& s, std::vector<std::byte>& out) {
+  encode_topk_cuda(x, n, s.keep_ratio, s.values, s.block, out);
+}
 
 }  // namespace fusion

@@ -51,9 +51,9 @@ std::string decode_wire_header(std::string_view bytes, uint64_t payload_bytes, w
   h.total_bytes = m.total_bytes();
   h.offset = m.offset();
   h.chunk_bytes = m.chunk_bytes();
-  if (m.encoding() != static_cast<uint32_t>(codec_kind::none) && m.encoding() != static_cast<uint32_t>(codec_kind::topk))
-    return "unknown encoding " + std::to_string(m.encoding()) + " (0 raw, 1 topk)";
-  h.encoding = static_cast<codec_kind>(m.encoding());
+  const codec* wire_codec = codec_on_wire(m.encoding());
+  if (!wire_codec) return "unknown encoding " + std::to_string(m.encoding()) + " (" + wire_encoding_names() + ")";
+  h.encoding = wire_codec->kind();
   h.payload_bytes = m.payload_bytes();
   // The shape's byte size, computed without overflow.
   uint64_t need = dtype_size(h.type);
@@ -70,14 +70,15 @@ std::string decode_wire_header(std::string_view bytes, uint64_t payload_bytes, w
   if (h.encoding == codec_kind::none && h.payload_bytes != h.total_bytes)
     return "raw payload of " + std::to_string(h.payload_bytes) + " bytes for a " + std::to_string(h.total_bytes) +
            "-byte tensor";
-  if (h.encoding == codec_kind::topk) {
-    // Bounded before anything is allocated: a topk payload is never larger than this.
+  if (h.encoding != codec_kind::none) {
+    // Bounded before anything is allocated: the codec says what its payloads can measure.
     if (h.type != dtype::f32)
-      return std::string("topk payload for a ") + to_string(h.type) + " tensor (only f32 is compressed)";
+      return wire_codec->name() + " payload for a " + to_string(h.type) + " tensor (only f32 is compressed)";
     const uint64_t n = h.total_bytes / sizeof(float);
-    if (h.payload_bytes < codec_header_bytes || h.payload_bytes > topk_max_payload_bytes(n))
-      return "topk payload of " + std::to_string(h.payload_bytes) + " bytes for " + std::to_string(n) +
-             " elements (at most " + std::to_string(topk_max_payload_bytes(n)) + ")";
+    const payload_range limits = wire_codec->payload_limits(n);
+    if (h.payload_bytes < limits.min || h.payload_bytes > limits.max)
+      return wire_codec->name() + " payload of " + std::to_string(h.payload_bytes) + " bytes for " +
+             std::to_string(n) + " elements (at most " + std::to_string(limits.max) + ")";
   }
   const uint64_t wire = h.wire_bytes();
   if (h.offset > wire || h.chunk_bytes > wire - h.offset)
@@ -165,7 +166,8 @@ std::optional<tensor> wire_assembler::end_chunk(const wire_header& h, std::strin
   if (p.encoding == codec_kind::none) return std::move(p.value);
   // Decoded straight into the tensor the consumer gets.
   tensor out = tensor::uninitialized(p.shape, p.type);
-  auto msg = decode_topk(p.payload, std::span<float>(out.data<float>(), out.numel()));
+  const codec* wire_codec = codec_on_wire(static_cast<uint32_t>(p.encoding));  // validated with the header
+  auto msg = wire_codec->decode(p.payload, std::span<float>(out.data<float>(), out.numel()));
   if (!msg.empty()) {
     error = "edge " + std::to_string(h.edge) + " micro-batch " + std::to_string(h.micro_batch) + ": " + msg;
     return std::nullopt;

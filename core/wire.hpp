@@ -6,9 +6,10 @@
 // A receiver must never trust a header: decode_wire_header checks the version, the dtype, that
 // the shape's byte size equals total_bytes and that the chunk lies inside the tensor and matches
 // the payload that actually arrived. wire_assembler then writes chunks in place into one tensor.
-// A compressed edge (compression/codec.hpp) sends a topk payload instead of the raw bytes; its
-// chunks are assembled into a payload buffer whose size the header announces (refused when it
-// exceeds what a topk payload of the tensor can be) and decoded into the dense tensor at the end.
+// A compressed edge (compression/codec.hpp) sends its codec's payload instead of the raw bytes;
+// its chunks are assembled into a payload buffer whose size the header announces (refused when
+// it lies outside what that codec's payload of the tensor can measure) and decoded into the
+// dense tensor at the end, by the codec the header's encoding names (codec_on_wire).
 #pragma once
 
 #include <cstdint>
@@ -69,7 +70,7 @@ struct wire_header {
   uint64_t total_bytes = 0;  ///< bytes of the dense tensor
   uint64_t offset = 0;       ///< of this chunk in the payload
   uint64_t chunk_bytes = 0;
-  codec_kind encoding = codec_kind::none;  ///< none (raw bytes) or topk (adatopk sends topk)
+  codec_kind encoding = codec_kind::none;  ///< none (raw bytes) or a codec's wire_encoding
   uint64_t payload_bytes = 0;              ///< of the whole payload; total_bytes when not encoded
 
   /// Bytes that cross the wire for the whole tensor.

@@ -6,18 +6,15 @@
 
 namespace fusion {
 
-codec_settings compression_config::codec(bool forward, double keep) const {
-  codec_settings s;
-  if (mode == codec_kind::none) return s;
-  s.kind = mode;
-  s.keep_ratio = std::clamp(keep, 1e-6, 1.0);
-  // topk at ratio 1 keeps every element and only rounds the values (with f32 values that is no
-  // smaller than raw, so raw goes); adatopk's 1 is the rule saying "raw fits".
-  if (mode == codec_kind::topk && s.keep_ratio >= 1) s.keep_ratio = keep_all_ratio;
-  s.values = adaptive.values;
-  s.block = adaptive.block;
-  s.error_feedback = error_feedback && !forward;
-  return s;
+codec_settings codec_for_edge(const plan_edge& e, const compression_config& c, const edge_codec_state& st) {
+  if (!e.compressible) return {};
+  codec_settings run;
+  run.values = c.adaptive.values;
+  run.block = c.adaptive.block;
+  run.error_feedback = c.error_feedback && !e.forward;
+  if (st.pinned) return codec_of(st.pinned->kind).at(st.pinned->ratio, run);
+  const codec& mode = codec_of(c.mode);
+  return mode.at(mode.adaptive() ? st.link_ratio.value_or(1.0) : c.ratio, run);
 }
 
 std::vector<link_group> link_groups(const plan& p, const workload_estimator& est) {
@@ -49,16 +46,14 @@ std::vector<link_group> link_groups(const plan& p, const workload_estimator& est
 void assign_codecs(plan& p, const workload_estimator* est, const compression_config& c) {
   for (auto& e : p.edges) e.setting = codec_settings{};
   if (c.mode == codec_kind::none) return;
-  if (c.mode == codec_kind::topk || !est) {
+  if (!codec_of(c.mode).adaptive() || !est) {
     // Without an estimator (a one-process run has no links) adatopk starts dense.
-    const double keep = c.mode == codec_kind::topk ? c.ratio : 1.0;
-    for (auto& e : p.edges)
-      if (e.compressible) e.setting = c.codec(e.forward, keep);
+    for (auto& e : p.edges) e.setting = codec_for_edge(e, c);
     return;
   }
   for (auto& g : link_groups(p, *est)) {
-    const double keep = propose_ratio(g.load, c.adaptive);
-    for (size_t i : g.edges) p.edges[i].setting = c.codec(p.edges[i].forward, keep);
+    const edge_codec_state link{propose_ratio(g.load, c.adaptive), std::nullopt};
+    for (size_t i : g.edges) p.edges[i].setting = codec_for_edge(p.edges[i], c, link);
   }
 }
 

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -22,9 +23,29 @@ struct compression_config {
   bool error_feedback = false;         ///< gradient directions keep a residual (off: measured no gain)
   int64_t every = 10;                  ///< adatopk: re-evaluate every N steps
   adaptive_settings adaptive;          ///< floors, hysteresis, value type, block
-  /// The codec of one direction at keep ratio `ratio` (kind none when mode is none).
-  codec_settings codec(bool forward, double ratio) const;
 };
+
+/// The admin's codec for one edge (fusion-admin `compress EDGE none|RATIO`).
+struct pinned_codec {
+  codec_kind kind = codec_kind::none;  ///< none, or the codec run at `ratio` (RATIO: topk)
+  double ratio = 1;
+};
+
+/// What, besides the run's settings, decides the codec of one edge direction.
+struct edge_codec_state {
+  /// An adaptive codec (adatopk): the ratio of the edge's link direction, from its governor or
+  /// the rule's proposal at planning; empty when the link has none yet (it starts dense).
+  std::optional<double> link_ratio;
+  /// The admin's choice; it outranks the run's settings (empty: none, or handed back by `auto`).
+  std::optional<pinned_codec> pinned;
+};
+
+/// The codec of plan edge `e` under the run's settings `c`: the one decision that planning
+/// (assign_codecs), AdaTopK's re-evaluation, migration and the admin's `compress` all make.
+/// none for an edge that is not compressible (token ids) and when c.mode is none; else the
+/// codec of c.mode at c.ratio, or at st.link_ratio (1 when empty) for an adaptive codec, with
+/// the run's value type and block and error feedback on gradient directions.
+codec_settings codec_for_edge(const plan_edge& e, const compression_config& c, const edge_codec_state& st = {});
 
 /// One direction of one node pair that carries compressible edges, with its load.
 struct link_group {

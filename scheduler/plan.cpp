@@ -58,21 +58,12 @@ static std::string bytes_text(const plan_edge& e) {
   return out;
 }
 
-std::string codec_text(const edge_setting& s) {
-  if (s.kind == codec_kind::none) return "none";
-  if (s.keep_ratio >= 1) return to_string(s.kind) + " dense";  // ratio 1 sends the raw tensor
-  std::ostringstream out;
-  out << to_string(s.kind) << " " << s.keep_ratio * 100 << "% " << to_string(s.values);
-  if (s.error_feedback) out << " ef";
-  return out.str();
-}
+std::string codec_text(const edge_setting& s) { return codec_of(s.kind).describe(s); }
 
 uint64_t wire_bytes_per_micro_batch(const plan_edge& e) {
-  if (!e.compressible || e.setting.kind == codec_kind::none || e.setting.keep_ratio >= 1.0)
-    return e.bytes_per_micro_batch;
+  const codec& c = codec_of(e.setting.kind);
   const uint64_t n = e.bytes_per_micro_batch / sizeof(float);
-  return std::min(e.bytes_per_micro_batch,
-                  topk_payload_bytes(n, e.setting.keep_ratio, e.setting.values, e.setting.block));
+  return e.compressible && c.encodes(n, e.setting) ? c.payload_bytes(n, e.setting) : e.bytes_per_micro_batch;
 }
 
 const plan_edge* plan::find(uint64_t id) const {

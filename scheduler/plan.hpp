@@ -35,8 +35,8 @@ struct plan_edge {
   edge_setting setting;
 };
 
-/// Bytes one micro-batch of `e` puts on the wire with its codec: the topk payload when it is
-/// compressed and smaller, else bytes_per_micro_batch.
+/// Bytes one micro-batch of `e` puts on the wire with its codec (codec::wire_bytes): the
+/// payload when the codec encodes it, else bytes_per_micro_batch.
 uint64_t wire_bytes_per_micro_batch(const plan_edge& e);
 
 /// "none", "adatopk dense" (ratio 1: raw bytes), or "topk 10% f16", "adatopk 20% f16" (+ " ef"

@@ -1,5 +1,5 @@
 // The top-k encoder on the GPU (compression/topk_cuda.hpp): the payload of encode_topk
-// (compression/codec.cpp), byte for byte, from a tensor in device memory.
+// (compression/topk.cpp), byte for byte, from a tensor in device memory.
 //
 // One CUDA thread block per codec block (grid-stride over blocks beyond the grid cap):
 //   1. select: the key of an element is the bit pattern of |x| (an unsigned order equal to the

@@ -7,6 +7,7 @@
 
 #include "actors/edge_actor.hpp"
 #include "actors/messages.hpp"
+#include "compression/topk.hpp"
 #include "core/wire.hpp"
 
 using namespace fusion;

@@ -1,4 +1,4 @@
-// The topk edge codec (compression/codec.hpp), receiving side and edge encoder: every
+// The topk edge codec (compression/topk.hpp), receiving side and edge encoder: every
 // validation error of the decoder (destination untouched), truncation, a mutation fuzz loop,
 // payload size bounds, and the edge encoder's choice and error feedback.
 #include <doctest/doctest.h>
@@ -6,7 +6,7 @@
 #include <cmath>
 #include <stdexcept>
 
-#include "compression/codec.hpp"
+#include "compression/topk.hpp"
 #include "tests/compression/codec_test_util.hpp"
 
 using namespace fusion;

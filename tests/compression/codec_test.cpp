@@ -1,4 +1,4 @@
-// The topk edge codec (compression/codec.hpp), encoding side: the kept set against a
+// The topk edge codec (compression/topk.hpp), encoding side: the kept set against a
 // brute-force reference, the selection kernel on hard inputs, fp16/bf16 rounding against an
 // independent reference (and F16C where the CPU has it), the index form, argument checks.
 #include <doctest/doctest.h>
@@ -9,7 +9,7 @@
 #include <immintrin.h>
 #endif
 
-#include "compression/codec.hpp"
+#include "compression/topk.hpp"
 #include "compression/half.hpp"
 #include "compression/select.hpp"
 #include "tests/compression/codec_test_util.hpp"

@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "compression/codec.hpp"
+#include "compression/topk.hpp"
 
 namespace fusion::codec_test {
 

@@ -4,6 +4,7 @@
 #include <cstring>
 #include <vector>
 
+#include "compression/topk.hpp"
 #include "core/wire.hpp"
 
 using namespace fusion;

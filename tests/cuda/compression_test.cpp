@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "compression/codec.hpp"
+#include "compression/codec_cuda.hpp"
 #include "compression/topk_cuda.hpp"
 #include "tests/cuda/cuda_test_util.hpp"
 
@@ -152,6 +153,29 @@ TEST_CASE("cuda topk: a large tensor in full-size blocks") {
   check_parity(g, v, 0.01, value_type::f16, 4096);
   check_parity(g, v, 0.3, value_type::bf16, 65536);
   check_parity(g, v, 1.0, value_type::f32, 65536);
+}
+
+TEST_CASE("cuda codecs: every GPU encoder of the table writes what its CPU encoder writes") {
+  // Without CUDA no codec has one; with it, topk and adatopk do (compression/codec_cuda.hpp).
+  auto has_gpu_encoder = [](codec_kind k) { return device_encoder(k) != nullptr; };
+  CHECK(has_gpu_encoder(codec_kind::topk) == topk_cuda_compiled());
+  CHECK(has_gpu_encoder(codec_kind::adatopk) == topk_cuda_compiled());
+  CHECK_FALSE(has_gpu_encoder(codec_kind::none));
+  FUSION_GPU_OR_SKIP(g);
+  std::mt19937 rng(19);
+  for (const codec* c : all_codecs()) {
+    const device_encode_fn encode = device_encoder(c->kind());
+    if (!encode) continue;
+    for (const codec_settings& s : c->examples()) {
+      INFO(c->describe(s) << ", block " << s.block);
+      const auto host = uniform_values(10007, rng);
+      std::vector<std::byte> want, got;
+      c->encode(host, s, want);
+      const tensor dev = g.upload(tensor::from({int64_t(host.size())}, host));
+      encode(dev.f32(), host.size(), s, got);
+      CHECK(got == want);
+    }
+  }
 }
 
 TEST_CASE("cuda topk: a host pointer is refused with the CUDA call named") {

@@ -1,4 +1,4 @@
-// Fuzzes the compression payload decoder (compression/codec.hpp decode_topk and
+// Fuzzes the compression payload decoder (compression/topk.hpp decode_topk and
 // topk_payload_elements): header, block sizes, kept counts, u16 index lists and bitmaps, f32,
 // f16 and bf16 values, exact length.
 //
@@ -15,7 +15,7 @@
 #include <span>
 #include <vector>
 
-#include "compression/codec.hpp"
+#include "compression/topk.hpp"
 
 namespace {
 

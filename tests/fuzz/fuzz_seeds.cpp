@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "compression/codec.hpp"
+#include "compression/topk.hpp"
 #include "core/checkpoint.hpp"
 #include "core/wire.hpp"
 #include "net/frame_channel.hpp"

@@ -1,6 +1,6 @@
 // Fuzzes the receiving side of the wire format (core/wire.hpp): decode_wire_header (protobuf
 // header validated against the payload that arrived) and wire_assembler, which writes chunks
-// in place and decodes topk payloads (compression/codec.hpp) once a tensor is complete.
+// in place and decodes topk payloads (compression/topk.hpp) once a tensor is complete.
 //
 // Input: records of u16 LE header length, header bytes, u16 LE payload length, payload bytes,
 // fed in order to one assembler, as a node's data channel does with its frames.
