@@ -14,7 +14,6 @@
 #include "actors/admin_protocol.hpp"
 #include "actors/coordinator_state.hpp"
 #include "actors/edge_actor.hpp"
-#include "actors/node_actor.hpp"
 #include "actors/op_actor.hpp"
 #include "actors/op_device.hpp"
 #include "actors/secure_link.hpp"
@@ -55,15 +54,15 @@ void finish_start(coord_ptr self) {
   enter(self, run_phase::ready);
   st.act = activity::idle;
   ++st.timer;
-  if (st.start_rp.pending()) st.start_rp.deliver(true);
+  if (st.pending.start_rp.pending()) st.pending.start_rp.deliver(true);
 }
 
 // The handle an op sends its output to for consumer number `i`, and the one it sends the
 // gradient of input `slot` to: the op actor itself when both ends share a node, else the edge
 // sender of that direction.
 tensor_sink consumer_handle(coordinator_state& st, const graph_node& n, int i) {
-  if (auto* e = st.current.find(n.id, i, true)) return st.senders.at(e->id);
-  return st.actors[n.consumers[i].node];
+  if (auto* e = st.exec.current.find(n.id, i, true)) return st.exec.senders.at(e->id);
+  return st.exec.actors[n.consumers[i].node];
 }
 
 tensor_sink producer_handle(coordinator_state& st, const graph& g, const graph_node& n, int slot) {
@@ -71,10 +70,10 @@ tensor_sink producer_handle(coordinator_state& st, const graph& g, const graph_n
   const auto& cons = g.nodes[p].consumers;
   for (int i = 0; i < static_cast<int>(cons.size()); ++i)
     if (cons[i].node == n.id && cons[i].slot == slot) {
-      if (auto* e = st.current.find(p, i, false)) return st.senders.at(e->id);
-      return st.actors[p];
+      if (auto* e = st.exec.current.find(p, i, false)) return st.exec.senders.at(e->id);
+      return st.exec.actors[p];
     }
-  return st.actors[p];
+  return st.exec.actors[p];
 }
 
 }  // namespace
@@ -91,7 +90,7 @@ void connect_all(coord_ptr self, std::function<void()> done) {
     for (int i = 0; i < static_cast<int>(n.consumers.size()); ++i) consumers.push_back(consumer_handle(s, n, i));
     for (int slot = 0; slot < static_cast<int>(n.inputs.size()); ++slot)
       producers.push_back(producer_handle(s, s.in->model, n, slot));
-    return self->request(s.actors[id], timeout, connect_atom::value, std::move(consumers), std::move(producers), me);
+    return self->request(s.exec.actors[id], timeout, connect_atom::value, std::move(consumers), std::move(producers), me);
   }, [=](std::vector<bool>) { done(); });
 }
 
@@ -106,17 +105,17 @@ void create_edges(coord_ptr self, std::vector<plan_edge> add, std::function<void
   gather<edge_sender_actor>(self, edges->size(), [=](size_t i) {
     auto& s = self->state;
     const auto& e = (*edges)[i];
-    const auto& peer = s.hellos[e.to];
-    return self->request(s.nodes[e.from], timeout, edge_atom::value, e.id, s.nodes[e.to], ec,
+    const auto& peer = s.members.hellos[e.to];
+    return self->request(s.members.nodes[e.from], timeout, edge_atom::value, e.id, s.members.nodes[e.to], ec,
                          tcp ? peer.host : std::string{}, tcp ? peer.data_port : uint16_t{0}, peer.name, e.setting);
   }, [=](std::vector<edge_sender_actor> made) {
     auto& s = self->state;
-    for (size_t i = 0; i < made.size(); ++i) s.senders[(*edges)[i].id] = made[i];
+    for (size_t i = 0; i < made.size(); ++i) s.exec.senders[(*edges)[i].id] = made[i];
     gather<bool>(self, edges->size(), [=](size_t i) {
       auto& s2 = self->state;
       const auto& e = (*edges)[i];
-      tensor_sink target = target_of ? target_of(e) : tensor_sink{s2.actors[e.forward ? e.consumer : e.producer]};
-      return self->request(s2.nodes[e.to], timeout, route_atom::value, e.id, target, s2.senders.at(e.id));
+      tensor_sink target = target_of ? target_of(e) : tensor_sink{s2.exec.actors[e.forward ? e.consumer : e.producer]};
+      return self->request(s2.members.nodes[e.to], timeout, route_atom::value, e.id, target, s2.exec.senders.at(e.id));
     }, [=](std::vector<bool>) { done(); }, on_error);
   }, on_error);
 }
@@ -127,10 +126,10 @@ void drop_edges(coord_ptr self, std::vector<plan_edge> drop, std::function<void(
   gather<bool>(self, edges->size() * 2, [=](size_t k) {
     auto& s = self->state;
     const auto& e = (*edges)[k / 2];
-    if (k % 2 == 0) return self->request(s.nodes[e.to], timeout, unroute_atom::value, e.id);
-    return self->request(s.nodes[e.from], timeout, drop_atom::value, e.id);
+    if (k % 2 == 0) return self->request(s.members.nodes[e.to], timeout, unroute_atom::value, e.id);
+    return self->request(s.members.nodes[e.from], timeout, drop_atom::value, e.id);
   }, [=](std::vector<bool>) {
-    for (auto& e : *edges) self->state.senders.erase(e.id);
+    for (auto& e : *edges) self->state.exec.senders.erase(e.id);
     done();
   });
 }
@@ -143,15 +142,15 @@ void spawn_ops(coord_ptr self, std::function<void()> done) {
   actor_run_params run{static_cast<uint32_t>(st.in->cfg.micro_batches), st.in->cfg.seed, st.in->cfg.optim};
   run.precision = st.in->cfg.precision;
   const auto cpu_ops = split_patterns(st.in->cfg.cpu_ops);
-  st.actors.assign(g.nodes.size(), op_actor{});
+  st.exec.actors.assign(g.nodes.size(), op_actor{});
   if (!cluster_mode(st)) {
     try {
       for (auto& n : g.nodes) {
         run.device = device_for_op(normalize_device(st.in->cfg.device), cpu_ops, n.name);
-        st.actors[n.id] = spawn_op_actor(self->system(), make_node_spec(g, n.id), run);
+        st.exec.actors[n.id] = spawn_op_actor(self->system(), make_node_spec(g, n.id), run);
         // Linked: if the coordinator dies of an error, its local op actors end with it (remote
         // ones end with their node, which watches the coordinator).
-        self->link_to(st.actors[n.id]);
+        self->link_to(st.exec.actors[n.id]);
       }
     } catch (const std::exception& e) {
       return fail(self, make_error(fusion_errc::spawn_failed, e.what()));
@@ -160,17 +159,17 @@ void spawn_ops(coord_ptr self, std::function<void()> done) {
   }
   gather<op_actor>(self, g.nodes.size(), [=](size_t id) mutable {
     auto& s = self->state;
-    int node = s.current.where.node_of_op[id];
+    int node = s.exec.current.where.node_of_op[id];
     run.device = device_for_op(s.in->cluster.nodes[node].device, cpu_ops, s.in->model.nodes[id].name);
-    return self->request(s.nodes[node], std::chrono::seconds(60), spawn_atom::value, make_node_spec(s.in->model, id),
+    return self->request(s.members.nodes[node], std::chrono::seconds(60), spawn_atom::value, make_node_spec(s.in->model, id),
                          run);
   }, [=](std::vector<op_actor> made) {
-    self->state.actors = std::move(made);
+    self->state.exec.actors = std::move(made);
     done();
   });
 }
 
-// Places the ops from st.profile (cluster mode) and wires them.
+// Places the ops from st.exec.profile (cluster mode) and wires them.
 void place_and_wire(coord_ptr self) {
   auto& st = self->state;
   if (st.phase == run_phase::failed) return;
@@ -179,7 +178,7 @@ void place_and_wire(coord_ptr self) {
     if (cluster_mode(st)) {
       plan_compression(self);
     } else {
-      st.current = make_plan(g, placement{std::vector<int>(g.nodes.size(), 0)}, 1);
+      st.exec.current = make_plan(g, placement{std::vector<int>(g.nodes.size(), 0)}, 1);
     }
   } catch (const std::exception& e) {
     return fail(self, make_error(fusion_errc::bad_config, e.what()));
@@ -187,13 +186,13 @@ void place_and_wire(coord_ptr self) {
   enter(self, run_phase::wiring);
   st.act = activity::wiring;
   spawn_ops(self, [=] {
-    create_edges(self, self->state.current.edges, [=] {
+    create_edges(self, self->state.exec.current.edges, [=] {
       connect_all(self, [=] {
         auto& s = self->state;
         if (cluster_mode(s) && s.in->cfg.progress)
           std::fprintf(stderr, "fusion-train: plan (%s):\n%s%s",
                        placement_policy_names()[static_cast<int>(s.in->cluster.placement.policy)].c_str(),
-                       format_plan(s.in->model, s.in->cluster, s.current).c_str(), describe_prediction(self).c_str());
+                       format_plan(s.in->model, s.in->cluster, s.exec.current).c_str(), describe_prediction(self).c_str());
         if (s.in->cfg.resume_from.empty()) return finish_start(self);
         load_checkpoint_async(self, s.in->cfg.resume_from, [=] { finish_start(self); });
       });
@@ -218,7 +217,7 @@ void plan_and_wire(coord_ptr self) {
 static std::string check_node_proof(coordinator_state& st, const node_hello& h) {
   const auto& creds = st.in->cfg.credentials;
   if (!creds) return {};
-  if (!st.challenges.redeem(h.proof.challenge))
+  if (!st.members.challenges.redeem(h.proof.challenge))
     return h.proof.certificate.empty()
                ? "a node saying it is '" + h.name + "' presented no certificate (is it running with security.mode=off?)"
                : "a node saying it is '" + h.name + "' answered no challenge of this coordinator (stale or replayed)";
@@ -240,7 +239,7 @@ caf::result<welcome_atom, int32_t, uint32_t> on_hello(coord_ptr self, node_hello
     why = refusal;
   else if (idx < 0)
     why = "node '" + h.name + "' is not in cluster file " + cluster.file;
-  else if (st.nodes[idx])
+  else if (st.members.nodes[idx])
     why = "node '" + h.name + "' has already joined";
   else if (!same_device(h.device.substr(0, h.device.find(' ')), cluster.nodes[idx].device))
     why = "node '" + h.name + "' drives " + h.device + " but " + cluster.file + " gives it device " +
@@ -249,16 +248,16 @@ caf::result<welcome_atom, int32_t, uint32_t> on_hello(coord_ptr self, node_hello
     std::fprintf(stderr, "fusion-train: refused a node: %s\n", why.c_str());
     return make_error(fusion_errc::refused, why);
   }
-  st.nodes[idx] = node;
-  st.hellos[idx] = h;
-  st.node_state[idx] = "joined";
+  st.members.nodes[idx] = node;
+  st.members.hellos[idx] = h;
+  st.members.node_state[idx] = "joined";
   self->monitor(node);
-  ++st.joined;
+  ++st.members.joined;
   if (st.in->cfg.progress)
     std::fprintf(stderr, "fusion-train: %s joined: %s, %.0f GFLOP/s, %.1f GiB, pid %d (%zu/%zu)\n",
                  node_label(st, idx).c_str(), h.device.c_str(), h.gflops,
-                 static_cast<double>(h.memory_bytes) / (1 << 30), h.pid, st.joined, cluster.nodes.size());
-  if (st.joined == cluster.nodes.size()) {
+                 static_cast<double>(h.memory_bytes) / (1 << 30), h.pid, st.members.joined, cluster.nodes.size());
+  if (st.members.joined == cluster.nodes.size()) {
     ++st.timer;
     // Plan once the welcome went out: the node must know its coordinator before spawn requests.
     self->send(self, start_atom::value, true);
@@ -277,10 +276,10 @@ caf::error local_only(coord_ptr self, const char* what) {
 
 static void on_down(coord_ptr self, const caf::down_msg& dm) {
   auto& st = self->state;
-  for (size_t i = 0; i < st.nodes.size(); ++i) {
-    if (!st.nodes[i] || st.nodes[i].address() != dm.source) continue;
-    st.nodes[i] = nullptr;
-    st.node_state[i] = st.phase == run_phase::finished ? "exited" : "lost";
+  for (size_t i = 0; i < st.members.nodes.size(); ++i) {
+    if (!st.members.nodes[i] || st.members.nodes[i].address() != dm.source) continue;
+    st.members.nodes[i] = nullptr;
+    st.members.node_state[i] = st.phase == run_phase::finished ? "exited" : "lost";
     if (st.phase == run_phase::finished || st.phase == run_phase::failed) continue;
     if (abandon_migration_on_loss(self, i)) continue;
     fail(self, make_error(fusion_errc::node_lost,
@@ -304,9 +303,9 @@ void begin_join(coord_ptr self) {
   if (!bound)
     return fail(self, make_error(fusion_errc::bad_config, "cannot listen for nodes on " + host + ":" +
                                                               std::to_string(port) + ": " + describe(bound.error())));
-  st.nodes.assign(cluster.nodes.size(), caf::actor{});
-  st.hellos.assign(cluster.nodes.size(), {});
-  st.node_state.assign(cluster.nodes.size(), "waiting");
+  st.members.nodes.assign(cluster.nodes.size(), caf::actor{});
+  st.members.hellos.assign(cluster.nodes.size(), {});
+  st.members.node_state.assign(cluster.nodes.size(), "waiting");
   st.act = activity::joining;
   if (st.in->cfg.progress)
     std::fprintf(stderr, "fusion-train: waiting for %zu node(s) of %s on %s:%u (%s)\n", cluster.nodes.size(),
@@ -321,18 +320,18 @@ void fail(coord_ptr self, const caf::error& e) {
   if (st.phase == run_phase::failed) return;
   auto err = code_of(e) == fusion_errc::none ? make_error(fusion_errc::op_failed, describe(e)) : e;
   std::string msg = describe(err);
-  if (!st.last_checkpoint.empty() && code_of(err) != fusion_errc::interrupted)
-    msg += " (last checkpoint: " + st.last_checkpoint + ")";
+  if (!st.train.last_checkpoint.empty() && code_of(err) != fusion_errc::interrupted)
+    msg += " (last checkpoint: " + st.train.last_checkpoint + ")";
   st.failure = msg;
   enter(self, run_phase::failed);
   st.act = activity::idle;
   ++st.timer;
   auto out = make_error(code_of(err), msg);
-  for (auto* rp : {&st.start_rp, &st.train_rp, &st.pass_rp, &st.pause_rp})
+  for (auto* rp : {&st.pending.start_rp, &st.pending.train_rp, &st.pending.pass_rp, &st.pending.pause_rp})
     if (rp->pending()) rp->deliver(out);
-  for (auto& rp : st.rewire_rps)
+  for (auto& rp : st.pending.rewire_rps)
     if (rp.pending()) rp.deliver(out);
-  st.rewire_rps.clear();
+  st.pending.rewire_rps.clear();
   refuse_boundary_tasks(self, out);
   end_migration(self, out);
 }
@@ -347,20 +346,20 @@ void arm_timeout(coord_ptr self, double seconds) {
 // routes and senders go. Migration applies general plan diffs the same way.
 void apply_rewire(coord_ptr self, std::function<void()> done) {
   auto& st = self->state;
-  plan next = renumber(st.current, st.current.next_edge_id);
-  plan_diff d = diff(st.current, next);
+  plan next = renumber(st.exec.current, st.exec.current.next_edge_id);
+  plan_diff d = diff(st.exec.current, next);
   std::vector<plan_edge> add = d.added, drop = d.removed;
   for (auto& [before, after] : d.changed) add.push_back(after), drop.push_back(before);
-  auto old_plan = std::make_shared<plan>(st.current);
-  st.current = std::move(next);
+  auto old_plan = std::make_shared<plan>(st.exec.current);
+  st.exec.current = std::move(next);
   st.act = activity::wiring;
   create_edges(self, add, [=] {
     connect_all(self, [=] {
       drop_edges(self, drop, [=] {
         self->state.act = activity::idle;
         if (self->state.in->cfg.progress)
-          std::fprintf(stderr, "fusion-train: re-wired at step %lld: %s\n", static_cast<long long>(self->state.step),
-                       format_diff(self->state.in->model, self->state.in->cluster, diff(*old_plan, self->state.current))
+          std::fprintf(stderr, "fusion-train: re-wired at step %lld: %s\n", static_cast<long long>(self->state.train.step),
+                       format_diff(self->state.in->model, self->state.in->cluster, diff(*old_plan, self->state.exec.current))
                            .c_str());
         done();
       });
@@ -371,11 +370,11 @@ void apply_rewire(coord_ptr self, std::function<void()> done) {
 void shutdown_nodes(coord_ptr self, std::function<void()> done) {
   auto& st = self->state;
   if (st.phase != run_phase::failed) enter(self, run_phase::finished);
-  for (auto& a : st.actors)
+  for (auto& a : st.exec.actors)
     if (a && !cluster_mode(st)) self->send_exit(a, caf::exit_reason::user_shutdown);
   if (st.admin) self->send_exit(st.admin, caf::exit_reason::user_shutdown);
   std::vector<caf::actor> live;
-  for (auto& n : st.nodes)
+  for (auto& n : st.members.nodes)
     if (n) live.push_back(n);
   if (live.empty()) return done();
   auto left = std::make_shared<size_t>(live.size());
@@ -388,17 +387,17 @@ void shutdown_nodes(coord_ptr self, std::function<void()> done) {
 
 void request_stop(coord_ptr self) {
   auto& s = self->state;
-  if (s.stop_requested || s.phase == run_phase::failed || s.phase == run_phase::finished) return;
-  s.stop_requested = true;
+  if (s.train.stop_requested || s.phase == run_phase::failed || s.phase == run_phase::finished) return;
+  s.train.stop_requested = true;
   switch (s.phase) {
     case run_phase::training:
       // Between steps (evaluating or checkpointing), begin_step sees the request and stops.
-      if (!s.cur) return;
-      s.stop_deadline = clock_type::now() + ms_of(s.in->cfg.stop_grace_s);
+      if (!s.train.cur) return;
+      s.train.stop_deadline = clock_type::now() + ms_of(s.in->cfg.stop_grace_s);
       self->delayed_send(self, ms_of(s.in->cfg.stop_grace_s), stop_atom::value, uint64_t{s.timer});
       return;
     case run_phase::paused:
-      if (s.training_job) finish_training(self, true);
+      if (s.train.training_job) finish_training(self, true);
       return;
     case run_phase::ready: return;
     default: fail(self, make_error(fusion_errc::interrupted, std::string("interrupted while ") + to_string(s.phase)));
@@ -408,8 +407,8 @@ void request_stop(coord_ptr self) {
 void join_timed_out(coord_ptr self) {
   auto& s = self->state;
   std::string missing;
-  for (size_t i = 0; i < s.nodes.size(); ++i)
-    if (!s.nodes[i]) missing += (missing.empty() ? "" : ", ") + s.in->cluster.nodes[i].name;
+  for (size_t i = 0; i < s.members.nodes.size(); ++i)
+    if (!s.members.nodes[i]) missing += (missing.empty() ? "" : ", ") + s.in->cluster.nodes[i].name;
   fail(self, make_error(fusion_errc::timeout, "node(s) " + missing + " of " + s.in->cluster.file +
                                                   " did not join within " + format_seconds(s.in->cfg.join_timeout_s) +
                                                   " (cluster.join-timeout); start them with fusion-node --config "
@@ -421,10 +420,10 @@ namespace {
 caf::behavior coordinator_fn(coord_ptr self, std::shared_ptr<run_inputs> in) {
   auto& st = self->state;
   st.in = std::move(in);
-  st.micro_rows = st.in->cfg.batch / st.in->cfg.micro_batches;
-  st.sched = st.in->cfg.rebalance;
+  st.exec.micro_rows = st.in->cfg.batch / st.in->cfg.micro_batches;
+  st.rebalance.settings = st.in->cfg.rebalance;
   for (auto& n : st.in->model.nodes)
-    if (!n.is_input()) st.compute_nodes.push_back(n.id);
+    if (!n.is_input()) st.exec.compute_nodes.push_back(n.id);
   self->set_down_handler([=](caf::down_msg& dm) { on_down(self, dm); });
   // Pure code (data, checkpoints, plans) throws in plain words: the run fails with that message
   // and every waiting request hears of it, instead of the actor dying silently.

@@ -118,8 +118,8 @@ void request_pause(coord_ptr self, caf::response_promise rp) {
     enter(self, run_phase::paused);
     return void(rp.deliver(status_json(self)));
   }
-  st.pause_requested = true;
-  st.pause_rp = std::move(rp);
+  st.train.pause_requested = true;
+  st.pending.pause_rp = std::move(rp);
 }
 
 std::string request_resume(coord_ptr self, caf::error& err) {
@@ -128,13 +128,13 @@ std::string request_resume(coord_ptr self, caf::error& err) {
     err = make_error(fusion_errc::wrong_phase, std::string("not paused (the run is ") + to_string(st.phase) + ")");
     return {};
   }
-  if (st.migration) {
+  if (st.rebalance.migration) {
     err = make_error(fusion_errc::wrong_phase, "a migration is in flight: resume once it has finished");
     return {};
   }
-  st.pause_requested = false;
-  enter(self, st.training_job ? run_phase::training : run_phase::ready);
-  if (st.training_job) self->send(self, resume_atom::value, true);  // continue the held step loop
+  st.train.pause_requested = false;
+  enter(self, st.train.training_job ? run_phase::training : run_phase::ready);
+  if (st.train.training_job) self->send(self, resume_atom::value, true);  // continue the held step loop
   return status_json(self);
 }
 
@@ -155,11 +155,11 @@ std::string answer_query(coord_ptr self, const std::string& topic, caf::error& e
     }
     for (size_t i = 0; i < st.in->cluster.nodes.size(); ++i) {
       const auto& n = st.in->cluster.nodes[i];
-      const node_hello* h = i < st.hellos.size() && !st.hellos[i].name.empty() ? &st.hellos[i] : nullptr;
+      const node_hello* h = i < st.members.hellos.size() && !st.members.hellos[i].name.empty() ? &st.members.hellos[i] : nullptr;
       out["nodes"].push_back({{"name", n.name}, {"site", n.site}, {"device", h ? h->device : n.device},
                               {"gflops", h ? h->gflops : 0.0}, {"memory_bytes", h ? h->memory_bytes : 0},
                               {"pid", h ? h->pid : 0},
-                              {"state", i < st.node_state.size() ? st.node_state[i] : "waiting"}});
+                              {"state", i < st.members.node_state.size() ? st.members.node_state[i] : "waiting"}});
     }
     return out.dump();
   }
@@ -170,9 +170,9 @@ std::string answer_query(coord_ptr self, const std::string& topic, caf::error& e
                 {"ops", json::array()},
                 {"edges", json::array()}};
     auto node_name = [&](int i) { return cluster_mode(st) ? st.in->cluster.nodes[i].name : std::string("local"); };
-    if (st.current.where.node_of_op.size() == g.nodes.size())
-      for (auto& n : g.nodes) out["ops"].push_back({{"op", n.name}, {"node", node_name(st.current.where.node_of_op[n.id])}});
-    for (auto& e : st.current.edges)
+    if (st.exec.current.where.node_of_op.size() == g.nodes.size())
+      for (auto& n : g.nodes) out["ops"].push_back({{"op", n.name}, {"node", node_name(st.exec.current.where.node_of_op[n.id])}});
+    for (auto& e : st.exec.current.edges)
       out["edges"].push_back({{"id", e.id}, {"dir", e.forward ? "fwd" : "bwd"}, {"producer", g.nodes[e.producer].name},
                               {"consumer", g.nodes[e.consumer].name}, {"from", node_name(e.from)},
                               {"to", node_name(e.to)}, {"bytes_per_micro_batch", e.bytes_per_micro_batch},
@@ -187,12 +187,12 @@ std::string answer_query(coord_ptr self, const std::string& topic, caf::error& e
 std::string status_json(coord_ptr self) {
   auto& st = self->state;
   const auto& cfg = st.in->cfg;
-  double elapsed = st.training_job ? seconds_between(st.train_t0, clock_type::now()) : 0;
-  double tps = elapsed > 0 ? static_cast<double>((st.step - st.train_first) * cfg.batch * st.in->model.row_items) / elapsed
+  double elapsed = st.train.training_job ? seconds_between(st.train.train_t0, clock_type::now()) : 0;
+  double tps = elapsed > 0 ? static_cast<double>((st.train.step - st.train.train_first) * cfg.batch * st.in->model.row_items) / elapsed
                            : 0;
-  double eta = tps > 0 ? static_cast<double>(cfg.steps - st.step) * cfg.batch * st.in->model.row_items / tps : 0;
-  json out = {{"phase", to_string(st.phase)}, {"step", st.step}, {"steps", cfg.steps},
-              {"loss", st.last.step > 0 ? json(st.last.loss) : json(nullptr)}, {"tokens_per_s", tps},
+  double eta = tps > 0 ? static_cast<double>(cfg.steps - st.train.step) * cfg.batch * st.in->model.row_items / tps : 0;
+  json out = {{"phase", to_string(st.phase)}, {"step", st.train.step}, {"steps", cfg.steps},
+              {"loss", st.train.last.step > 0 ? json(st.train.last.loss) : json(nullptr)}, {"tokens_per_s", tps},
               {"eta_s", eta}, {"elapsed_s", elapsed}, {"model", st.in->model.name},
               {"cluster", st.in->cluster.file}, {"failure", st.failure}};
   return out.dump();
@@ -200,12 +200,12 @@ std::string status_json(coord_ptr self) {
 
 std::string ops_json(coord_ptr self) {
   auto& st = self->state;
-  json out = {{"step", st.last.step}, {"ops", json::array()}};
-  for (auto& m : st.last.ops) {
+  json out = {{"step", st.train.last.step}, {"ops", json::array()}};
+  for (auto& m : st.train.last.ops) {
     double f = 0, b = 0;
     for (double v : m.forward_s) f += v;
     for (double v : m.backward_s) b += v;
-    int node = st.current.where.node_of_op.empty() ? 0 : st.current.where.node_of_op[m.node];
+    int node = st.exec.current.where.node_of_op.empty() ? 0 : st.exec.current.where.node_of_op[m.node];
     out["ops"].push_back({{"op", st.in->model.nodes[m.node].name},
                           {"node", st.in->cluster.nodes.empty() ? std::string("local") : st.in->cluster.nodes[node].name},
                           {"fwd_ms", f * 1e3}, {"bwd_ms", b * 1e3}});
@@ -216,10 +216,10 @@ std::string ops_json(coord_ptr self) {
 std::string links_json(coord_ptr self) {
   auto& st = self->state;
   const graph& g = st.in->model;
-  json out = {{"step", st.last.step}, {"edges", json::array()}};
-  for (auto& e : st.last.edges) {
+  json out = {{"step", st.train.last.step}, {"edges", json::array()}};
+  for (auto& e : st.train.last.edges) {
     const plan_edge* p = nullptr;
-    for (auto& pe : st.current.edges)
+    for (auto& pe : st.exec.current.edges)
       if (pe.producer == e.producer && pe.consumer == e.consumer && pe.forward == e.forward) p = &pe;
     out["edges"].push_back({{"id", p ? p->id : 0}, {"dir", e.forward ? "fwd" : "bwd"},
                             {"producer", g.nodes[e.producer].name}, {"consumer", g.nodes[e.consumer].name},

@@ -75,7 +75,7 @@ caf::result<std::string> command_checkpoint(coord_ptr self, const std::vector<st
     save_checkpoint_async(
         self, path,
         [=]() mutable {
-          rp.deliver(json{{"checkpoint", path}, {"step", self->state.step}}.dump());
+          rp.deliver(json{{"checkpoint", path}, {"step", self->state.train.step}}.dump());
           next();
         },
         [=](const std::string& why) mutable {
@@ -92,7 +92,7 @@ caf::result<std::string> command_compress(coord_ptr self, const std::vector<std:
   char* end = nullptr;
   const uint64_t id = std::strtoull(args[0].c_str(), &end, 10);
   plan_edge* e = nullptr;
-  for (auto& pe : st.current.edges)
+  for (auto& pe : st.exec.current.edges)
     if (pe.id == id) e = &pe;
   if (args[0].empty() || *end != '\0' || !e)
     return bad("no edge '" + args[0] + "' in the current plan (the 'placement' query lists the edge ids)");
@@ -103,7 +103,7 @@ caf::result<std::string> command_compress(coord_ptr self, const std::vector<std:
     if (!codec_of(c.mode).adaptive())
       return bad("'auto' hands the edge to AdaTopK, which this run does not use (compression.mode=" +
                  to_string(c.mode) + ")");
-    st.pinned_edges.erase(id);
+    st.exec.pinned_edges.erase(id);
     return json{{"edge", id}, {"codec", "auto"}}.dump();
   }
   pinned_codec pin;  // none
@@ -115,10 +115,10 @@ caf::result<std::string> command_compress(coord_ptr self, const std::vector<std:
   }
   const codec_settings s = codec_for_edge(*e, c, {std::nullopt, pin});
   e->setting = s;
-  st.pinned_edges.insert(id);
-  if (auto it = st.senders.find(id); it != st.senders.end()) self->send(it->second, compress_atom::value, s);
-  if (st.metrics.is_open())
-    st.metrics << json{{"type", "compression"}, {"step", st.step}, {"edge", id}, {"codec", codec_text(s)},
+  st.exec.pinned_edges.insert(id);
+  if (auto it = st.exec.senders.find(id); it != st.exec.senders.end()) self->send(it->second, compress_atom::value, s);
+  if (st.train.metrics.is_open())
+    st.train.metrics << json{{"type", "compression"}, {"step", st.train.step}, {"edge", id}, {"codec", codec_text(s)},
                        {"reason", "admin"}}
                       .dump()
                << "\n"
@@ -151,8 +151,8 @@ caf::result<std::string> run_command(coord_ptr self, const std::string& verb, co
 void run_or_queue(coord_ptr self, caf::response_promise rp,
                   std::function<void(caf::response_promise, std::function<void()>)> work) {
   auto& st = self->state;
-  if (st.phase == run_phase::training || st.act != activity::idle || !st.at_boundary.empty()) {
-    st.at_boundary.push_back({[=](std::function<void()> next) { work(rp, next); },
+  if (st.phase == run_phase::training || st.act != activity::idle || !st.rebalance.at_boundary.empty()) {
+    st.rebalance.at_boundary.push_back({[=](std::function<void()> next) { work(rp, next); },
                               [=](const caf::error& e) mutable { rp.deliver(e); }});
     return;
   }
@@ -164,15 +164,15 @@ void run_or_queue(coord_ptr self, caf::response_promise rp,
 
 void run_boundary_tasks(coord_ptr self, std::function<void()> done) {
   auto& st = self->state;
-  if (st.at_boundary.empty() || st.phase == run_phase::failed) return done();
-  auto task = std::move(st.at_boundary.front());
-  st.at_boundary.erase(st.at_boundary.begin());
+  if (st.rebalance.at_boundary.empty() || st.phase == run_phase::failed) return done();
+  auto task = std::move(st.rebalance.at_boundary.front());
+  st.rebalance.at_boundary.erase(st.rebalance.at_boundary.begin());
   task.run([=] { run_boundary_tasks(self, done); });
 }
 
 void refuse_boundary_tasks(coord_ptr self, const caf::error& why) {
-  auto tasks = std::move(self->state.at_boundary);
-  self->state.at_boundary.clear();
+  auto tasks = std::move(self->state.rebalance.at_boundary);
+  self->state.rebalance.at_boundary.clear();
   for (auto& t : tasks) t.refuse(why);
 }
 

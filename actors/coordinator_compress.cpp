@@ -24,14 +24,14 @@ std::string percent(double ratio) {
 void plan_compression(coord_ptr self) {
   auto& st = self->state;
   const auto& c = st.in->cfg.compression;
-  st.current = plan_compressed_run(*estimator_of(self), st.profile, c, 1);
-  st.governors.clear();
+  st.exec.current = plan_compressed_run(*estimator_of(self), st.exec.profile, c, 1);
+  st.exec.governors.clear();
   if (!codec_of(c.mode).adaptive()) return;
   // The governors start from the ratios the profile gave, so the first re-evaluation measures
   // against what runs.
-  for (auto& g : link_groups(st.current, *estimator_of(self))) {
-    const double r = st.current.edges[g.edges.front()].setting.keep_ratio;
-    st.governors.emplace(std::make_tuple(g.from, g.to, g.load.forward), ratio_governor(r));
+  for (auto& g : link_groups(st.exec.current, *estimator_of(self))) {
+    const double r = st.exec.current.edges[g.edges.front()].setting.keep_ratio;
+    st.exec.governors.emplace(std::make_tuple(g.from, g.to, g.load.forward), ratio_governor(r));
   }
 }
 
@@ -40,22 +40,22 @@ void adapt_compression(coord_ptr self) {
   const auto& c = st.in->cfg.compression;
   auto* est = estimator_of(self);
   // The estimator learns from step 3 on (observe_step), so the first evaluation waits for it.
-  if (!codec_of(c.mode).adaptive() || !est || st.step < 3 || st.step % c.every != 0) return;
-  for (auto& g : link_groups(st.current, *est)) {
+  if (!codec_of(c.mode).adaptive() || !est || st.train.step < 3 || st.train.step % c.every != 0) return;
+  for (auto& g : link_groups(st.exec.current, *est)) {
     auto key = std::make_tuple(g.from, g.to, g.load.forward);
-    auto it = st.governors.find(key);
-    if (it == st.governors.end()) it = st.governors.emplace(key, ratio_governor(1.0)).first;
+    auto it = st.exec.governors.find(key);
+    if (it == st.exec.governors.end()) it = st.exec.governors.emplace(key, ratio_governor(1.0)).first;
     const double before = it->second.current();
     const double proposed = propose_ratio(g.load, c.adaptive);
     if (!it->second.update(proposed, c.adaptive)) continue;
     const double after = it->second.current();
     uint64_t dense = 0;
     for (size_t i : g.edges) {
-      auto& e = st.current.edges[i];
-      if (st.pinned_edges.count(e.id)) continue;  // the admin's choice stands
+      auto& e = st.exec.current.edges[i];
+      if (st.exec.pinned_edges.count(e.id)) continue;  // the admin's choice stands
       e.setting = codec_for_edge(e, c, {after, std::nullopt});
       dense += e.bytes_per_micro_batch;
-      if (auto s = st.senders.find(e.id); s != st.senders.end()) self->send(s->second, compress_atom::value, e.setting);
+      if (auto s = st.exec.senders.find(e.id); s != st.exec.senders.end()) self->send(s->second, compress_atom::value, e.setting);
     }
     const std::string link = link_group_name(st.in->cluster, g);
     char why[256];
@@ -65,10 +65,10 @@ void adapt_compression(coord_ptr self) {
                   seconds_text(link_seconds(g.load, before, c.adaptive)).c_str(),
                   seconds_text(link_seconds(g.load, after, c.adaptive)).c_str(), seconds_text(g.load.budget_s).c_str());
     if (st.in->cfg.progress)
-      std::fprintf(stderr, "fusion-train: step %lld: %s keeps %s (was %s): %s\n", static_cast<long long>(st.step),
+      std::fprintf(stderr, "fusion-train: step %lld: %s keeps %s (was %s): %s\n", static_cast<long long>(st.train.step),
                    link.c_str(), percent(after).c_str(), percent(before).c_str(), why);
-    if (st.metrics.is_open())
-      st.metrics << compression_metrics_line({st.step, link, before, after, g.load.mbit, dense, g.load.budget_s})
+    if (st.train.metrics.is_open())
+      st.train.metrics << compression_metrics_line({st.train.step, link, before, after, g.load.mbit, dense, g.load.budget_s})
                  << '\n' << std::flush;
   }
 }

@@ -25,20 +25,20 @@ double mean(const std::vector<double>& v) {
 workload_estimator* estimator_of(coord_ptr self) {
   auto& st = self->state;
   if (!has_cluster(st)) return nullptr;
-  if (!st.estimator) {
-    cluster_profile p = st.profile;
+  if (!st.exec.estimator) {
+    cluster_profile p = st.exec.profile;
     if (p.nodes.size() != st.in->cluster.nodes.size()) p = profile_from_cluster(st.in->cluster);
     p.micro_batches = static_cast<int>(st.in->cfg.micro_batches);
-    st.estimator = std::make_unique<workload_estimator>(st.in->model, st.in->cluster, std::move(p));
+    st.exec.estimator = std::make_unique<workload_estimator>(st.in->model, st.in->cluster, std::move(p));
   }
-  return st.estimator.get();
+  return st.exec.estimator.get();
 }
 
 step_estimate predict_step(coord_ptr self) {
   auto* est = estimator_of(self);
   if (!est) return {};
   try {
-    return est->simulate(self->state.current);
+    return est->simulate(self->state.exec.current);
   } catch (const std::exception& e) {
     // A prediction is informative only: a plan the estimator cannot simulate must not stop
     // training.
@@ -53,7 +53,7 @@ std::string describe_prediction(coord_ptr self) {
   try {
     const auto& st = self->state;
     return "predicted from the profile:\n" +
-           format_plan_report(*est, report_plan(*est, st.current,
+           format_plan_report(*est, report_plan(*est, st.exec.current,
                                                 static_cast<double>(st.in->cfg.batch * st.in->model.row_items)));
   } catch (const std::exception& e) {
     return std::string("no prediction: ") + e.what() + "\n";
@@ -66,12 +66,12 @@ void observe_step(coord_ptr self, const step_record& rec) {
   // slow on the emulated sites): they would drag the averages.
   if (!est || rec.step <= 2) return;
   auto& st = self->state;
-  const auto& where = st.current.where.node_of_op;
+  const auto& where = st.exec.current.where.node_of_op;
   for (auto& m : rec.ops) {
     if (m.node < 0 || static_cast<size_t>(m.node) >= where.size() || m.forward_s.empty()) continue;
     // A migrated op's first steps on its new node pay the same first-touch costs: measured, they
     // would make the new node look slow and the scheduler move the op again.
-    if (auto it = st.settling.find(m.node); it != st.settling.end() && rec.step <= it->second) continue;
+    if (auto it = st.rebalance.settling.find(m.node); it != st.rebalance.settling.end() && rec.step <= it->second) continue;
     est->observe_op(m.node, where[m.node], mean(m.forward_s), mean(m.backward_s));
   }
   // A link carrying one tensor stream at a time times the link itself; with several edges in

@@ -68,16 +68,16 @@ std::string describe_moves(const coordinator_state& st, const migration_ctx& m) 
 void clean_up(coord_ptr self, const migration_ctx& m) {
   auto& st = self->state;
   for (size_t i = 0; i < m.fresh.size(); ++i)
-    if (m.fresh[i] && st.nodes[m.moves[i].second])
-      self->request(st.nodes[m.moves[i].second], control_timeout, retire_atom::value, m.fresh[i])
+    if (m.fresh[i] && st.members.nodes[m.moves[i].second])
+      self->request(st.members.nodes[m.moves[i].second], control_timeout, retire_atom::value, m.fresh[i])
           .then([](bool) {}, [=](caf::error&) {});
   if (!m.transfer_edges_made) return;
   for (auto& e : m.transfer) {
-    if (st.nodes[e.to])
-      self->request(st.nodes[e.to], control_timeout, unroute_atom::value, e.id).then([](bool) {}, [=](caf::error&) {});
-    if (st.nodes[e.from])
-      self->request(st.nodes[e.from], control_timeout, drop_atom::value, e.id).then([](bool) {}, [=](caf::error&) {});
-    st.senders.erase(e.id);
+    if (st.members.nodes[e.to])
+      self->request(st.members.nodes[e.to], control_timeout, unroute_atom::value, e.id).then([](bool) {}, [=](caf::error&) {});
+    if (st.members.nodes[e.from])
+      self->request(st.members.nodes[e.from], control_timeout, drop_atom::value, e.id).then([](bool) {}, [=](caf::error&) {});
+    st.exec.senders.erase(e.id);
   }
 }
 
@@ -85,14 +85,14 @@ void abandon(coord_ptr self, std::shared_ptr<migration_ctx> m, const std::string
   if (m->over) return;
   m->over = true;
   auto& st = self->state;
-  if (st.migration == m) st.migration.reset();
+  if (st.rebalance.migration == m) st.rebalance.migration.reset();
   clean_up(self, *m);
   st.act = activity::idle;
-  const std::string msg = "migration of " + describe_moves(st, *m) + " abandoned at step " + std::to_string(st.step) +
+  const std::string msg = "migration of " + describe_moves(st, *m) + " abandoned at step " + std::to_string(st.train.step) +
                           ": " + why + "; the run goes on with the old placement";
   log_warn("fusion-train", msg);
-  if (st.metrics.is_open())
-    st.metrics << json{{"type", "migration"}, {"step", st.step}, {"ok", false}, {"ops", op_list(st.in->model, m->ops)},
+  if (st.train.metrics.is_open())
+    st.train.metrics << json{{"type", "migration"}, {"step", st.train.step}, {"ok", false}, {"ops", op_list(st.in->model, m->ops)},
                        {"reason", m->reason}, {"error", why}}
                       .dump()
                << "\n"
@@ -105,21 +105,21 @@ void commit(coord_ptr self, std::shared_ptr<migration_ctx> m) {
   auto& st = self->state;
   std::vector<op_actor> old;
   for (size_t i = 0; i < m->ops.size(); ++i) {
-    old.push_back(st.actors[m->ops[i]]);
-    st.actors[m->ops[i]] = m->fresh[i];
-    st.settling[m->ops[i]] = st.step + 2;  // as every op's first two steps (observe_step)
+    old.push_back(st.exec.actors[m->ops[i]]);
+    st.exec.actors[m->ops[i]] = m->fresh[i];
+    st.rebalance.settling[m->ops[i]] = st.train.step + 2;  // as every op's first two steps (observe_step)
   }
-  plan before = std::move(st.current);
-  st.current = m->next;
-  plan_diff d = diff(before, st.current);
+  plan before = std::move(st.exec.current);
+  st.exec.current = m->next;
+  plan_diff d = diff(before, st.exec.current);
   // New edges get the codec their link runs at (AdaTopK re-evaluates them with the others).
   const auto& c = st.in->cfg.compression;
   for (auto& a : d.added) {
     edge_codec_state link;  // governors exist only under an adaptive codec
-    if (auto g = st.governors.find(std::make_tuple(a.from, a.to, a.forward)); g != st.governors.end())
+    if (auto g = st.exec.governors.find(std::make_tuple(a.from, a.to, a.forward)); g != st.exec.governors.end())
       link.link_ratio = g->second.current();
     a.setting = codec_for_edge(a, c, link);
-    for (auto& e : st.current.edges)
+    for (auto& e : st.exec.current.edges)
       if (e.id == a.id) e.setting = a.setting;
   }
   std::vector<plan_edge> add = d.added, drop = d.removed;
@@ -131,23 +131,23 @@ void commit(coord_ptr self, std::shared_ptr<migration_ctx> m) {
       drop_edges(self, drop, [=] {
         gather<bool>(self, old.size(), [=](size_t i) {
           auto& s2 = self->state;
-          return self->request(s2.nodes[m->moves[i].first], control_timeout, retire_atom::value, old[i]);
+          return self->request(s2.members.nodes[m->moves[i].first], control_timeout, retire_atom::value, old[i]);
         }, [=](std::vector<bool>) {
           auto& s3 = self->state;
           m->over = true;
-          if (s3.migration == m) s3.migration.reset();
+          if (s3.rebalance.migration == m) s3.rebalance.migration.reset();
           s3.act = activity::idle;
           const double seconds = seconds_between(m->t0, clock_type::now());
           char line[160];
           std::snprintf(line, sizeof line, " (%s of state in %.2f s)", human_bytes(static_cast<double>(m->state_bytes)).c_str(),
                         seconds);
           if (s3.in->cfg.progress)
-            std::fprintf(stderr, "fusion-train: migrated at step %lld: %s%s; %s\n", static_cast<long long>(s3.step),
+            std::fprintf(stderr, "fusion-train: migrated at step %lld: %s%s; %s\n", static_cast<long long>(s3.train.step),
                          describe_moves(s3, *m).c_str(), line, m->reason.c_str());
-          json rec = {{"type", "migration"}, {"step", s3.step}, {"ok", true}, {"ops", op_list(s3.in->model, m->ops)},
+          json rec = {{"type", "migration"}, {"step", s3.train.step}, {"ok", true}, {"ops", op_list(s3.in->model, m->ops)},
                       {"moves", describe_moves(s3, *m)}, {"state_bytes", m->state_bytes}, {"seconds", seconds},
                       {"diff", summary}, {"reason", m->reason}};
-          if (s3.metrics.is_open()) s3.metrics << rec.dump() << "\n" << std::flush;
+          if (s3.train.metrics.is_open()) s3.train.metrics << rec.dump() << "\n" << std::flush;
           m->done({}, rec.dump());
         });
       });
@@ -191,11 +191,11 @@ void export_states(coord_ptr self, std::shared_ptr<migration_ctx> m) {
   create_edges(self, m->transfer, [=] {
     if (m->over) return;
     m->transfer_edges_made = true;
-    const uint64_t step = static_cast<uint64_t>(self->state.step);
+    const uint64_t step = static_cast<uint64_t>(self->state.train.step);
     gather<state_export>(self, m->ops.size(), [=](size_t i) {
       auto& s = self->state;
-      tensor_sink sender = s.senders.at(m->transfer[i].id);
-      return self->request(s.actors[m->ops[i]], control_timeout, export_atom::value, sender, step);
+      tensor_sink sender = s.exec.senders.at(m->transfer[i].id);
+      return self->request(s.exec.actors[m->ops[i]], control_timeout, export_atom::value, sender, step);
     }, [=](std::vector<state_export> sent) {
       if (!m->over) import_states(self, m, std::move(sent));
     }, on_error);
@@ -211,20 +211,20 @@ void migrate(coord_ptr self, placement where, std::string reason, std::function<
   m->done = std::move(done);
   m->t0 = clock_type::now();
   try {
-    m->next = replan(st.in->model, st.current, std::move(where));
+    m->next = replan(st.in->model, st.exec.current, std::move(where));
   } catch (const std::exception& e) {
     return m->done(make_error(fusion_errc::bad_command, e.what()), {});
   }
-  plan_diff d = diff(st.current, m->next);
-  if (d.moved_ops.empty()) return m->done({}, json{{"step", st.step}, {"diff", "no change"}}.dump());
+  plan_diff d = diff(st.exec.current, m->next);
+  if (d.moved_ops.empty()) return m->done({}, json{{"step", st.train.step}, {"diff", "no change"}}.dump());
   m->ops = d.moved_ops;
   m->moves = d.moves;
   for (auto& [from, to] : m->moves)
-    if (!st.nodes[from] || !st.nodes[to])
-      return m->done(make_error(fusion_errc::bad_state, "node '" + st.in->cluster.nodes[st.nodes[from] ? to : from].name +
+    if (!st.members.nodes[from] || !st.members.nodes[to])
+      return m->done(make_error(fusion_errc::bad_state, "node '" + st.in->cluster.nodes[st.members.nodes[from] ? to : from].name +
                                                             "' is gone: nothing can move to or from it"),
                      {});
-  st.migration = m;
+  st.rebalance.migration = m;
   st.act = activity::migrating;
   const auto cpu_ops = split_patterns(st.in->cfg.cpu_ops);
   actor_run_params run{static_cast<uint32_t>(st.in->cfg.micro_batches), st.in->cfg.seed, st.in->cfg.optim};
@@ -233,7 +233,7 @@ void migrate(coord_ptr self, placement where, std::string reason, std::function<
     auto& s = self->state;
     const int node = m->moves[i].second;
     run.device = device_for_op(s.in->cluster.nodes[node].device, cpu_ops, s.in->model.nodes[m->ops[i]].name);
-    return self->request(s.nodes[node], control_timeout, spawn_atom::value, make_node_spec(s.in->model, m->ops[i]), run);
+    return self->request(s.members.nodes[node], control_timeout, spawn_atom::value, make_node_spec(s.in->model, m->ops[i]), run);
   }, [=](std::vector<op_actor> made) {
     m->fresh = std::move(made);
     if (!m->over) export_states(self, m);
@@ -241,18 +241,18 @@ void migrate(coord_ptr self, placement where, std::string reason, std::function<
 }
 
 void end_migration(coord_ptr self, const caf::error& why) {
-  auto m = self->state.migration;
+  auto m = self->state.rebalance.migration;
   if (!m || m->over) return;
   m->over = true;
-  self->state.migration.reset();
+  self->state.rebalance.migration.reset();
   m->done(why, {});
 }
 
 bool abandon_migration_on_loss(coord_ptr self, size_t node) {
   auto& st = self->state;
-  auto m = st.migration;
+  auto m = st.rebalance.migration;
   if (!m || m->over) return false;
-  const auto& where = st.current.where.node_of_op;
+  const auto& where = st.exec.current.where.node_of_op;
   if (std::find(where.begin(), where.end(), static_cast<int>(node)) != where.end()) return false;
   bool target = std::any_of(m->moves.begin(), m->moves.end(), [&](auto& mv) { return mv.second == static_cast<int>(node); });
   if (!target) return false;
@@ -265,27 +265,27 @@ bool abandon_migration_on_loss(coord_ptr self, size_t node) {
 std::optional<placement> check_move(coord_ptr self, const std::vector<int>& ops, int node, caf::error& err) {
   auto& st = self->state;
   const auto& c = st.in->cluster;
-  if (!st.nodes[node]) {
-    err = make_error(fusion_errc::bad_command, "node '" + c.nodes[node].name + "' is " + st.node_state[node] +
+  if (!st.members.nodes[node]) {
+    err = make_error(fusion_errc::bad_command, "node '" + c.nodes[node].name + "' is " + st.members.node_state[node] +
                                                    ": ops can only move to a joined node");
     return std::nullopt;
   }
-  placement where = st.current.where;
+  placement where = st.exec.current.where;
   for (int id : ops) where.node_of_op[id] = node;
-  if (where.node_of_op == st.current.where.node_of_op) {
+  if (where.node_of_op == st.exec.current.where.node_of_op) {
     err = make_error(fusion_errc::bad_command, op_list(st.in->model, ops) + " already run(s) on node '" +
                                                    c.nodes[node].name + "'");
     return std::nullopt;
   }
   // The memory the ops would take there (parameters, gradients, moments, saved activations).
-  if (auto* est = estimator_of(self); est && st.hellos[node].memory_bytes > 0) {
+  if (auto* est = estimator_of(self); est && st.members.hellos[node].memory_bytes > 0) {
     double need = 0;
     for (size_t id = 0; id < where.node_of_op.size(); ++id)
       if (where.node_of_op[id] == node) need += est->memory_bytes(static_cast<int>(id));
-    if (need > 0.9 * static_cast<double>(st.hellos[node].memory_bytes)) {
+    if (need > 0.9 * static_cast<double>(st.members.hellos[node].memory_bytes)) {
       err = make_error(fusion_errc::bad_command,
                        "node '" + c.nodes[node].name + "' has " +
-                           human_bytes(static_cast<double>(st.hellos[node].memory_bytes)) + " of memory, its ops would need " +
+                           human_bytes(static_cast<double>(st.members.hellos[node].memory_bytes)) + " of memory, its ops would need " +
                            human_bytes(need) + " after the move");
       return std::nullopt;
     }

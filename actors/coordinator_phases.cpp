@@ -64,7 +64,7 @@ caf::message_handler every_phase(coord_ptr self) {
           return make_error(fusion_errc::refused, "this coordinator runs with security.mode=off (plaintext): set "
                                                   "security.mode=off on this node too, or give the coordinator its "
                                                   "certificates");
-        auto [mine, proof] = answer_challenge(*creds, self->state.challenges, nonce);
+        auto [mine, proof] = answer_challenge(*creds, self->state.members.challenges, nonce);
         return {std::move(mine), std::move(proof)};
       },
       [=](stop_atom, bool) {  // the stop-flag poll: a signal handler may not send messages
@@ -77,7 +77,7 @@ caf::message_handler every_phase(coord_ptr self) {
       [=](stop_atom, uint64_t token) {  // the stop grace expired
         auto& s = self->state;
         (void)token;  // not matched against s.timer: the step arms its own timeouts meanwhile
-        if (s.phase != run_phase::training || !s.cur) return;
+        if (s.phase != run_phase::training || !s.train.cur) return;
         fail(self, make_error(fusion_errc::interrupted,
                               "interrupted: the step in flight did not finish within " +
                                   format_seconds(s.in->cfg.stop_grace_s) +
@@ -116,10 +116,10 @@ caf::message_handler joining(coord_ptr self) {
   return {
       [=](start_atom) -> caf::result<bool> {
         auto& s = self->state;
-        if (s.start_rp.pending()) return make_error(fusion_errc::wrong_phase, "cannot start again while joining");
-        s.start_rp = self->make_response_promise();
+        if (s.pending.start_rp.pending()) return make_error(fusion_errc::wrong_phase, "cannot start again while joining");
+        s.pending.start_rp = self->make_response_promise();
         begin_join(self);
-        return s.start_rp;
+        return s.pending.start_rp;
       },
       [=](start_atom, bool) { plan_and_wire(self); },  // every node has joined
       [=](hello_atom, node_hello& h, caf::actor& node) { return on_hello(self, h, node); },
@@ -130,9 +130,9 @@ caf::message_handler joining(coord_ptr self) {
 template <class Work>
 caf::result<bool> serve(coord_ptr self, Work work) {
   auto& s = self->state;
-  s.pass_rp = self->make_response_promise();
+  s.pending.pass_rp = self->make_response_promise();
   work();
-  return s.pass_rp;
+  return s.pending.pass_rp;
 }
 
 caf::message_handler rewire_handler(coord_ptr self) {
@@ -141,8 +141,8 @@ caf::message_handler rewire_handler(coord_ptr self) {
         auto& s = self->state;
         auto rp = self->make_response_promise();
         if (s.phase == run_phase::training) {  // at the next step boundary (begin_step)
-          s.rewire_requested = true;
-          s.rewire_rps.push_back(rp);
+          s.train.rewire_requested = true;
+          s.pending.rewire_rps.push_back(rp);
           return rp;
         }
         apply_rewire(self, [=]() mutable { rp.deliver(true); });
@@ -155,7 +155,7 @@ caf::message_handler rewire_handler(coord_ptr self) {
 caf::message_handler save_handler(coord_ptr self) {
   return {
       [=](save_atom, std::string& path) -> caf::result<bool> {
-        return serve(self, [=] { save_checkpoint_async(self, path, [=] { self->state.pass_rp.deliver(true); }); });
+        return serve(self, [=] { save_checkpoint_async(self, path, [=] { self->state.pending.pass_rp.deliver(true); }); });
       },
   };
 }
@@ -171,28 +171,28 @@ caf::message_handler ready(coord_ptr self) {
   return caf::message_handler{
       [=](train_atom) -> caf::result<bool> {
         auto& s = self->state;
-        s.train_rp = self->make_response_promise();
+        s.pending.train_rp = self->make_response_promise();
         begin_training(self);
-        return s.train_rp;
+        return s.pending.train_rp;
       },
       [=](eval_atom) -> caf::result<std::vector<double>> {
         auto& s = self->state;
-        s.pass_rp = self->make_response_promise();
-        begin_eval(self, [=](eval_result v) { self->state.pass_rp.deliver(std::vector<double>{v.loss, v.accuracy}); });
-        return s.pass_rp;
+        s.pending.pass_rp = self->make_response_promise();
+        begin_eval(self, [=](eval_result v) { self->state.pending.pass_rp.deliver(std::vector<double>{v.loss, v.accuracy}); });
+        return s.pending.pass_rp;
       },
       [=](sample_atom, int32_t count, std::string& prompt, double temperature, uint64_t seed) -> caf::result<std::string> {
         auto& s = self->state;
         if (!s.in->model.is_text())
           return make_error(fusion_errc::bad_config, "model " + s.in->model.name +
                                                          " is not a text model: there is nothing to sample");
-        s.pass_rp = self->make_response_promise();
+        s.pending.pass_rp = self->make_response_promise();
         begin_sample(self, count, std::move(prompt), temperature, seed,
-                     [=](std::string text) { self->state.pass_rp.deliver(std::move(text)); });
-        return s.pass_rp;
+                     [=](std::string text) { self->state.pending.pass_rp.deliver(std::move(text)); });
+        return s.pending.pass_rp;
       },
       [=](load_atom, std::string& path) -> caf::result<bool> {
-        return serve(self, [=] { load_checkpoint_async(self, path, [=] { self->state.pass_rp.deliver(true); }); });
+        return serve(self, [=] { load_checkpoint_async(self, path, [=] { self->state.pending.pass_rp.deliver(true); }); });
       },
   }
       .or_else(rewire_handler(self))

@@ -92,10 +92,10 @@ void print_profile(coord_ptr self) {
   std::string out = "  node            site        device    fwd+bwd per micro-batch  update per step  CPU share  "
                     "free memory\n";
   char line[256];
-  for (auto& n : st.profile.nodes) {
+  for (auto& n : st.exec.profile.nodes) {
     double pass = 0, update = 0;
     size_t missing = 0;
-    for (int id : st.compute_nodes) {
+    for (int id : st.exec.compute_nodes) {
       auto it = n.ops.find(op_key(g, id));
       if (it == n.ops.end()) {
         ++missing;
@@ -113,9 +113,9 @@ void print_profile(coord_ptr self) {
                   mib_or_gib(n.memory_bytes).c_str());
     out += line;
   }
-  if (!st.profile.links.empty())
+  if (!st.exec.profile.links.empty())
     out += "  link                        measured          round trip   cluster file\n";
-  for (auto& l : st.profile.links) {
+  for (auto& l : st.exec.profile.links) {
     std::string pair = site_name(st, l.site_a) + " - " + site_name(st, l.site_b);
     double hint = c.link_mbit(site_name(st, l.site_a), site_name(st, l.site_b));
     std::string hint_text = std::isinf(hint) ? "unshaped" : format_number(hint) + " Mbit/s";
@@ -133,29 +133,29 @@ void finish_measuring(coord_ptr self, clock_type::time_point t0, std::shared_ptr
   auto& st = self->state;
   const auto& cfg = st.in->cfg;
   const graph& g = st.in->model;
-  st.profile.model = g.name;
-  st.profile.micro_batch = g.batch;
+  st.exec.profile.model = g.name;
+  st.exec.profile.micro_batch = g.batch;
   // Probes finish in any order: list the links by site pair (lookups go by site, not position).
-  for (auto& l : st.profile.links)
+  for (auto& l : st.exec.profile.links)
     if (l.site_a > l.site_b) std::swap(l.site_a, l.site_b);
-  std::sort(st.profile.links.begin(), st.profile.links.end(), [](const link_profile& a, const link_profile& b) {
+  std::sort(st.exec.profile.links.begin(), st.exec.profile.links.end(), [](const link_profile& a, const link_profile& b) {
     return std::pair{a.site_a, a.site_b} < std::pair{b.site_a, b.site_b};
   });
   size_t probed = 0;
-  for (auto& l : st.profile.links) probed += l.measured;
+  for (auto& l : st.exec.profile.links) probed += l.measured;
   if (cfg.progress) {
     std::fprintf(stderr,
                  "fusion-train: measured the cluster in %.1f s: ops of %s at micro-batch %lld on %zu node(s) "
                  "(CPU time / CPU share), %zu link(s) probed:\n",
                  seconds_between(t0, clock_type::now()), g.name.c_str(), static_cast<long long>(g.batch),
-                 st.profile.nodes.size(), probed);
+                 st.exec.profile.nodes.size(), probed);
     print_profile(self);
   }
   // Said whether or not progress lines are on: the plan then rests on the cluster file's rate.
   for (auto& why : *not_probed) log_warn("fusion-train", why);
   if (!cfg.profile_file.empty()) {
     try {
-      save_profile(cfg.profile_file, st.profile);
+      save_profile(cfg.profile_file, st.exec.profile);
       if (cfg.progress) std::fprintf(stderr, "fusion-train: profile saved to %s\n", cfg.profile_file.c_str());
     } catch (const std::exception& e) {
       // The run itself does not need the file: say so and go on.
@@ -180,21 +180,21 @@ void probe_round(coord_ptr self, std::shared_ptr<std::vector<std::vector<std::pa
     int a = first_node_of(st, sa), b = first_node_of(st, sb);
     // The prober connects to the other node's data channel; a node without one cannot be
     // probed towards, so try the pair the other way round.
-    if (st.hellos[b].data_port == 0) std::swap(a, b);
+    if (st.members.hellos[b].data_port == 0) std::swap(a, b);
     const std::string pair = site_name(st, sa) + " - " + site_name(st, sb);
-    if (st.hellos[b].data_port == 0) {
-      not_probed->push_back("link " + pair + " not probed: neither node '" + st.hellos[a].name + "' nor node '" +
-                            st.hellos[b].name + "' has a data channel; the cluster file's rate stands");
+    if (st.members.hellos[b].data_port == 0) {
+      not_probed->push_back("link " + pair + " not probed: neither node '" + st.members.hellos[a].name + "' nor node '" +
+                            st.members.hellos[b].name + "' has a data channel; the cluster file's rate stands");
       one_done();
       continue;
     }
-    const auto& peer = st.hellos[b];
-    self->request(st.nodes[a], probe_timeout, probe_atom::value, peer.name, peer.host, peer.data_port,
+    const auto& peer = st.members.hellos[b];
+    self->request(st.members.nodes[a], probe_timeout, probe_atom::value, peer.name, peer.host, peer.data_port,
                   probe_warmup_ms, probe_window_ms)
         .then(
             [=](double mbit, double rtt_s) {
               if (phase_failed(self)) return;
-              auto& l = link_of(self->state.profile, sa, sb);
+              auto& l = link_of(self->state.exec.profile, sa, sb);
               l.mbit = mbit;
               l.rtt_s = rtt_s;
               l.measured = true;
@@ -219,12 +219,12 @@ void measure(coord_ptr self, std::function<void()> done) {
   auto left = std::make_shared<size_t>(n_nodes);
   auto failed = std::make_shared<bool>(false);
   for (size_t i = 0; i < n_nodes; ++i) {
-    self->request(st.nodes[i], profile_timeout, profile_atom::value, ops)
+    self->request(st.members.nodes[i], profile_timeout, profile_atom::value, ops)
         .then(
             [=](device_timing& t) {
               if (*failed || phase_failed(self)) return;
               const auto& c = self->state.in->cluster;
-              auto& n = self->state.profile.nodes[i];
+              auto& n = self->state.exec.profile.nodes[i];
               n.ops = std::move(t.ops);
               n.cpu_share = t.cpu_share;
               // A rate or memory the cluster file states describes the device for planning; a
@@ -264,34 +264,34 @@ void prepare_profile(coord_ptr self, std::function<void()> done) {
   std::error_code ec;
   if (!cfg.profile_file.empty() && std::filesystem::exists(cfg.profile_file, ec)) {
     try {
-      st.profile = load_profile(cfg.profile_file, c);
+      st.exec.profile = load_profile(cfg.profile_file, c);
     } catch (const std::exception& e) {
       return fail(self, make_error(fusion_errc::bad_config, std::string("cluster.profile: ") + e.what()));
     }
-    st.profile.micro_batches = micro_batches;
+    st.exec.profile.micro_batches = micro_batches;
     if (cfg.progress) {
       size_t probed = 0;
-      for (auto& l : st.profile.links) probed += l.measured;
+      for (auto& l : st.exec.profile.links) probed += l.measured;
       std::fprintf(stderr, "fusion-train: profile from %s (measured for %s at micro-batch %lld; %zu link(s) probed)\n",
-                   cfg.profile_file.c_str(), st.profile.model.empty() ? "an unnamed model" : st.profile.model.c_str(),
-                   static_cast<long long>(st.profile.micro_batch), probed);
+                   cfg.profile_file.c_str(), st.exec.profile.model.empty() ? "an unnamed model" : st.exec.profile.model.c_str(),
+                   static_cast<long long>(st.exec.profile.micro_batch), probed);
       print_profile(self);
     }
     const graph& g = st.in->model;
-    if (st.profile.model != g.name || st.profile.micro_batch != g.batch)
-      log_warn("fusion-train", "profile " + cfg.profile_file + " was measured for model '" + st.profile.model +
-                                   "' at micro-batch " + std::to_string(st.profile.micro_batch) + ", this run trains '" +
+    if (st.exec.profile.model != g.name || st.exec.profile.micro_batch != g.batch)
+      log_warn("fusion-train", "profile " + cfg.profile_file + " was measured for model '" + st.exec.profile.model +
+                                   "' at micro-batch " + std::to_string(st.exec.profile.micro_batch) + ", this run trains '" +
                                    g.name + "' at micro-batch " + std::to_string(g.batch) +
                                    ": ops without a timing are estimated from their FLOPs (delete the file to "
                                    "measure again)");
     return done();
   }
-  st.profile = profile_from_cluster(c);
-  st.profile.micro_batches = micro_batches;
+  st.exec.profile = profile_from_cluster(c);
+  st.exec.profile.micro_batches = micro_batches;
   // What the nodes reported when they joined, where the cluster file states nothing.
-  for (size_t i = 0; i < st.hellos.size(); ++i) {
-    if (c.nodes[i].gflops <= 0) st.profile.nodes[i].gflops = st.hellos[i].gflops;
-    if (c.nodes[i].memory_gib <= 0) st.profile.nodes[i].memory_bytes = st.hellos[i].memory_bytes;
+  for (size_t i = 0; i < st.members.hellos.size(); ++i) {
+    if (c.nodes[i].gflops <= 0) st.exec.profile.nodes[i].gflops = st.members.hellos[i].gflops;
+    if (c.nodes[i].memory_gib <= 0) st.exec.profile.nodes[i].memory_bytes = st.members.hellos[i].memory_bytes;
   }
   measure(self, std::move(done));
 }

@@ -23,11 +23,11 @@ bool opfence_run(const coordinator_state& st) {
 
 scheduler_actor scheduler_of(coord_ptr self) {
   auto& st = self->state;
-  if (!st.scheduler) {
-    st.scheduler = spawn_scheduler(self->system());
-    self->link_to(st.scheduler);
+  if (!st.rebalance.scheduler) {
+    st.rebalance.scheduler = spawn_scheduler(self->system());
+    self->link_to(st.rebalance.scheduler);
   }
-  return st.scheduler;
+  return st.rebalance.scheduler;
 }
 
 std::shared_ptr<schedule_snapshot> snapshot(coord_ptr self, bool count) {
@@ -35,7 +35,7 @@ std::shared_ptr<schedule_snapshot> snapshot(coord_ptr self, bool count) {
   auto* est = estimator_of(self);
   if (!est) return nullptr;
   return std::make_shared<schedule_snapshot>(
-      schedule_snapshot{*est, st.current, st.in->cfg.compression, st.sched, st.step, count});
+      schedule_snapshot{*est, st.exec.current, st.in->cfg.compression, st.rebalance.settings, st.train.step, count});
 }
 
 json verdict_json(coord_ptr self, const schedule_verdict& v) {
@@ -54,7 +54,7 @@ json verdict_json(coord_ptr self, const schedule_verdict& v) {
   out["gain"] = d.gain;
   out["confirmed"] = d.confirmed;
   out["reason"] = d.reason;
-  out["diff"] = format_diff(st.in->model, st.in->cluster, diff(st.current, replan(st.in->model, st.current, d.target)));
+  out["diff"] = format_diff(st.in->model, st.in->cluster, diff(st.exec.current, replan(st.in->model, st.exec.current, d.target)));
   return out;
 }
 
@@ -68,10 +68,10 @@ void apply_verdict(coord_ptr self, verdict_ptr v, std::string why, std::function
 
 void on_verdict(coord_ptr self, verdict_ptr v, const plan& judged) {
   auto& st = self->state;
-  st.schedule_in_flight = false;
+  st.rebalance.in_flight = false;
   auto rec = verdict_json(self, *v);
   rec["type"] = "schedule";
-  if (st.metrics.is_open()) st.metrics << rec.dump() << "\n" << std::flush;
+  if (st.train.metrics.is_open()) st.train.metrics << rec.dump() << "\n" << std::flush;
   const bool migrate_now = v->error.empty() && v->decision.what == rebalance_decision::verdict::migrate;
   const std::string line = "scheduler at step " + std::to_string(v->step) + ": " + rec["verdict"].get<std::string>() +
                            ": " + rec["reason"].get<std::string>();
@@ -79,8 +79,8 @@ void on_verdict(coord_ptr self, verdict_ptr v, const plan& judged) {
     log_info("fusion-train", line);
   if (!migrate_now || st.phase == run_phase::failed) return;
   // The plan may have changed since the snapshot (an admin move): that verdict is stale.
-  if (judged.where.node_of_op != st.current.where.node_of_op) return;
-  st.at_boundary.push_back({[=](std::function<void()> next) {
+  if (judged.where.node_of_op != st.exec.current.where.node_of_op) return;
+  st.rebalance.at_boundary.push_back({[=](std::function<void()> next) {
                               apply_verdict(self, v, "scheduler: " + v->decision.reason,
                                             [=](caf::error, std::string) { next(); });
                             },
@@ -91,20 +91,20 @@ void on_verdict(coord_ptr self, verdict_ptr v, const plan& judged) {
 
 void maybe_reschedule(coord_ptr self) {
   auto& st = self->state;
-  const auto& s = st.sched;
+  const auto& s = st.rebalance.settings;
   // The estimator learns from step 3 on (observe_step).
-  if (!s.enabled || !opfence_run(st) || st.step < 3 || st.step % s.every != 0 || st.step >= st.in->cfg.steps) return;
+  if (!s.enabled || !opfence_run(st) || st.train.step < 3 || st.train.step % s.every != 0 || st.train.step >= st.in->cfg.steps) return;
   // Moved ops are judged by what they measure on their new node, once they have settled there.
-  std::erase_if(st.settling, [&](const auto& kv) { return kv.second < st.step; });
-  if (st.schedule_in_flight || st.migration || !st.settling.empty()) return;
+  std::erase_if(st.rebalance.settling, [&](const auto& kv) { return kv.second < st.train.step; });
+  if (st.rebalance.in_flight || st.rebalance.migration || !st.rebalance.settling.empty()) return;
   auto snap = snapshot(self, true);
   if (!snap) return;
-  st.schedule_in_flight = true;
-  auto judged = std::make_shared<plan>(st.current);
+  st.rebalance.in_flight = true;
+  auto judged = std::make_shared<plan>(st.exec.current);
   self->request(scheduler_of(self), caf::infinite, evaluate_atom::value, snapshot_ptr(snap))
       .then([=](verdict_ptr v) { on_verdict(self, v, *judged); },
             [=](caf::error& e) {
-              self->state.schedule_in_flight = false;
+              self->state.rebalance.in_flight = false;
               log_warn("fusion-train", "the scheduler did not answer: " + describe(e));
             });
 }
@@ -116,17 +116,17 @@ std::optional<caf::result<std::string>> scheduler_command(coord_ptr self, const 
   if (verb == "scheduler") {
     if (args.size() > 1 || (args.size() == 1 && args[0] != "on" && args[0] != "off"))
       return bad("usage: scheduler [on|off]");
-    if (args.size() == 1) st.sched.enabled = args[0] == "on";
+    if (args.size() == 1) st.rebalance.settings.enabled = args[0] == "on";
     return caf::result<std::string>(
-        json{{"enabled", st.sched.enabled}, {"applies", opfence_run(st)}, {"every", st.sched.every},
-             {"min_gain", st.sched.min_gain}, {"horizon", st.sched.horizon},
-             {"confirmations", st.sched.confirmations}}
+        json{{"enabled", st.rebalance.settings.enabled}, {"applies", opfence_run(st)}, {"every", st.rebalance.settings.every},
+             {"min_gain", st.rebalance.settings.min_gain}, {"horizon", st.rebalance.settings.horizon},
+             {"confirmations", st.rebalance.settings.confirmations}}
             .dump());
   }
   if (verb == "set") {
     auto eq = args.size() == 1 ? args[0].find('=') : std::string::npos;
     if (eq == std::string::npos || eq == 0) return bad("usage: set KEY=VALUE, e.g. set scheduler.every=5");
-    auto err = st.sched.set(args[0].substr(0, eq), args[0].substr(eq + 1));
+    auto err = st.rebalance.settings.set(args[0].substr(0, eq), args[0].substr(eq + 1));
     if (!err.empty()) return bad(err);
     return scheduler_command(self, "scheduler", {});
   }
@@ -141,7 +141,7 @@ std::optional<caf::result<std::string>> scheduler_command(coord_ptr self, const 
                                                                           std::string(to_string(st.phase))));
   auto snap = snapshot(self, false);
   auto rp = self->make_response_promise();
-  auto judged = std::make_shared<plan>(st.current);
+  auto judged = std::make_shared<plan>(st.exec.current);
   self->request(scheduler_of(self), caf::infinite, evaluate_atom::value, snapshot_ptr(snap))
       .then([=](verdict_ptr v) mutable {
               auto out = verdict_json(self, *v);
@@ -151,7 +151,7 @@ std::optional<caf::result<std::string>> scheduler_command(coord_ptr self, const 
                 return rp.deliver(out.dump());
               }
               auto work = [=](caf::response_promise p, std::function<void()> next) mutable {
-                if (self->state.current.where.node_of_op != judged->where.node_of_op) {
+                if (self->state.exec.current.where.node_of_op != judged->where.node_of_op) {
                   p.deliver(make_error(fusion_errc::bad_command, "the placement changed meanwhile: run 'plan' again"));
                   return next();
                 }

@@ -1,8 +1,10 @@
-// The coordinator's state and the functions its behavior is made of, shared by
-// actors/coordinator.cpp (phases: joining, planning, wiring, re-wiring; the behavior, failure,
-// shutdown), actors/coordinator_profile.cpp (the cluster profile: loaded or measured before
-// placement), actors/coordinator_train.cpp (training steps, evaluation, sampling, checkpoints,
-// metrics) and actors/coordinator_admin.cpp (queries, pause/resume, the admin actor).
+// The coordinator's state, split by concern (membership, the plan's execution, training, the
+// requests being served, live rebalancing), and the functions its behaviors are made of, shared
+// by actors/coordinator_phases.cpp (one behavior per phase), actors/coordinator.cpp (joining,
+// planning, wiring, re-wiring, failure, shutdown), actors/coordinator_profile.cpp (the cluster
+// profile: loaded or measured before placement), actors/coordinator_train.cpp (training steps
+// around core/step_machine.hpp, checkpoints, metrics), actors/coordinator_eval.cpp (evaluation
+// and sampling) and actors/coordinator_admin.cpp (queries, pause/resume, the admin actor).
 // Internal to actors/.
 #pragma once
 
@@ -68,20 +70,17 @@ struct boundary_task {
 
 struct migration_ctx;
 
-struct coordinator_state {
-  std::shared_ptr<run_inputs> in;
-  run_phase phase = run_phase::joining;
-  activity act = activity::idle;
-  std::string failure;                          // plain words, once failed
-  uint64_t timer = 0;                           // the armed timeout; older ones are stale
-  caf::actor admin;                             // the admin actor, when admin.port is set
-  // ---- nodes (cluster mode) ----
-  std::vector<caf::actor> nodes;                // by cluster node index; null: not joined / gone
+/// Who takes part (cluster mode): the nodes of the cluster file by index.
+struct membership_state {
+  std::vector<caf::actor> nodes;                // null: not joined, or gone
   std::vector<node_hello> hellos;
   std::vector<std::string> node_state;          // "waiting", "joined", "lost", "exited"
   size_t joined = 0;
   security::challenge_book challenges;          // nonces handed to joining nodes and admin shells
-  // ---- the plan and what executes it ----
+};
+
+/// The plan and what executes it.
+struct execution_state {
   cluster_profile profile;
   plan current;
   std::unique_ptr<workload_estimator> estimator;  // cluster mode, from the first step on
@@ -92,13 +91,17 @@ struct coordinator_state {
   std::set<uint64_t> pinned_edges;              // codecs set by the admin `compress`: AdaTopK leaves them
   std::vector<int> compute_nodes;               // non-input graph node ids
   int64_t micro_rows = 0;
-  // ---- training ----
+};
+
+/// Training progress: the step in flight, passes, what a stop or pause asked for, the outputs.
+struct training_state {
   int64_t step = 0;
   std::optional<step_ctx> cur;
   pass_ctx pass;
   std::function<void()> after_pass;             // continuation once a pass or transfer ends
   step_record last;                             // the last finished step
   clock_type::time_point train_t0;
+  clock_type::time_point last_stepped;          // the last optimizer reply of the last step
   int64_t train_first = 0;
   bool training_job = false;                    // a train_atom is being served
   bool stop_requested = false, pause_requested = false, rewire_requested = false;
@@ -106,17 +109,40 @@ struct coordinator_state {
   std::string last_checkpoint;                  // "FILE at step N"
   std::ofstream metrics;
   bool run_record_written = false;
-  // ---- requests being served ----
+  std::mt19937_64 sample_rng;
+};
+
+/// Requests being served, answered when their work is done (or the run fails first).
+struct pending_requests {
   caf::response_promise start_rp, train_rp, pass_rp, pause_rp;
   std::vector<caf::response_promise> rewire_rps;
-  // ---- migration (actors/coordinator_migrate.cpp) ----
+};
+
+/// Live rebalancing: admin work held for the step boundary, the migration in flight, the
+/// scheduler actor (actors/coordinator_migrate.cpp, actors/coordinator_schedule.cpp).
+struct rebalance_state {
   std::vector<boundary_task> at_boundary;       // admin work waiting for the step boundary
   std::shared_ptr<migration_ctx> migration;     // the migration in flight, if any
   std::map<int, int64_t> settling;              // moved op -> last step not measured (warm-up)
-  rebalance_settings sched;                     // scheduler.*, changed by the admin's set / scheduler
+  rebalance_settings settings;                  // scheduler.*, changed by the admin's set / scheduler
   scheduler_actor scheduler;                    // spawned on first use
-  bool schedule_in_flight = false;              // an evaluation is out
-  std::mt19937_64 sample_rng;
+  bool in_flight = false;                       // a scheduler evaluation is out
+};
+
+/// The coordinator's state, split by concern; the phase decides which messages it takes
+/// (actors/coordinator_phases.cpp).
+struct coordinator_state {
+  std::shared_ptr<run_inputs> in;
+  run_phase phase = run_phase::joining;
+  activity act = activity::idle;
+  std::string failure;                          // plain words, once failed
+  uint64_t timer = 0;                           // the armed timeout; older ones are stale
+  caf::actor admin;                             // the admin actor, when admin.port is set
+  membership_state members;
+  execution_state exec;
+  training_state train;
+  pending_requests pending;
+  rebalance_state rebalance;
   static inline const char* name = "coordinator";
 };
 

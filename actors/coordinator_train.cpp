@@ -33,7 +33,7 @@ void make_parent_dirs(const std::string& file) {
 }
 
 void log_metrics(coordinator_state& st, const std::string& line) {
-  if (st.metrics.is_open()) st.metrics << line << '\n' << std::flush;
+  if (st.train.metrics.is_open()) st.train.metrics << line << '\n' << std::flush;
 }
 
 bool tty(const coordinator_state& st) { return st.in->cfg.progress && isatty(STDERR_FILENO); }
@@ -41,7 +41,7 @@ bool tty(const coordinator_state& st) { return st.in->cfg.progress && isatty(STD
 // Where a diverged run's last good state is: the checkpoint written last ("FILE at step N";
 // save_checkpoint_async never writes non-finite values), else what output.checkpoint holds.
 std::string last_good_state(const coordinator_state& st) {
-  const std::string& last = st.last_checkpoint;
+  const std::string& last = st.train.last_checkpoint;
   if (auto at = last.rfind(" at step "); at != std::string::npos)
     return "the checkpoint of step " + last.substr(at + 9) + " in " + last.substr(0, at) + " is the last good state";
   const std::string& file = st.in->cfg.checkpoint_file;
@@ -54,7 +54,7 @@ std::string last_good_state(const coordinator_state& st) {
 void fail_diverged(coord_ptr self, const std::string& what) {
   auto& st = self->state;
   std::string msg = what + " (learning rate too high? lower optim.lr or set optim.grad-clip); " + last_good_state(st);
-  st.last_checkpoint.clear();
+  st.train.last_checkpoint.clear();
   fail(self, make_error(fusion_errc::op_failed, msg));
 }
 
@@ -64,12 +64,12 @@ void end_step(coord_ptr self, step_record rec);
 void record_eval(coord_ptr self, eval_result v) {
   if (std::isnan(v.loss)) return;
   auto& s = self->state;
-  add_eval_record(s.in->result, s.step, v);
-  log_metrics(s, eval_metrics_line(s.step, v, metrics_time()));
+  add_eval_record(s.in->result, s.train.step, v);
+  log_metrics(s, eval_metrics_line(s.train.step, v, metrics_time()));
   char extra[64] = "";
   if (!std::isnan(v.accuracy)) std::snprintf(extra, sizeof extra, " | val_accuracy %.2f%%", 100 * v.accuracy);
   if (s.in->cfg.progress)
-    std::fprintf(stderr, "%sstep %lld | val_loss %.4f%s\n", tty(s) ? "\r\33[K" : "", static_cast<long long>(s.step),
+    std::fprintf(stderr, "%sstep %lld | val_loss %.4f%s\n", tty(s) ? "\r\33[K" : "", static_cast<long long>(s.train.step),
                  v.loss, extra);
 }
 
@@ -77,7 +77,7 @@ void record_eval(coord_ptr self, eval_result v) {
 void poll_traffic(coord_ptr self, step_record rec) {
   auto& st = self->state;
   std::vector<caf::actor> live;
-  for (auto& n : st.nodes)
+  for (auto& n : st.members.nodes)
     if (n) live.push_back(n);
   st.act = activity::polling;
   arm_timeout(self, st.in->cfg.step_timeout_s);  // not per request: see optimizer_step
@@ -89,7 +89,7 @@ void poll_traffic(coord_ptr self, step_record rec) {
                        auto& out = recp->edges;
                        for (auto& ns : all)
                          for (auto& e : ns.edges) {
-                           const plan_edge* info = s.current.find(e.edge);
+                           const plan_edge* info = s.exec.current.find(e.edge);
                            if (!info) continue;  // an edge of a plan that is gone (re-wired)
                            out.push_back({info->producer, info->consumer, info->forward,
                                           s.in->cluster.nodes[info->from].name, s.in->cluster.nodes[info->to].name,
@@ -105,17 +105,17 @@ void poll_traffic(coord_ptr self, step_record rec) {
 
 void optimizer_step(coord_ptr self) {
   auto& st = self->state;
-  auto& c = *st.cur;
+  auto& c = *st.train.cur;
   auto& rec = c.rec;
   std::sort(rec.ops.begin(), rec.ops.end(), [](auto& a, auto& b) { return a.node < b.node; });
-  rec.step = st.step + 1;
+  rec.step = st.train.step + 1;
   rec.loss = c.machine.mean_loss();
   rec.grad_norm = c.machine.grad_norm();
-  rec.lr = lr_at(st.in->cfg.optim, st.step);
+  rec.lr = lr_at(st.in->cfg.optim, st.train.step);
   if (!std::isfinite(rec.loss) || !std::isfinite(rec.grad_norm)) {
     const std::string what = !std::isfinite(rec.loss) ? "the loss became " + format_number(rec.loss)
                                                       : "the gradient norm became " + format_number(rec.grad_norm);
-    return fail_diverged(self, what + " at step " + std::to_string(st.step + 1));
+    return fail_diverged(self, what + " at step " + std::to_string(st.train.step + 1));
   }
   float scale = clip_scale(rec.grad_norm, st.in->cfg.optim.grad_clip);
   st.act = activity::optimizer;
@@ -126,17 +126,18 @@ void optimizer_step(coord_ptr self) {
   // (600 s): some 12 MiB of growth at 0.4 s a step (heaptrack, bench/soak_bench.sh).
   arm_timeout(self, st.in->cfg.step_timeout_s);
   auto failed = std::make_shared<bool>(false);
-  for (int id : st.compute_nodes)
-    self->request(st.actors[id], caf::infinite, step_atom::value, c.s, rec.lr, scale)
+  for (int id : st.exec.compute_nodes)
+    self->request(st.exec.actors[id], caf::infinite, step_atom::value, c.s, rec.lr, scale)
         .then(
             [=](stepped_atom, int32_t) {
               auto& s = self->state;
-              if (*failed || !s.cur || s.cur->machine.on_stepped() != step_machine::verdict::complete) return;
-              ++s.step;
-              s.cur->rec.step_s = seconds_between(s.cur->t0, clock_type::now());
-              s.cur->rec.tokens_per_s = static_cast<double>(s.in->cfg.batch * s.in->model.row_items) / s.cur->rec.step_s;
-              step_record done = std::move(s.cur->rec);
-              if (!s.nodes.empty()) return poll_traffic(self, std::move(done));
+              if (*failed || !s.train.cur || s.train.cur->machine.on_stepped() != step_machine::verdict::complete) return;
+              ++s.train.step;
+              s.train.last_stepped = clock_type::now();
+              s.train.cur->rec.step_s = seconds_between(s.train.cur->t0, clock_type::now());
+              s.train.cur->rec.tokens_per_s = static_cast<double>(s.in->cfg.batch * s.in->model.row_items) / s.train.cur->rec.step_s;
+              step_record done = std::move(s.train.cur->rec);
+              if (!s.members.nodes.empty()) return poll_traffic(self, std::move(done));
               end_step(self, std::move(done));
             },
             [=](caf::error& e) {
@@ -149,35 +150,35 @@ void optimizer_step(coord_ptr self) {
 void end_step(coord_ptr self, step_record rec) {
   auto& st = self->state;
   const auto& cfg = st.in->cfg;
-  st.cur.reset();
+  st.train.cur.reset();
   st.act = activity::idle;
   ++st.timer;
   observe_step(self, rec);
   adapt_compression(self);
   maybe_reschedule(self);
   const int64_t tokens_per_step = cfg.batch * st.in->model.row_items;
-  double elapsed = seconds_between(st.train_t0, clock_type::now());
-  double avg_tps = static_cast<double>((st.step - st.train_first) * tokens_per_step) / std::max(elapsed, 1e-9);
-  if (st.metrics.is_open()) log_metrics(st, step_metrics_line(rec, st.in->model, elapsed, metrics_time()));
-  if (cfg.progress && (tty(st) || st.step % std::max<int64_t>(1, cfg.log_every) == 0 || st.step == cfg.steps)) {
-    double eta = static_cast<double>(cfg.steps - st.step) * tokens_per_step / std::max(avg_tps, 1e-9);
+  double elapsed = seconds_between(st.train.train_t0, clock_type::now());
+  double avg_tps = static_cast<double>((st.train.step - st.train.train_first) * tokens_per_step) / std::max(elapsed, 1e-9);
+  if (st.train.metrics.is_open()) log_metrics(st, step_metrics_line(rec, st.in->model, elapsed, metrics_time()));
+  if (cfg.progress && (tty(st) || st.train.step % std::max<int64_t>(1, cfg.log_every) == 0 || st.train.step == cfg.steps)) {
+    double eta = static_cast<double>(cfg.steps - st.train.step) * tokens_per_step / std::max(avg_tps, 1e-9);
     char timing[64] = "";
     if (rec.predicted_step_s > 0)
       std::snprintf(timing, sizeof timing, " | step %.2f s (predicted %.2f s)", rec.step_s, rec.predicted_step_s);
     std::fprintf(stderr, "%sstep %lld/%lld | loss %.4f | lr %.2e | %.0f %s/s%s | ETA %s%s", tty(st) ? "\r\33[K" : "",
-                 static_cast<long long>(st.step), static_cast<long long>(cfg.steps), rec.loss, rec.lr, avg_tps,
+                 static_cast<long long>(st.train.step), static_cast<long long>(cfg.steps), rec.loss, rec.lr, avg_tps,
                  st.in->model.is_text() ? "tok" : "img", timing,
                  format_duration(eta).c_str(), tty(st) ? "" : "\n");
   }
-  st.last = rec;
+  st.train.last = rec;
   add_step_record(st.in->result, std::move(rec));
   auto next = [=] {
     auto& s = self->state;
-    if (!s.in->cfg.checkpoint_file.empty() && s.in->cfg.checkpoint_every > 0 && s.step % s.in->cfg.checkpoint_every == 0)
+    if (!s.in->cfg.checkpoint_file.empty() && s.in->cfg.checkpoint_every > 0 && s.train.step % s.in->cfg.checkpoint_every == 0)
       return save_checkpoint_async(self, s.in->cfg.checkpoint_file, [=] { begin_step(self); });
     begin_step(self);
   };
-  if (cfg.eval_every > 0 && st.step % cfg.eval_every == 0 && st.step < cfg.steps) {
+  if (cfg.eval_every > 0 && st.train.step % cfg.eval_every == 0 && st.train.step < cfg.steps) {
     return begin_eval(self, [=](eval_result v) {
       record_eval(self, v);
       next();
@@ -212,55 +213,55 @@ void feed(coord_ptr self, uint64_t s, pass_mode mode, const std::vector<tensor>&
   if (last < 0) last = (rows + per_mb - 1) / per_mb;
   for (int64_t mb = first; mb < last; ++mb)
     for (size_t k = 0; k < batch.size(); ++k)
-      self->send(st.actors[g.feeds[k].node], forward_atom::value, s, static_cast<uint32_t>(mb), uint32_t{0},
+      self->send(st.exec.actors[g.feeds[k].node], forward_atom::value, s, static_cast<uint32_t>(mb), uint32_t{0},
                  static_cast<uint8_t>(mode), slice_rows(batch[k], mb * per_mb, std::min(per_mb, rows - mb * per_mb)));
 }
 
 void begin_training(coord_ptr self) {
   auto& s = self->state;
-  s.training_job = true;
+  s.train.training_job = true;
   enter(self, run_phase::training);
   s.in->result = train_result{};
-  s.train_t0 = clock_type::now();
-  s.train_first = s.step;
+  s.train.train_t0 = clock_type::now();
+  s.train.train_first = s.train.step;
   write_run_record(self);
   begin_step(self);
 }
 
 void begin_step(coord_ptr self) {
   auto& st = self->state;
-  if (st.phase == run_phase::failed || !st.training_job) return;
-  if (st.stop_requested) {
+  if (st.phase == run_phase::failed || !st.train.training_job) return;
+  if (st.train.stop_requested) {
     refuse_boundary_tasks(self, make_error(fusion_errc::interrupted, "the run was stopped first"));
     return finish_training(self, true);
   }
-  if (!st.at_boundary.empty()) return run_boundary_tasks(self, [=] { begin_step(self); });
-  if (st.rewire_requested) {
-    st.rewire_requested = false;
-    auto rps = std::move(st.rewire_rps);
-    st.rewire_rps.clear();
+  if (!st.rebalance.at_boundary.empty()) return run_boundary_tasks(self, [=] { begin_step(self); });
+  if (st.train.rewire_requested) {
+    st.train.rewire_requested = false;
+    auto rps = std::move(st.pending.rewire_rps);
+    st.pending.rewire_rps.clear();
     return apply_rewire(self, [=]() mutable {
       for (auto& rp : rps) rp.deliver(true);
       begin_step(self);
     });
   }
-  if (st.pause_requested) {
-    st.pause_requested = false;
+  if (st.train.pause_requested) {
+    st.train.pause_requested = false;
     enter(self, run_phase::paused);
     if (st.in->cfg.progress)
       std::fprintf(stderr, "%sfusion-train: paused after step %lld\n", tty(st) ? "\r\33[K" : "",
-                   static_cast<long long>(st.step));
-    if (st.pause_rp.pending()) st.pause_rp.deliver(status_json(self));
+                   static_cast<long long>(st.train.step));
+    if (st.pending.pause_rp.pending()) st.pending.pause_rp.deliver(status_json(self));
     return;  // resume sends resume_atom(true), which comes back here
   }
   if (st.phase == run_phase::paused) return;
-  if (st.step >= st.in->cfg.steps) return finish_training(self, false);
+  if (st.train.step >= st.in->cfg.steps) return finish_training(self, false);
   const auto& cfg = st.in->cfg;
   const int64_t B = cfg.batch, M = cfg.micro_batches;
-  st.cur.emplace();
-  auto& c = *st.cur;
-  c.s = static_cast<uint64_t>(st.step);
-  c.machine.begin(c.s, static_cast<size_t>(M), st.compute_nodes, st.in->model.nodes.size());
+  st.train.cur.emplace();
+  auto& c = *st.train.cur;
+  c.s = static_cast<uint64_t>(st.train.step);
+  c.machine.begin(c.s, static_cast<size_t>(M), st.exec.compute_nodes, st.in->model.nodes.size());
   // The feed interval below is the one this prediction simulated.
   const step_estimate predicted = predict_step(self);
   c.rec.predicted_step_s = predicted.step_s;
@@ -278,8 +279,9 @@ void begin_step(coord_ptr self) {
   // next and the stages overlap like a pipeline. Losses do not depend on it: every op actor
   // still sees the micro-batches in order.
   const double interval = predicted.feed_interval_s;
-  if (interval <= 0 || M == 1) return feed(self, c.s, pass_mode::train, c.batch, st.micro_rows);
-  feed(self, c.s, pass_mode::train, c.batch, st.micro_rows, 0, 1);
+  if (st.train.step > st.train.train_first) c.rec.boundary_s = seconds_between(st.train.last_stepped, clock_type::now());
+  if (interval <= 0 || M == 1) return feed(self, c.s, pass_mode::train, c.batch, st.exec.micro_rows);
+  feed(self, c.s, pass_mode::train, c.batch, st.exec.micro_rows, 0, 1);
   for (int64_t mb = 1; mb < M; ++mb)
     self->delayed_send(self, std::chrono::microseconds(static_cast<int64_t>(interval * 1e6 * static_cast<double>(mb))),
                        feed_atom::value, c.s, static_cast<uint32_t>(mb));
@@ -287,29 +289,29 @@ void begin_step(coord_ptr self) {
 
 void on_feed(coord_ptr self, uint64_t s, uint32_t mb) {
   auto& st = self->state;
-  if (st.act != activity::step || !st.cur || st.cur->s != s) return;  // the step failed or was abandoned
-  feed(self, s, pass_mode::train, st.cur->batch, st.micro_rows, mb, mb + 1);
+  if (st.act != activity::step || !st.train.cur || st.train.cur->s != s) return;  // the step failed or was abandoned
+  feed(self, s, pass_mode::train, st.train.cur->batch, st.exec.micro_rows, mb, mb + 1);
 }
 
 void on_loss(coord_ptr self, uint64_t s, uint32_t mb, double loss, const std::vector<double>& metrics) {
   auto& st = self->state;
   if (st.act == activity::eval) {
-    if (mb >= st.pass.losses.size()) return;
-    st.pass.losses[mb] = loss;
-    if (st.pass.metrics.size() < metrics.size()) st.pass.metrics.resize(metrics.size(), 0.0);
-    for (size_t i = 0; i < metrics.size(); ++i) st.pass.metrics[i] += metrics[i];
-    // A copy: the continuation installs the next one in st.after_pass while it runs.
-    if (++st.pass.got == st.pass.losses.size()) std::function<void()>(st.after_pass)();
+    if (mb >= st.train.pass.losses.size()) return;
+    st.train.pass.losses[mb] = loss;
+    if (st.train.pass.metrics.size() < metrics.size()) st.train.pass.metrics.resize(metrics.size(), 0.0);
+    for (size_t i = 0; i < metrics.size(); ++i) st.train.pass.metrics[i] += metrics[i];
+    // A copy: the continuation installs the next one in st.train.after_pass while it runs.
+    if (++st.train.pass.got == st.train.pass.losses.size()) std::function<void()>(st.train.after_pass)();
     return;
   }
-  if (st.act != activity::step || !st.cur) return;
-  if (st.cur->machine.on_loss(s, mb, loss) == step_machine::verdict::complete) optimizer_step(self);
+  if (st.act != activity::step || !st.train.cur) return;
+  if (st.train.cur->machine.on_loss(s, mb, loss) == step_machine::verdict::complete) optimizer_step(self);
 }
 
 void on_grads(coord_ptr self, uint64_t s, int32_t id, double sq, std::vector<double>& fwd, std::vector<double>& bwd) {
   auto& st = self->state;
-  if (st.act != activity::step || !st.cur) return;
-  auto& c = *st.cur;
+  if (st.act != activity::step || !st.train.cur) return;
+  auto& c = *st.train.cur;
   const auto verdict = c.machine.on_grads(s, id, sq);
   if (verdict == step_machine::verdict::refused) return;
   c.rec.ops.push_back({id, std::move(fwd), std::move(bwd)});
@@ -319,19 +321,19 @@ void on_grads(coord_ptr self, uint64_t s, int32_t id, double sq, std::vector<dou
 void on_step_timeout(coord_ptr self) {
   auto& st = self->state;
   std::string what;
-  if (st.act == activity::step && st.cur) {
+  if (st.act == activity::step && st.train.cur) {
     // What is missing points at the stuck edge or node.
-    const auto& m = st.cur->machine;
-    what = "forward/backward of step " + std::to_string(st.step + 1) + " (losses " + std::to_string(m.losses_in()) +
+    const auto& m = st.train.cur->machine;
+    what = "forward/backward of step " + std::to_string(st.train.step + 1) + " (losses " + std::to_string(m.losses_in()) +
            "/" + std::to_string(m.micro_batches()) + "; no gradients yet from";
     int listed = 0;
     for (int id : m.waiting_for_grads())
       if (listed++ < 8) what += " " + st.in->model.nodes[id].name;
     what += listed > 8 ? " ...)" : ")";
   } else if (st.act == activity::optimizer) {
-    what = "the optimizer update of step " + std::to_string(st.step + 1) + " on every op actor";
+    what = "the optimizer update of step " + std::to_string(st.train.step + 1) + " on every op actor";
   } else if (st.act == activity::polling) {
-    what = "the nodes' traffic counters after step " + std::to_string(st.step);
+    what = "the nodes' traffic counters after step " + std::to_string(st.train.step);
   } else if (st.act == activity::eval) {
     what = "evaluation";
   } else if (st.act == activity::sample) {
@@ -350,14 +352,14 @@ void save_checkpoint_async(coord_ptr self, std::string path, std::function<void(
   auto prev = st.act;
   st.act = activity::state;
   auto timeout = ms_of(st.in->cfg.step_timeout_s);
-  auto ids = st.compute_nodes;
+  auto ids = st.exec.compute_nodes;
   gather<named_tensors>(self, ids.size(), [=](size_t i) {
-    return self->request(self->state.actors[ids[i]], timeout, get_state_atom::value);
+    return self->request(self->state.exec.actors[ids[i]], timeout, get_state_atom::value);
   }, [=](std::vector<named_tensors> parts) {
     auto& s = self->state;
     s.act = prev;
     checkpoint ck;
-    ck.step = static_cast<uint64_t>(s.step);
+    ck.step = static_cast<uint64_t>(s.train.step);
     ck.model_name = s.in->model.name;
     ck.meta = "model_file=" + s.in->cfg.model_file + "\nseed=" + std::to_string(s.in->cfg.seed) + "\n";
     if (s.in->model.is_text()) {
@@ -373,7 +375,7 @@ void save_checkpoint_async(coord_ptr self, std::string path, std::function<void(
     // A finite loss does not make finite parameters: one huge update can leave NaN or infinity in
     // them (or the optimizer state) before any loss shows it. It must never replace a good file.
     if (auto bad = first_non_finite(ck); !bad.empty())
-      return fail_diverged(self, "the parameters were no longer finite after step " + std::to_string(s.step) + " (" +
+      return fail_diverged(self, "the parameters were no longer finite after step " + std::to_string(s.train.step) + " (" +
                                      bad + " holds NaN or infinity) and were not saved");
     try {
       make_parent_dirs(path);
@@ -382,7 +384,7 @@ void save_checkpoint_async(coord_ptr self, std::string path, std::function<void(
       if (on_write_error) return on_write_error(e.what());
       return fail(self, make_error(fusion_errc::bad_config, std::string("cannot write checkpoint: ") + e.what()));
     }
-    s.last_checkpoint = path + " at step " + std::to_string(s.step);
+    s.train.last_checkpoint = path + " at step " + std::to_string(s.train.step);
     done();
   });
 }
@@ -406,7 +408,7 @@ void load_checkpoint_async(coord_ptr self, std::string path, std::function<void(
   }
   auto all = std::make_shared<named_tensors>(std::make_move_iterator(ck.tensors.begin()),
                                              std::make_move_iterator(ck.tensors.end()));
-  auto ids = st.compute_nodes;
+  auto ids = st.exec.compute_nodes;
   auto prev = st.act;
   st.act = activity::state;
   auto timeout = ms_of(st.in->cfg.step_timeout_s);
@@ -417,28 +419,28 @@ void load_checkpoint_async(coord_ptr self, std::string path, std::function<void(
     named_tensors mine;
     for (auto& kv : *all)
       if (kv.first.rfind(prefix, 0) == 0 && kv.first.find('/', prefix.size()) == std::string::npos) mine.push_back(kv);
-    return self->request(s.actors[ids[i]], timeout, set_state_atom::value, std::move(mine));
+    return self->request(s.exec.actors[ids[i]], timeout, set_state_atom::value, std::move(mine));
   }, [=](std::vector<bool>) {
     self->state.act = prev;
-    self->state.step = static_cast<int64_t>(step);
+    self->state.train.step = static_cast<int64_t>(step);
     done();
   });
 }
 
 void finish_training(coord_ptr self, bool interrupted) {
   auto& st = self->state;
-  st.training_job = false;
+  st.train.training_job = false;
   enter(self, run_phase::ready);
   st.in->result.interrupted = interrupted;
   if (tty(st)) std::fputc('\n', stderr);
   auto complete = [=] {
     auto& s = self->state;
     auto& r = s.in->result;
-    r.seconds = seconds_between(s.train_t0, clock_type::now());
-    r.tokens_per_s = r.seconds > 0 ? static_cast<double>((s.step - s.train_first) * s.in->cfg.batch *
+    r.seconds = seconds_between(s.train.train_t0, clock_type::now());
+    r.tokens_per_s = r.seconds > 0 ? static_cast<double>((s.train.step - s.train.train_first) * s.in->cfg.batch *
                                                          s.in->model.row_items) / r.seconds
                                    : 0;
-    if (s.train_rp.pending()) s.train_rp.deliver(true);
+    if (s.pending.train_rp.pending()) s.pending.train_rp.deliver(true);
   };
   auto checkpoint = [=] {
     auto& s = self->state;
@@ -451,7 +453,7 @@ void finish_training(coord_ptr self, bool interrupted) {
       // ran": a run without a checkpoint would otherwise end "done" with a broken model.
       if (!std::isfinite(v.loss))
         return fail_diverged(self, "the validation loss became " + format_number(v.loss) + " after step " +
-                                       std::to_string(self->state.step));
+                                       std::to_string(self->state.train.step));
       record_eval(self, v);
       checkpoint();
     });
@@ -462,16 +464,16 @@ void finish_training(coord_ptr self, bool interrupted) {
 void write_run_record(coord_ptr self) {
   auto& st = self->state;
   const auto& c = st.in->cfg;
-  if (c.metrics_file.empty() || st.run_record_written) return;
+  if (c.metrics_file.empty() || st.train.run_record_written) return;
   try {
     make_parent_dirs(c.metrics_file);
   } catch (const std::exception&) {
   }
-  st.metrics.open(c.metrics_file, std::ios::app);
-  if (!st.metrics)
+  st.train.metrics.open(c.metrics_file, std::ios::app);
+  if (!st.train.metrics)
     return fail(self, make_error(fusion_errc::bad_config, "cannot open the metrics file " + c.metrics_file +
                                                               " (output.metrics)"));
-  st.run_record_written = true;
+  st.train.run_record_written = true;
   const auto& o = c.optim;
   json cfg = {{"model.file", c.model_file}, {"data.file", c.data_file}, {"data.vocab", c.vocab_file},
               {"data.val-fraction", c.val_fraction}, {"train.batch", c.batch},
@@ -494,7 +496,7 @@ void write_run_record(coord_ptr self) {
   json rec = {{"type", "run"}, {"time", metrics_time()}, {"model", st.in->model.name},
               {"items", st.in->model.is_text() ? "tokens" : "images"},
               {"parameters", st.in->model.param_count()}, {"operators", st.in->model.nodes.size()},
-              {"first_step", st.step}, {"config", cfg}};
+              {"first_step", st.train.step}, {"config", cfg}};
   log_metrics(st, rec.dump());
 }
 

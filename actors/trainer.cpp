@@ -141,11 +141,6 @@ session::impl::impl(train_config c) {
   set_scheduler_policy(sys_cfg, cfg.scheduler.empty() ? (cfg.cluster_file.empty() ? "stealing" : "sharing")
                                                       : cfg.scheduler);
   add_fusion_message_types(sys_cfg);
-  if (const char* x = std::getenv("FUSION_EXP_RELAXED_US")) {  // EXPERIMENT, not to be committed
-    sys_cfg.set("work-stealing.relaxed-sleep-duration", caf::timespan{std::chrono::microseconds(std::atol(x))});
-    if (const char* y = std::getenv("FUSION_EXP_MODERATE_US"))
-      sys_cfg.set("work-stealing.moderate-sleep-duration", caf::timespan{std::chrono::microseconds(std::atol(y))});
-  }
   if (!cfg.cluster_file.empty()) {
     in->cluster = load_cluster(cfg.cluster_file);
     if (!cfg.policy.empty()) {

@@ -111,6 +111,7 @@ std::string step_metrics_line(const step_record& rec, const graph& g, double ela
                   {"tokens_per_s", printed(rec.tokens_per_s, "%.1f")},
                   {"step_s", printed(rec.step_s, "%.4f")},
                   {"predicted_step_s", printed(rec.predicted_step_s, "%.4f")},
+                  {"boundary_s", printed(rec.boundary_s, "%.6f")},
                   {"elapsed_s", printed(elapsed_s, "%.3f")},
                   {"time", time},
                   {"ops", std::move(ops)},

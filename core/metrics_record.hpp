@@ -47,6 +47,9 @@ struct step_record {
   double tokens_per_s = 0; ///< of this step
   double step_s = 0;       ///< wall time of this step, feed to the last optimizer update
   double predicted_step_s = 0; ///< the workload estimator's prediction before the step (0: none)
+  /// Idle time at the step boundary before this step: from the previous step's last optimizer
+  /// reply to this step's first micro-batch fed (0 for the first step of a run).
+  double boundary_s = 0;
   std::vector<op_measurement> ops;     ///< every compute op
   std::vector<edge_measurement> edges; ///< every cross-process edge that carried data
 };
@@ -72,7 +75,7 @@ struct compression_change {
 std::string metrics_time(std::chrono::system_clock::time_point t = std::chrono::system_clock::now());
 
 /// {"type": "step", "step", "loss", "lr", "grad_norm", "tokens_per_s", "step_s",
-/// "predicted_step_s", "elapsed_s", "time", "ops": {OP: {"fwd_ms": [...], "bwd_ms": [...]}},
+/// "predicted_step_s", "boundary_s", "elapsed_s", "time", "ops": {OP: {"fwd_ms": [...], "bwd_ms": [...]}},
 /// "edges": [{"from", "to", "edge": "PRODUCER->CONSUMER", "dir": "fwd"|"bwd", "bytes",
 /// "dense_bytes", "tensors", "seconds", "encode_s", "keep_ratio"}]}, op names from `g` by node
 /// id. `elapsed_s`: seconds of training so far; `time`: metrics_time().

@@ -72,7 +72,7 @@ TEST_CASE("core/metrics_record: a step record with odd op and node names parses 
   CHECK(line.find('\n') == std::string::npos);  // one record, one line
   const json j = json::parse(line);
   CHECK(keys_of(j) == std::vector<std::string>{"type", "step", "loss", "lr", "grad_norm", "tokens_per_s", "step_s",
-                                               "predicted_step_s", "elapsed_s", "time", "ops", "edges"});
+                                               "predicted_step_s", "boundary_s", "elapsed_s", "time", "ops", "edges"});
   CHECK(j["type"] == "step");
   CHECK(j["step"] == 3);
   CHECK(j["loss"].get<double>() == 2.123457);  // %.6f, as the records have always had
