@@ -4,8 +4,8 @@
 // under a step. Timed here (processor time of this process, best and median of --reps runs):
 //   cut DP     scheduler/opfence_cut.cpp alone on random problems of 485 and 800 ops over 48
 //              positions (no skip), and 800 ops over 16 positions with skip
-//   paper-48   opfence_place for gpt2-xl on 48 nodes in three sites (16 each, 10 Gbit/s inside,
-//              400/100/10 Mbit/s between)
+//   paper-48-a/b/c  opfence_place for gpt2-xl on the three 48-GPU topologies of
+//              configs/clusters/paper-48-*.pbtxt (the ones `fusion-cluster plan` predicts)
 //   fences-12  opfence_place for gpt2-xl on 48 single-node sites in 12 groups of 4
 // The targets (the bounds the unit tests once checked): the cut DP under 0.5 s, each whole plan
 // under 2 s. The exit status is 1 when a median misses its target.
@@ -82,20 +82,6 @@ std::string link(const std::string& a, const std::string& b, double mbit) {
   return buf;
 }
 
-// 48 nodes in three sites of 16: A100-, 3090- and CPU-like rates.
-cluster_spec paper_48() {
-  std::string text = "name: \"paper-48\"\nsite { name: \"a\" }\nsite { name: \"b\" }\nsite { name: \"c\" }\n";
-  for (int i = 0; i < 48; ++i) {
-    const char* site = i < 16 ? "a" : i < 32 ? "b" : "c";
-    const char* rates = i < 16   ? "device: \"cuda:0\" gflops: 19500 memory_gib: 40"
-                        : i < 32 ? "device: \"cuda:0\" gflops: 8000 memory_gib: 24"
-                                 : "device: \"cpu\" gflops: 1000 memory_gib: 64";
-    text += "node { name: \"g" + std::to_string(i) + "\" site: \"" + site + "\" " + rates + " }\n";
-  }
-  text += link("a", "b", 400) + link("b", "c", 100) + link("a", "c", 10);
-  return parse_cluster(text, "paper-48.pbtxt");
-}
-
 // 48 single-node sites in 12 groups of 4: 1000 Mbit/s inside a group, 100 / distance between.
 cluster_spec fences_12() {
   std::string text = "name: \"fences-12\"\n", nodes, links;
@@ -154,16 +140,26 @@ int main(int argc, char** argv) {
         0.5, 0);
   }
   struct plan_case {
-    const char* name;
+    std::string name;
     cluster_spec cluster;
   };
-  for (auto& c : {plan_case{"paper-48", paper_48()}, plan_case{"fences-12", fences_12()}}) {
+  std::vector<plan_case> plans;
+  try {
+    for (const char* t : {"a", "b", "c"})
+      plans.push_back({std::string("paper-48-") + t,
+                       load_cluster(std::string(root ? root : ".") + "/configs/clusters/paper-48-" + t + ".pbtxt")});
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "fusion-bench-opfence: %s\n", e.what());
+    return 2;
+  }
+  plans.push_back({"fences-12", fences_12()});
+  for (auto& c : plans) {
     cluster_profile prof = profile_from_cluster(c.cluster);
     prof.micro_batches = 8;
     workload_estimator est(g, c.cluster, prof);
     opfence_report report;
     auto t = time_reps(reps, [&] { opfence_place(est, {}, &report); });
-    row(c.name, "gpt2-xl (" + std::to_string(g.nodes.size()) + " ops), 48 nodes", t, 2.0, report.candidates);
+    row(c.name.c_str(), "gpt2-xl (" + std::to_string(g.nodes.size()) + " ops), 48 nodes", t, 2.0, report.candidates);
   }
   if (missed) std::printf("\na median missed its target\n");
   return missed ? 1 : 0;
