@@ -101,6 +101,11 @@ TEST_CASE("control: the coordinator answers queries in every phase, pause holds 
   CHECK(still["step"].get<int>() == held);  // no step ran while paused
   CHECK(json::parse(s.query("ops"))["ops"].size() > 0);
   CHECK(json::parse(s.query("links"))["edges"].size() > 0);
+  // The paused phase's behavior holds no evaluation, sampling or second training job: the
+  // coordinator's one out-of-phase handler answers them in plain words.
+  CHECK_THROWS_WITH_AS(s.evaluate(), doctest::Contains("cannot evaluate while paused"), std::runtime_error);
+  CHECK_THROWS_WITH_AS(s.sample(5, "In", 1.0, 1), doctest::Contains("cannot sample while paused"), std::runtime_error);
+  CHECK_THROWS_WITH_AS(s.train(), doctest::Contains("cannot train while paused"), std::runtime_error);
   CHECK(json::parse(s.command("resume"))["phase"] == "training");
   trainer.join();
   CHECK(r.steps.size() == 40);
