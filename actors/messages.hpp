@@ -363,7 +363,7 @@ using op_actor = tensor_sink::extend<
     caf::replies_to<export_atom, tensor_sink, uint64_t>::with<state_export>,
     caf::replies_to<import_atom, uint32_t>::with<bool>, caf::replies_to<set_state_atom, named_tensors>::with<bool>>;
 
-// ---- spawning op actors and edge senders (node_atom requests of the coordinator) ----
+// ---- what spawn_atom and edge_atom carry (coordinator -> node) ----
 
 /// Everything an op actor needs to know about its node, independent of the graph object
 /// (so that a node can later be spawned in another process from this description alone).
