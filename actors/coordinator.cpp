@@ -259,7 +259,7 @@ caf::result<welcome_atom, int32_t, uint32_t> on_hello(coord_ptr self, node_hello
                  static_cast<double>(h.memory_bytes) / (1 << 30), h.pid, st.members.joined, cluster.nodes.size());
   if (st.members.joined == cluster.nodes.size()) {
     ++st.timer;
-    // Plan once the welcome went out: the node must know its coordinator before spawn requests.
+    // Plan after this handler returns: the welcome goes out before the first spawn request.
     self->send(self, start_atom::value, true);
   }
   return {welcome_atom::value, static_cast<int32_t>(idx), wire_protocol_version};

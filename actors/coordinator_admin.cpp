@@ -187,8 +187,8 @@ std::string answer_query(coord_ptr self, const std::string& topic, caf::error& e
 std::string status_json(coord_ptr self) {
   auto& st = self->state;
   const auto& cfg = st.in->cfg;
-  double elapsed = st.train.training_job ? seconds_between(st.train.train_t0, clock_type::now()) : 0;
-  double tps = elapsed > 0 ? static_cast<double>((st.train.step - st.train.train_first) * cfg.batch * st.in->model.row_items) / elapsed
+  double elapsed = st.train.training_job ? seconds_between(st.train.t0, clock_type::now()) : 0;
+  double tps = elapsed > 0 ? static_cast<double>((st.train.step - st.train.first_step) * cfg.batch * st.in->model.row_items) / elapsed
                            : 0;
   double eta = tps > 0 ? static_cast<double>(cfg.steps - st.train.step) * cfg.batch * st.in->model.row_items / tps : 0;
   json out = {{"phase", to_string(st.phase)}, {"step", st.train.step}, {"steps", cfg.steps},

@@ -41,7 +41,6 @@ enum class activity : uint8_t { idle, joining, profiling, wiring, step, optimize
 
 /// The step in flight: its bookkeeping (core/step_machine.hpp), its batch and its record.
 struct step_ctx {
-  uint64_t s = 0;
   clock_type::time_point t0;
   step_machine machine;
   std::vector<tensor> batch;         // one per feed, kept while micro-batches are fed one by one
@@ -100,9 +99,9 @@ struct training_state {
   pass_ctx pass;
   std::function<void()> after_pass;             // continuation once a pass or transfer ends
   step_record last;                             // the last finished step
-  clock_type::time_point train_t0;
+  clock_type::time_point t0;                    // when the training job began
   clock_type::time_point last_stepped;          // the last optimizer reply of the last step
-  int64_t train_first = 0;
+  int64_t first_step = 0;                       // the step it began at
   bool training_job = false;                    // a train_atom is being served
   bool stop_requested = false, pause_requested = false, rewire_requested = false;
   clock_type::time_point stop_deadline;

@@ -127,7 +127,7 @@ void optimizer_step(coord_ptr self) {
   arm_timeout(self, st.in->cfg.step_timeout_s);
   auto failed = std::make_shared<bool>(false);
   for (int id : st.exec.compute_nodes)
-    self->request(st.exec.actors[id], caf::infinite, step_atom::value, c.s, rec.lr, scale)
+    self->request(st.exec.actors[id], caf::infinite, step_atom::value, c.machine.step(), rec.lr, scale)
         .then(
             [=](stepped_atom, int32_t) {
               auto& s = self->state;
@@ -157,8 +157,8 @@ void end_step(coord_ptr self, step_record rec) {
   adapt_compression(self);
   maybe_reschedule(self);
   const int64_t tokens_per_step = cfg.batch * st.in->model.row_items;
-  double elapsed = seconds_between(st.train.train_t0, clock_type::now());
-  double avg_tps = static_cast<double>((st.train.step - st.train.train_first) * tokens_per_step) / std::max(elapsed, 1e-9);
+  double elapsed = seconds_between(st.train.t0, clock_type::now());
+  double avg_tps = static_cast<double>((st.train.step - st.train.first_step) * tokens_per_step) / std::max(elapsed, 1e-9);
   if (st.train.metrics.is_open()) log_metrics(st, step_metrics_line(rec, st.in->model, elapsed, metrics_time()));
   if (cfg.progress && (tty(st) || st.train.step % std::max<int64_t>(1, cfg.log_every) == 0 || st.train.step == cfg.steps)) {
     double eta = static_cast<double>(cfg.steps - st.train.step) * tokens_per_step / std::max(avg_tps, 1e-9);
@@ -222,8 +222,8 @@ void begin_training(coord_ptr self) {
   s.train.training_job = true;
   enter(self, run_phase::training);
   s.in->result = train_result{};
-  s.train.train_t0 = clock_type::now();
-  s.train.train_first = s.train.step;
+  s.train.t0 = clock_type::now();
+  s.train.first_step = s.train.step;
   write_run_record(self);
   begin_step(self);
 }
@@ -260,15 +260,14 @@ void begin_step(coord_ptr self) {
   const int64_t B = cfg.batch, M = cfg.micro_batches;
   st.train.cur.emplace();
   auto& c = *st.train.cur;
-  c.s = static_cast<uint64_t>(st.train.step);
-  c.machine.begin(c.s, static_cast<size_t>(M), st.exec.compute_nodes, st.in->model.nodes.size());
+  c.machine.begin(static_cast<uint64_t>(st.train.step), static_cast<size_t>(M), st.exec.compute_nodes, st.in->model.nodes.size());
   // The feed interval below is the one this prediction simulated.
   const step_estimate predicted = predict_step(self);
   c.rec.predicted_step_s = predicted.step_s;
   c.t0 = clock_type::now();
   c.batch = make_batch(st, B);
   try {
-    st.in->data->train_batch(cfg.seed, c.s, tensor_pointers(c.batch));
+    st.in->data->train_batch(cfg.seed, c.machine.step(), tensor_pointers(c.batch));
   } catch (const std::exception& e) {
     return fail(self, make_error(fusion_errc::bad_config, e.what()));
   }
@@ -279,17 +278,17 @@ void begin_step(coord_ptr self) {
   // next and the stages overlap like a pipeline. Losses do not depend on it: every op actor
   // still sees the micro-batches in order.
   const double interval = predicted.feed_interval_s;
-  if (st.train.step > st.train.train_first) c.rec.boundary_s = seconds_between(st.train.last_stepped, clock_type::now());
-  if (interval <= 0 || M == 1) return feed(self, c.s, pass_mode::train, c.batch, st.exec.micro_rows);
-  feed(self, c.s, pass_mode::train, c.batch, st.exec.micro_rows, 0, 1);
+  if (st.train.step > st.train.first_step) c.rec.boundary_s = seconds_between(st.train.last_stepped, clock_type::now());
+  if (interval <= 0 || M == 1) return feed(self, c.machine.step(), pass_mode::train, c.batch, st.exec.micro_rows);
+  feed(self, c.machine.step(), pass_mode::train, c.batch, st.exec.micro_rows, 0, 1);
   for (int64_t mb = 1; mb < M; ++mb)
     self->delayed_send(self, std::chrono::microseconds(static_cast<int64_t>(interval * 1e6 * static_cast<double>(mb))),
-                       feed_atom::value, c.s, static_cast<uint32_t>(mb));
+                       feed_atom::value, c.machine.step(), static_cast<uint32_t>(mb));
 }
 
 void on_feed(coord_ptr self, uint64_t s, uint32_t mb) {
   auto& st = self->state;
-  if (st.act != activity::step || !st.train.cur || st.train.cur->s != s) return;  // the step failed or was abandoned
+  if (st.act != activity::step || !st.train.cur || st.train.cur->machine.step() != s) return;  // the step failed or was abandoned
   feed(self, s, pass_mode::train, st.train.cur->batch, st.exec.micro_rows, mb, mb + 1);
 }
 
@@ -436,8 +435,8 @@ void finish_training(coord_ptr self, bool interrupted) {
   auto complete = [=] {
     auto& s = self->state;
     auto& r = s.in->result;
-    r.seconds = seconds_between(s.train.train_t0, clock_type::now());
-    r.tokens_per_s = r.seconds > 0 ? static_cast<double>((s.train.step - s.train.train_first) * s.in->cfg.batch *
+    r.seconds = seconds_between(s.train.t0, clock_type::now());
+    r.tokens_per_s = r.seconds > 0 ? static_cast<double>((s.train.step - s.train.first_step) * s.in->cfg.batch *
                                                          s.in->model.row_items) / r.seconds
                                    : 0;
     if (s.pending.train_rp.pending()) s.pending.train_rp.deliver(true);

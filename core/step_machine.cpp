@@ -72,13 +72,4 @@ std::vector<int> step_machine::waiting_for_grads() const {
   return out;
 }
 
-const char* to_string(step_machine::stage s) {
-  switch (s) {
-    case step_machine::stage::idle: return "idle";
-    case step_machine::stage::forward_backward: return "forward_backward";
-    case step_machine::stage::update: return "update";
-  }
-  return "?";
-}
-
 }  // namespace fusion

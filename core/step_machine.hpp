@@ -71,7 +71,4 @@ class step_machine {
   size_t n_loss_ = 0, n_grads_ = 0, updates_left_ = 0;
 };
 
-/// "forward_backward", ...
-const char* to_string(step_machine::stage s);
-
 }  // namespace fusion
