@@ -106,7 +106,7 @@ void create_edges(coord_ptr self, std::vector<plan_edge> add, std::function<void
     auto& s = self->state;
     const auto& e = (*edges)[i];
     const auto& peer = s.members.hellos[e.to];
-    return self->request(s.members.nodes[e.from], timeout, edge_atom::value, e.id, s.members.nodes[e.to], ec,
+    return self->request(s.members.nodes[e.from], timeout, edge_atom::value, e.id, node_inbox{s.members.nodes[e.to]}, ec,
                          tcp ? peer.host : std::string{}, tcp ? peer.data_port : uint16_t{0}, peer.name, e.setting);
   }, [=](std::vector<edge_sender_actor> made) {
     auto& s = self->state;
@@ -227,7 +227,7 @@ static std::string check_node_proof(coordinator_state& st, const node_hello& h) 
   return {};
 }
 
-caf::result<welcome_atom, int32_t, uint32_t> on_hello(coord_ptr self, node_hello& h, caf::actor& node) {
+caf::result<welcome_atom, int32_t, uint32_t> on_hello(coord_ptr self, node_hello& h, node_actor& node) {
   auto& st = self->state;
   const auto& cluster = st.in->cluster;
   std::string why;
@@ -303,7 +303,7 @@ void begin_join(coord_ptr self) {
   if (!bound)
     return fail(self, make_error(fusion_errc::bad_config, "cannot listen for nodes on " + host + ":" +
                                                               std::to_string(port) + ": " + describe(bound.error())));
-  st.members.nodes.assign(cluster.nodes.size(), caf::actor{});
+  st.members.nodes.assign(cluster.nodes.size(), node_actor{});
   st.members.hellos.assign(cluster.nodes.size(), {});
   st.members.node_state.assign(cluster.nodes.size(), "waiting");
   st.act = activity::joining;
@@ -373,7 +373,7 @@ void shutdown_nodes(coord_ptr self, std::function<void()> done) {
   for (auto& a : st.exec.actors)
     if (a && !cluster_mode(st)) self->send_exit(a, caf::exit_reason::user_shutdown);
   if (st.admin) self->send_exit(st.admin, caf::exit_reason::user_shutdown);
-  std::vector<caf::actor> live;
+  std::vector<node_actor> live;
   for (auto& n : st.members.nodes)
     if (n) live.push_back(n);
   if (live.empty()) return done();
@@ -449,8 +449,8 @@ caf::behavior coordinator_fn(coord_ptr self, std::shared_ptr<run_inputs> in) {
 
 }  // namespace
 
-caf::actor spawn_coordinator(caf::actor_system& sys, std::shared_ptr<run_inputs> inputs) {
-  return sys.spawn(coordinator_fn, std::move(inputs));
+coordinator_session spawn_coordinator(caf::actor_system& sys, std::shared_ptr<run_inputs> inputs) {
+  return caf::actor_cast<coordinator_session>(sys.spawn(coordinator_fn, std::move(inputs)));
 }
 
 }  // namespace fusion

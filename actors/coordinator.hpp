@@ -31,11 +31,13 @@
 
 #include <memory>
 
+#include "actors/messages.hpp"
 #include "actors/run_inputs.hpp"
 
 namespace fusion {
 
-/// Spawns the coordinator of a run (nothing happens before start_atom).
-caf::actor spawn_coordinator(caf::actor_system& sys, std::shared_ptr<run_inputs> inputs);
+/// Spawns the coordinator of a run (nothing happens before start_atom) and returns the handle its
+/// session uses (a typed view: the compiler checks every session request and its answer).
+coordinator_session spawn_coordinator(caf::actor_system& sys, std::shared_ptr<run_inputs> inputs);
 
 }  // namespace fusion

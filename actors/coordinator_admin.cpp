@@ -42,7 +42,7 @@ caf::error not_logged_in() {
                     "this admin shell has not logged in with the admin certificate (admin.pem; security.certs)");
 }
 
-admin_actor::behavior_type admin_fn(admin_actor::pointer self, caf::actor coordinator,
+admin_actor::behavior_type admin_fn(admin_actor::pointer self, coordinator_session coordinator,
                                     std::shared_ptr<admin_state> st) {
   return {
       [=](query_atom, std::string& topic) -> caf::result<std::string> {
@@ -96,7 +96,7 @@ void publish_admin(coord_ptr self) {
   if (st.in->cfg.admin_port == 0 && !st.in->cfg.on_admin_listening) return;
   auto admin_st = std::make_shared<admin_state>();
   admin_st->creds = st.in->cfg.credentials;
-  auto admin = self->system().spawn(admin_fn, caf::actor_cast<caf::actor>(self), admin_st);
+  auto admin = self->system().spawn(admin_fn, caf::actor_cast<coordinator_session>(self), admin_st);
   st.admin = caf::actor_cast<caf::actor>(admin);
   auto bound = publish_actor(admin, st.in->cfg.admin_port, st.in->cfg.admin_host, admin_st->creds != nullptr);
   if (!bound)

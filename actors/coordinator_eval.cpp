@@ -9,6 +9,52 @@
 
 namespace fusion {
 
+namespace {
+
+// Feeds evaluation batch pass.index, or ends the pass when every batch is in.
+void next_eval_batch(coord_ptr self) {
+  auto& s = self->state;
+  auto& p = s.train.pass;
+  const int64_t B = s.in->cfg.batch, M = s.in->cfg.micro_batches;
+  if (p.index == p.count) {
+    s.act = p.resume_as;
+    ++s.timer;
+    eval_result r;
+    r.loss = p.total / static_cast<double>(p.count * M);
+    const auto names = s.in->model.nodes[s.in->model.loss_node].impl->metric_names();
+    for (size_t k = 0; k < names.size() && 2 * k + 1 < p.metrics.size(); ++k)
+      if (names[k] == "accuracy" && p.metrics[2 * k + 1] > 0) r.accuracy = p.metrics[2 * k] / p.metrics[2 * k + 1];
+    auto done = std::move(p.eval_done);  // it may start another pass
+    return done(r);
+  }
+  std::vector<tensor> rows = make_batch(s, B);
+  s.in->data->eval_batch(p.index, tensor_pointers(rows));
+  p.losses.assign(M, NAN);
+  p.got = 0;
+  arm_timeout(self, s.in->cfg.step_timeout_s);
+  feed(self, static_cast<uint64_t>(s.train.step), pass_mode::eval, rows, s.exec.micro_rows);
+}
+
+// Feeds the sampling window for character pass.index, or ends the pass.
+void next_sample(coord_ptr self) {
+  auto& s = self->state;
+  auto& p = s.train.pass;
+  if (p.index == p.count) {
+    s.act = activity::idle;
+    ++s.timer;
+    auto done = std::move(p.sample_done);
+    return done(std::move(p.text));
+  }
+  const int64_t T = s.in->model.context;
+  int64_t t = std::min<int64_t>(T, static_cast<int64_t>(p.context.size()));
+  std::vector<int32_t> window(p.context.end() - t, p.context.end());
+  p.got = static_cast<size_t>(t);  // the window length, read back in on_output
+  arm_timeout(self, s.in->cfg.step_timeout_s);
+  feed(self, static_cast<uint64_t>(s.train.step), pass_mode::infer, {tensor::from_i32({1, t}, window)}, 1);
+}
+
+}  // namespace
+
 void begin_eval(coord_ptr self, std::function<void(eval_result)> done) {
   auto& st = self->state;
   const int64_t B = st.in->cfg.batch;
@@ -19,40 +65,17 @@ void begin_eval(coord_ptr self, std::function<void(eval_result)> done) {
     st.train.pass.count = 0;  // the session checked this before training; a caller asking anyway gets NaN
   }
   if (st.train.pass.count <= 0) return done({});
-  auto prev = st.act;
-  // The continuation holds the pass; the pass holds itself only weakly, or the two would keep
-  // each other alive after the pass (LeakSanitizer, scripts/sanitize.sh).
-  auto batch = std::make_shared<std::function<void()>>();
-  std::weak_ptr<std::function<void()>> weak_batch = batch;
-  *batch = [=] {
-    auto& s = self->state;
-    const int64_t BB = s.in->cfg.batch, M = s.in->cfg.micro_batches;
-    if (s.train.pass.index == s.train.pass.count) {
-      s.act = prev;
-      ++s.timer;
-      eval_result r;
-      r.loss = s.train.pass.total / static_cast<double>(s.train.pass.count * M);
-      const auto names = s.in->model.nodes[s.in->model.loss_node].impl->metric_names();
-      for (size_t k = 0; k < names.size() && 2 * k + 1 < s.train.pass.metrics.size(); ++k)
-        if (names[k] == "accuracy" && s.train.pass.metrics[2 * k + 1] > 0)
-          r.accuracy = s.train.pass.metrics[2 * k] / s.train.pass.metrics[2 * k + 1];
-      return done(r);
-    }
-    std::vector<tensor> rows = make_batch(s, BB);
-    s.in->data->eval_batch(s.train.pass.index, tensor_pointers(rows));
-    s.train.pass.losses.assign(M, NAN);
-    s.train.pass.got = 0;
-    s.train.after_pass = [=, batch = weak_batch.lock()] {
-      auto& s2 = self->state;
-      for (double l : s2.train.pass.losses) s2.train.pass.total += l;
-      ++s2.train.pass.index;
-      (*batch)();
-    };
-    arm_timeout(self, s.in->cfg.step_timeout_s);
-    feed(self, static_cast<uint64_t>(s.train.step), pass_mode::eval, rows, s.exec.micro_rows);
-  };
+  st.train.pass.resume_as = st.act;
+  st.train.pass.eval_done = std::move(done);
   st.act = activity::eval;
-  (*batch)();
+  next_eval_batch(self);
+}
+
+void end_eval_batch(coord_ptr self) {
+  auto& p = self->state.train.pass;
+  for (double l : p.losses) p.total += l;
+  ++p.index;
+  next_eval_batch(self);
 }
 
 void begin_sample(coord_ptr self, int count, std::string prompt, double temperature, uint64_t seed,
@@ -62,27 +85,10 @@ void begin_sample(coord_ptr self, int count, std::string prompt, double temperat
   st.train.pass.count = count;
   st.train.pass.temperature = temperature;
   st.train.pass.context = st.in->tokenizer.encode(prompt.empty() ? std::string("\n") : prompt);
+  st.train.pass.sample_done = std::move(done);
   st.train.sample_rng.seed(seed);
   st.act = activity::sample;
-  // As in begin_eval: only the continuation holds the pass strongly.
-  auto next = std::make_shared<std::function<void()>>();
-  std::weak_ptr<std::function<void()>> weak_next = next;
-  *next = [=] {
-    auto& s = self->state;
-    if (s.train.pass.index == s.train.pass.count) {
-      s.act = activity::idle;
-      ++s.timer;
-      return done(std::move(s.train.pass.text));
-    }
-    const int64_t T = s.in->model.context;
-    int64_t t = std::min<int64_t>(T, static_cast<int64_t>(s.train.pass.context.size()));
-    std::vector<int32_t> window(s.train.pass.context.end() - t, s.train.pass.context.end());
-    s.train.pass.got = static_cast<size_t>(t);  // the window length, read back in on_output
-    s.train.after_pass = [next = weak_next.lock()] { (*next)(); };
-    arm_timeout(self, s.in->cfg.step_timeout_s);
-    feed(self, static_cast<uint64_t>(s.train.step), pass_mode::infer, {tensor::from_i32({1, t}, window)}, 1);
-  };
-  (*next)();
+  next_sample(self);
 }
 
 void on_output(coord_ptr self, tensor& logits) {
@@ -104,7 +110,7 @@ void on_output(coord_ptr self, tensor& logits) {
   p.context.push_back(next);
   p.text += st.in->tokenizer.decode(std::span<const int32_t>(&p.context.back(), 1));
   ++p.index;
-  std::function<void()>(st.train.after_pass)();  // a copy: it installs the next continuation
+  next_sample(self);
 }
 
 }  // namespace fusion

@@ -42,7 +42,7 @@ caf::result<caf::message> out_of_phase(coord_ptr self, caf::message_view& x) {
   if (element == nullptr || !element->mid.is_request()) return caf::delegated<caf::message>{};
   const auto phase = to_string(self->state.phase);
   auto msg = x.copy_content_to_message();
-  if (msg.match_elements<hello_atom, node_hello, caf::actor>()) {
+  if (msg.match_elements<hello_atom, node_hello, node_actor>()) {
     const auto why = "node '" + msg.get_as<node_hello>(1).name + "' comes too late: the run is " + phase;
     std::fprintf(stderr, "fusion-train: refused a node: %s\n", why.c_str());
     return make_error(fusion_errc::refused, why);
@@ -122,7 +122,7 @@ caf::message_handler joining(coord_ptr self) {
         return s.pending.start_rp;
       },
       [=](start_atom, bool) { plan_and_wire(self); },  // every node has joined
-      [=](hello_atom, node_hello& h, caf::actor& node) { return on_hello(self, h, node); },
+      [=](hello_atom, node_hello& h, node_actor& node) { return on_hello(self, h, node); },
   };
 }
 

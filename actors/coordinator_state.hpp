@@ -37,7 +37,9 @@ namespace fusion {
 using clock_type = std::chrono::steady_clock;
 
 /// What the coordinator is waiting for, so that a timeout or a stray message is judged right.
-enum class activity : uint8_t { idle, joining, profiling, wiring, step, optimizer, polling, eval, sample, state, migrating };
+// `step`: a training step is in flight; which part of it (forward/backward or the update) is its
+// step machine's stage (core/step_machine.hpp), not a second copy here.
+enum class activity : uint8_t { idle, joining, profiling, wiring, step, polling, eval, sample, state, migrating };
 
 /// The step in flight: its bookkeeping (core/step_machine.hpp), its batch and its record.
 struct step_ctx {
@@ -47,7 +49,8 @@ struct step_ctx {
   step_record rec;
 };
 
-/// An evaluation or sampling pass in flight.
+/// An evaluation or sampling pass in flight: one batch (eval) or one character (sample) at a
+/// time; on_loss and on_output move it on, and it ends by answering whoever asked for it.
 struct pass_ctx {
   int64_t index = 0, count = 0;     // eval: batch index and count; sample: characters
   double total = 0;
@@ -58,7 +61,9 @@ struct pass_ctx {
   std::string text;                  // sample
   std::string prompt;
   double temperature = 0;
-  std::mt19937_64* rng = nullptr;
+  activity resume_as = activity::idle;             // eval: what the coordinator did before the pass
+  std::function<void(eval_result)> eval_done;      // who asked: the session, or the training loop
+  std::function<void(std::string)> sample_done;
 };
 
 /// Work an admin command asked for while a step ran, done at the next step boundary.
@@ -71,7 +76,7 @@ struct migration_ctx;
 
 /// Who takes part (cluster mode): the nodes of the cluster file by index.
 struct membership_state {
-  std::vector<caf::actor> nodes;                // null: not joined, or gone
+  std::vector<node_actor> nodes;                // null: not joined, or gone
   std::vector<node_hello> hellos;
   std::vector<std::string> node_state;          // "waiting", "joined", "lost", "exited"
   size_t joined = 0;
@@ -97,7 +102,6 @@ struct training_state {
   int64_t step = 0;
   std::optional<step_ctx> cur;
   pass_ctx pass;
-  std::function<void()> after_pass;             // continuation once a pass or transfer ends
   step_record last;                             // the last finished step
   clock_type::time_point t0;                    // when the training job began
   clock_type::time_point last_stepped;          // the last optimizer reply of the last step
@@ -174,7 +178,7 @@ void join_timed_out(coord_ptr self);
 /// Every node has joined (or one process): profile, place, spawn and wire, then ready.
 void plan_and_wire(coord_ptr self);
 /// A node's hello: welcomed with its index, or refused saying why.
-caf::result<welcome_atom, int32_t, uint32_t> on_hello(coord_ptr self, node_hello& h, caf::actor& node);
+caf::result<welcome_atom, int32_t, uint32_t> on_hello(coord_ptr self, node_hello& h, node_actor& node);
 /// Admin queries and commands only from this process (the admin actor, the session).
 caf::error local_only(coord_ptr self, const char* what);
 void arm_timeout(coord_ptr self, double seconds);
@@ -203,6 +207,8 @@ void on_grads(coord_ptr self, uint64_t s, int32_t id, double sq, std::vector<dou
 void on_output(coord_ptr self, tensor& logits);
 void on_step_timeout(coord_ptr self);
 void begin_eval(coord_ptr self, std::function<void(eval_result)> done);
+/// Every micro-batch loss of the evaluation batch in flight is in: sums it, feeds the next.
+void end_eval_batch(coord_ptr self);
 /// A batch of `rows` rows: one tensor per feed of the model, shaped like its input with `rows` in
 /// place of the micro-batch size (contents undefined).
 std::vector<tensor> make_batch(const coordinator_state& st, int64_t rows);

@@ -76,7 +76,7 @@ void record_eval(coord_ptr self, eval_result v) {
 // Edge traffic of the step that just ended, from every node, then end_step.
 void poll_traffic(coord_ptr self, step_record rec) {
   auto& st = self->state;
-  std::vector<caf::actor> live;
+  std::vector<node_actor> live;
   for (auto& n : st.members.nodes)
     if (n) live.push_back(n);
   st.act = activity::polling;
@@ -118,7 +118,6 @@ void optimizer_step(coord_ptr self) {
     return fail_diverged(self, what + " at step " + std::to_string(st.train.step + 1));
   }
   float scale = clip_scale(rec.grad_norm, st.in->cfg.optim.grad_clip);
-  st.act = activity::optimizer;
   c.machine.begin_update();
   // One timeout for the update (on_step_timeout) instead of one per request: CAF 0.17 keeps a
   // request's timeout in the actor clock until it expires, answered or not, so a timeout on each
@@ -288,7 +287,10 @@ void begin_step(coord_ptr self) {
 
 void on_feed(coord_ptr self, uint64_t s, uint32_t mb) {
   auto& st = self->state;
-  if (st.act != activity::step || !st.train.cur || st.train.cur->machine.step() != s) return;  // the step failed or was abandoned
+  // The step failed or was abandoned, or (a feed can never trail its own loss) the update began.
+  if (st.act != activity::step || !st.train.cur || st.train.cur->machine.step() != s ||
+      st.train.cur->machine.current() != step_machine::stage::forward_backward)
+    return;
   feed(self, s, pass_mode::train, st.train.cur->batch, st.exec.micro_rows, mb, mb + 1);
 }
 
@@ -299,8 +301,7 @@ void on_loss(coord_ptr self, uint64_t s, uint32_t mb, double loss, const std::ve
     st.train.pass.losses[mb] = loss;
     if (st.train.pass.metrics.size() < metrics.size()) st.train.pass.metrics.resize(metrics.size(), 0.0);
     for (size_t i = 0; i < metrics.size(); ++i) st.train.pass.metrics[i] += metrics[i];
-    // A copy: the continuation installs the next one in st.train.after_pass while it runs.
-    if (++st.train.pass.got == st.train.pass.losses.size()) std::function<void()>(st.train.after_pass)();
+    if (++st.train.pass.got == st.train.pass.losses.size()) end_eval_batch(self);
     return;
   }
   if (st.act != activity::step || !st.train.cur) return;
@@ -320,7 +321,10 @@ void on_grads(coord_ptr self, uint64_t s, int32_t id, double sq, std::vector<dou
 void on_step_timeout(coord_ptr self) {
   auto& st = self->state;
   std::string what;
-  if (st.act == activity::step && st.train.cur) {
+  if (st.act == activity::step && st.train.cur && st.train.cur->machine.current() == step_machine::stage::update) {
+    what = "the optimizer update of step " + std::to_string(st.train.step + 1) + " on every op actor (" +
+           std::to_string(st.train.cur->machine.updates_left()) + " not answered)";
+  } else if (st.act == activity::step && st.train.cur) {
     // What is missing points at the stuck edge or node.
     const auto& m = st.train.cur->machine;
     what = "forward/backward of step " + std::to_string(st.train.step + 1) + " (losses " + std::to_string(m.losses_in()) +
@@ -329,8 +333,6 @@ void on_step_timeout(coord_ptr self) {
     for (int id : m.waiting_for_grads())
       if (listed++ < 8) what += " " + st.in->model.nodes[id].name;
     what += listed > 8 ? " ...)" : ")";
-  } else if (st.act == activity::optimizer) {
-    what = "the optimizer update of step " + std::to_string(st.train.step + 1) + " on every op actor";
   } else if (st.act == activity::polling) {
     what = "the nodes' traffic counters after step " + std::to_string(st.train.step);
   } else if (st.act == activity::eval) {

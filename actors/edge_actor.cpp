@@ -146,13 +146,13 @@ void acknowledge(edge_ptr self, uint32_t n) {
   pump(self);
 }
 
-edge_sender_actor::behavior_type edge_sender_fn(edge_ptr self, uint64_t edge, caf::actor peer, edge_config cfg, caf::actor reporter,
+edge_sender_actor::behavior_type edge_sender_fn(edge_ptr self, uint64_t edge, node_inbox peer, edge_config cfg, node_inbox reporter,
                              std::shared_ptr<data_link> link, codec_settings codec) {
   auto& st = self->state;
   st.encoder.set(codec);
   st.edge = edge;
-  st.peer = caf::actor_cast<node_inbox>(peer);
-  st.reporter = caf::actor_cast<node_inbox>(reporter);
+  st.peer = std::move(peer);
+  st.reporter = std::move(reporter);
   st.cfg = cfg.clamped();
   st.link = std::move(link);
   return {
@@ -180,8 +180,8 @@ edge_sender_actor::behavior_type edge_sender_fn(edge_ptr self, uint64_t edge, ca
 
 }  // namespace
 
-edge_sender_actor spawn_edge_sender(caf::actor_system& sys, uint64_t edge, caf::actor peer, edge_config cfg,
-                             caf::actor reporter, std::shared_ptr<data_link> link, codec_settings codec) {
+edge_sender_actor spawn_edge_sender(caf::actor_system& sys, uint64_t edge, node_inbox peer, edge_config cfg,
+                                    node_inbox reporter, std::shared_ptr<data_link> link, codec_settings codec) {
   return sys.spawn(edge_sender_fn, edge, std::move(peer), cfg, std::move(reporter), std::move(link), codec);
 }
 

@@ -37,8 +37,8 @@ class data_link {
 /// wire_atom messages, or through `link` when it is set. Completed tensors are reported to
 /// `reporter` as stats_atom(edge_stat); errors as fail_atom(caf::error). `codec` says how
 /// tensors are encoded (none: raw bytes).
-edge_sender_actor spawn_edge_sender(caf::actor_system& sys, uint64_t edge, caf::actor peer, edge_config cfg,
-                                    caf::actor reporter, std::shared_ptr<data_link> link = nullptr,
+edge_sender_actor spawn_edge_sender(caf::actor_system& sys, uint64_t edge, node_inbox peer, edge_config cfg,
+                                    node_inbox reporter, std::shared_ptr<data_link> link = nullptr,
                                     codec_settings codec = {});
 
 }  // namespace fusion

@@ -12,6 +12,7 @@ void add_fusion_message_types(caf::actor_system_config& cfg) {
   cfg.add_message_type<op_reporter>("fusion.op_reporter");
   cfg.add_message_type<edge_sender_actor>("fusion.edge_sender_actor");
   cfg.add_message_type<node_inbox>("fusion.node_inbox");
+  cfg.add_message_type<node_actor>("fusion.node_actor");
   cfg.add_message_type<std::vector<double>>("fusion.f64_list");
   cfg.add_message_type<security::proof>("fusion.proof");
   cfg.add_message_type<node_hello>("fusion.node_hello");

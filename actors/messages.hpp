@@ -432,6 +432,51 @@ using admin_actor = caf::typed_actor<caf::replies_to<query_atom, std::string>::w
                                      caf::replies_to<challenge_atom, std::string>::with<std::string, security::proof>,
                                      caf::replies_to<login_atom, security::proof>::with<std::string>>;
 
+// ---- the node and the coordinator as their peers see them ----
+
+/// A node actor (actors/node_actor.hpp), one per fusion-node process: the node_inbox of edge
+/// senders plus what fusion-node, its data channel and the coordinator ask of it.
+///   coordinator_atom(coordinator) -> true        from fusion-node, before its hello; the node
+///                                                reports failures to it and stops when it is gone
+///   spawn_atom(spec, run) -> op actor;  retire_atom(op) -> whether the node hosted it
+///   edge_atom(edge, receiving node, flow, host, data port, peer node name, codec) -> edge sender
+///   route_atom(edge, target, sender), unroute_atom(edge), drop_atom(edge) -> true
+///   profile_atom(op signatures) -> device_timing
+///   probe_atom(peer, host, data port, warm-up ms, window ms) -> (Mbit/s, round trip s)
+///   wire_atom(why, stray)                        a chunk its data channel refused
+///   stats_atom -> node_stats (edge traffic since the last poll);  shutdown_atom -> true
+using node_actor = node_inbox::extend<
+    caf::replies_to<coordinator_atom, op_reporter>::with<bool>,
+    caf::replies_to<spawn_atom, node_spec, actor_run_params>::with<op_actor>,
+    caf::replies_to<retire_atom, op_actor>::with<bool>,
+    caf::replies_to<edge_atom, uint64_t, node_inbox, edge_config, std::string, uint16_t, std::string,
+                    codec_settings>::with<edge_sender_actor>,
+    caf::replies_to<route_atom, uint64_t, tensor_sink, edge_sender_actor>::with<bool>,
+    caf::replies_to<unroute_atom, uint64_t>::with<bool>, caf::replies_to<drop_atom, uint64_t>::with<bool>,
+    caf::replies_to<profile_atom, std::vector<op_signature>>::with<device_timing>,
+    caf::replies_to<probe_atom, std::string, std::string, uint16_t, uint32_t, uint32_t>::with<double, double>,
+    caf::reacts_to<wire_atom, std::string, bool>, caf::replies_to<stats_atom>::with<node_stats>,
+    caf::replies_to<shutdown_atom>::with<bool>>;
+
+/// The coordinator as a joining node sees it: challenge_atom(nonce) -> (nonce, proof) when the
+/// run is secured, then hello_atom(hello, node actor) -> welcome_atom(index, protocol version).
+/// A typed view, like op_reporter (the coordinator's behavior changes with its phase).
+using coordinator_hub =
+    caf::typed_actor<caf::replies_to<challenge_atom, std::string>::with<std::string, security::proof>,
+                     caf::replies_to<hello_atom, node_hello, node_actor>::with<welcome_atom, int32_t, uint32_t>>;
+
+/// The coordinator as its session (actors/trainer.hpp, the blocking face of a run) sees it:
+/// one request per session call, each answered once the work behind it is done, or with an
+/// error (wrong_phase when the run is in no state for it).
+using coordinator_session = caf::typed_actor<
+    caf::replies_to<start_atom>::with<bool>, caf::replies_to<train_atom>::with<bool>,
+    caf::replies_to<eval_atom>::with<std::vector<double>>,
+    caf::replies_to<sample_atom, int32_t, std::string, double, uint64_t>::with<std::string>,
+    caf::replies_to<save_atom, std::string>::with<bool>, caf::replies_to<load_atom, std::string>::with<bool>,
+    caf::replies_to<rewire_atom>::with<bool>, caf::replies_to<query_atom, std::string>::with<std::string>,
+    caf::replies_to<command_atom, std::string, std::vector<std::string>>::with<std::string>,
+    caf::replies_to<shutdown_atom>::with<bool>>;
+
 /// Registers every message type above with an actor system config (same names on every node).
 void add_fusion_message_types(caf::actor_system_config& cfg);
 

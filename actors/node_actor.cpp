@@ -23,7 +23,7 @@ namespace {
 struct node_state {
   node_identity id;
   std::shared_ptr<std::atomic<int>> exit_code;
-  caf::actor coordinator;
+  op_reporter coordinator;                                  // failures go there
   std::vector<op_actor> hosted;                             // op actors
   std::map<uint64_t, edge_sender_actor> senders;            // edge senders by edge id
   std::shared_ptr<route_table> routes;
@@ -36,7 +36,7 @@ struct node_state {
   static inline const char* name = "node_actor";
 };
 
-using node_ptr = caf::stateful_actor<node_state>*;
+using node_ptr = node_actor::stateful_pointer<node_state>;
 
 void stop_hosted(node_ptr self) {
   for (auto& a : self->state.hosted) self->send_exit(a, caf::exit_reason::user_shutdown);
@@ -136,8 +136,8 @@ caf::behavior measure_worker(caf::event_based_actor* self, node_identity id) {
   };
 }
 
-caf::behavior node_actor_fn(node_ptr self, node_identity id, std::shared_ptr<std::atomic<int>> exit_code,
-                           std::shared_ptr<route_table> routes) {
+node_actor::behavior_type node_actor_fn(node_ptr self, node_identity id, std::shared_ptr<std::atomic<int>> exit_code,
+                                        std::shared_ptr<route_table> routes) {
   self->state.id = std::move(id);
   self->state.routes = std::move(routes);
   self->state.exit_code = std::move(exit_code);
@@ -153,7 +153,7 @@ caf::behavior node_actor_fn(node_ptr self, node_identity id, std::shared_ptr<std
   });
   return {
       // Sent by fusion-node before its hello (apps/fusion_node.cpp says why).
-      [=](coordinator_atom, caf::actor& coordinator) {
+      [=](coordinator_atom, op_reporter& coordinator) {
         auto& st = self->state;
         if (st.coordinator) self->demonitor(st.coordinator.address());
         st.coordinator = coordinator;
@@ -178,7 +178,7 @@ caf::behavior node_actor_fn(node_ptr self, node_identity id, std::shared_ptr<std
         hosted.erase(it);
         return true;
       },
-      [=](edge_atom, uint64_t edge, caf::actor& peer, edge_config& cfg, std::string& host, uint16_t port,
+      [=](edge_atom, uint64_t edge, node_inbox& peer, edge_config& cfg, std::string& host, uint16_t port,
           std::string& peer_node, codec_settings& codec) -> caf::result<edge_sender_actor> {
         std::shared_ptr<data_link> link;
         if (port != 0) {
@@ -189,7 +189,7 @@ caf::behavior node_actor_fn(node_ptr self, node_identity id, std::shared_ptr<std
         }
         auto& slot = self->state.senders[edge];
         if (slot) self->send_exit(slot, caf::exit_reason::user_shutdown);  // replaced
-        slot = spawn_edge_sender(self->system(), edge, peer, cfg, caf::actor_cast<caf::actor>(self), link, codec);
+        slot = spawn_edge_sender(self->system(), edge, peer, cfg, self, link, codec);
         return slot;
       },
       [=](route_atom, uint64_t edge, tensor_sink& target, edge_sender_actor& sender) {
@@ -211,13 +211,13 @@ caf::behavior node_actor_fn(node_ptr self, node_identity id, std::shared_ptr<std
         return true;
       },
       [=](profile_atom, std::vector<op_signature>& ops) -> caf::result<device_timing> {
-        auto rp = self->make_response_promise();
+        auto rp = self->make_response_promise<device_timing>();
         rp.delegate(self->spawn<caf::detached>(measure_worker, self->state.id), profile_atom::value, std::move(ops));
         return rp;
       },
       [=](probe_atom, std::string& peer, std::string& host, uint16_t port, uint32_t warmup_ms,
           uint32_t window_ms) -> caf::result<double, double> {
-        auto rp = self->make_response_promise();
+        auto rp = self->make_response_promise<double, double>();
         rp.delegate(self->spawn<caf::detached>(measure_worker, self->state.id), probe_atom::value, std::move(peer),
                     std::move(host), port, warmup_ms, window_ms);
         return rp;
@@ -246,7 +246,7 @@ caf::behavior node_actor_fn(node_ptr self, node_identity id, std::shared_ptr<std
         t.encode_s += s.encode_s;
         t.keep_ratio = s.keep_ratio;
       },
-      [=](stats_atom) {
+      [=](stats_atom) -> node_stats {
         auto& st = self->state;
         node_stats out;
         for (auto& [edge, t] : st.traffic) out.edges.push_back(t);
@@ -286,7 +286,7 @@ void set_scheduler_policy(caf::actor_system_config& cfg, const std::string& poli
     cfg.set("scheduler.policy", caf::atom("stealing"));
 }
 
-caf::actor spawn_node_actor(caf::actor_system& sys, node_identity id, std::shared_ptr<std::atomic<int>> exit_code,
+node_actor spawn_node_actor(caf::actor_system& sys, node_identity id, std::shared_ptr<std::atomic<int>> exit_code,
                             std::shared_ptr<route_table> routes) {
   return sys.spawn(node_actor_fn, std::move(id), std::move(exit_code), std::move(routes));
 }

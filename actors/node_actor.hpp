@@ -15,6 +15,8 @@
 #include <memory>
 #include <string>
 
+#include "actors/messages.hpp"
+
 namespace fusion {
 
 namespace net {
@@ -46,7 +48,7 @@ void set_scheduler_policy(caf::actor_system_config& cfg, const std::string& poli
 /// Spawns the node actor. `exit_code` is set to 0 when the coordinator ends the run with
 /// shutdown_atom and to 1 when the coordinator disappears first. `routes` is shared with the
 /// node's data_channel_server (actors/data_channel.hpp), which delivers by the same routes.
-caf::actor spawn_node_actor(caf::actor_system& sys, node_identity id, std::shared_ptr<std::atomic<int>> exit_code,
+node_actor spawn_node_actor(caf::actor_system& sys, node_identity id, std::shared_ptr<std::atomic<int>> exit_code,
                             std::shared_ptr<route_table> routes);
 
 }  // namespace fusion

@@ -84,7 +84,7 @@ struct session::impl {
   std::shared_ptr<run_inputs> in = std::make_shared<run_inputs>();
   caf::actor_system_config sys_cfg;
   std::unique_ptr<caf::actor_system> sys;
-  caf::actor coordinator;
+  coordinator_session coordinator;
 
   explicit impl(train_config c);
   ~impl();

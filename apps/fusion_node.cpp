@@ -105,7 +105,7 @@ extern "C" void on_stop_signal(int sig) {
 }
 
 // The node actor's own clean stop: its op actors and edge senders end, its data links close.
-void stop_node(const caf::actor& node) { caf::anon_send(node, shutdown_atom::value); }
+void stop_node(const node_actor& node) { caf::anon_send(node, shutdown_atom::value); }
 
 class stop_watcher {
  public:
@@ -122,7 +122,7 @@ class stop_watcher {
     std::thread([this] { watch(); }).detach();
   }
   /// Who the log lines name and which actor a stop signal ends.
-  void set_target(const std::string& who, caf::actor node) {
+  void set_target(const std::string& who, node_actor node) {
     std::lock_guard<std::mutex> lock(m_);
     who_ = who;
     node_ = std::move(node);
@@ -167,7 +167,7 @@ class stop_watcher {
     int sig = next_signal(-1);
     if (sig < 0) return;
     std::string who;
-    caf::actor node;
+    node_actor node;
     {
       std::lock_guard<std::mutex> lock(m_);
       acted_ = true;
@@ -188,7 +188,7 @@ class stop_watcher {
   std::mutex m_;
   bool acted_ = false;
   std::string who_ = "fusion-node";
-  caf::actor node_;
+  node_actor node_;
 };
 
 // Never destroyed: the detached watcher thread may use it until the process ends.
@@ -211,7 +211,7 @@ int run(int argc, char** argv) {
     return 2;
   }
   const std::string me = "fusion-node " + cfg.id.name;
-  watcher.set_target(me, caf::actor{});
+  watcher.set_target(me, node_actor{});
   if (auto why = device_problem(cfg.id.device); !why.empty()) {
     log_error(me, "node.device: " + why);
     return 2;
@@ -269,7 +269,8 @@ int run(int argc, char** argv) {
   }
   std::unique_ptr<data_channel_server> data;
   try {
-    data = std::make_unique<data_channel_server>(cfg.host, static_cast<uint16_t>(cfg.data_port), node, routes,
+    data = std::make_unique<data_channel_server>(cfg.host, static_cast<uint16_t>(cfg.data_port),
+                                                 caf::actor_cast<caf::actor>(node), routes,
                                                  cfg.id.tls);
   } catch (const std::exception& e) {
     log_error(me, e.what());
@@ -336,14 +337,14 @@ int run(int argc, char** argv) {
   // must already have somebody to be reported to. (Told after the welcome, from this thread, it
   // raced the coordinator's first messages on a loaded machine and lost reports.)
   bool told = false;
-  self->request(node, std::chrono::seconds(10), coordinator_atom::value, coordinator)
+  self->request(node, std::chrono::seconds(10), coordinator_atom::value, caf::actor_cast<op_reporter>(coordinator))
       .receive([&](bool) { told = true; }, [&](caf::error& e) { last_error = describe(e); });
   if (!told) {
     log_error(me, "the node actor did not take its coordinator: " + last_error);
     return give_up(1);
   }
   int code = -1;
-  self->request(coordinator, std::chrono::seconds(30), hello_atom::value, hello, node)
+  self->request(caf::actor_cast<coordinator_hub>(coordinator), std::chrono::seconds(30), hello_atom::value, hello, node)
       .receive(
           [&](welcome_atom, int32_t index, uint32_t version) {
             if (version != wire_protocol_version) {

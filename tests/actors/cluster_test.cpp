@@ -182,7 +182,7 @@ TEST_CASE("cluster: the coordinator refuses a node of another protocol version o
       node_hello h;
       h.version = version;
       h.name = name;
-      self->request(*coord, std::chrono::seconds(10), hello_atom::value, h, caf::actor_cast<caf::actor>(self))
+      self->request(*coord, std::chrono::seconds(10), hello_atom::value, h, caf::actor_cast<node_actor>(self))
           .receive([&](welcome_atom, int32_t index, uint32_t) { FAIL("admitted as node " << index); },
                    [&](caf::error& e) {
                      CHECK(code_of(e) == fusion_errc::refused);

@@ -18,7 +18,7 @@ TEST_CASE("edge: at most `window` chunks are in flight until credits come back")
   add_fusion_message_types(cfg);
   caf::actor_system sys{cfg};
   caf::scoped_actor self{sys};
-  auto me = caf::actor_cast<caf::actor>(self);
+  auto me = caf::actor_cast<node_inbox>(self);
   // The test plays the receiving node (gets the chunks) and the reporting node (gets stats).
   edge_config ec{2, 1024};
   auto edge = spawn_edge_sender(sys, 5, me, ec, me);
@@ -81,7 +81,7 @@ TEST_CASE("edge: a compressed edge sends topk payloads, and compress_atom switch
   add_fusion_message_types(cfg);
   caf::actor_system sys{cfg};
   caf::scoped_actor self{sys};
-  auto me = caf::actor_cast<caf::actor>(self);
+  auto me = caf::actor_cast<node_inbox>(self);
   codec_settings codec;
   codec.kind = codec_kind::adatopk;
   codec.keep_ratio = 0.1;

@@ -69,19 +69,19 @@ TEST_CASE("node: malformed wire messages are rejected and counted, and the node 
                       "--node.coordinator=127.0.0.1:" + std::to_string(*port), "--runtime.threads=1",
                       "--security.mode=off"},  // this test plays a plaintext coordinator
                      log.string());
-  caf::actor node_actor;
+  node_actor remote_node;
   uint16_t data_port = 0;
   self->receive(
-      [&](hello_atom, node_hello& h, caf::actor& n) -> caf::message {
+      [&](hello_atom, node_hello& h, node_actor& n) -> caf::message {
         CHECK(h.name == "w0");
         CHECK(h.version == wire_protocol_version);
         CHECK(h.gflops > 0);
-        node_actor = n;
+        remote_node = n;
         data_port = h.data_port;
         return caf::make_message(welcome_atom::value, int32_t{0}, wire_protocol_version);
       },
       caf::after(30s) >> [&] { FAIL("the node did not say hello: " << node.output()); });
-  REQUIRE(node_actor);
+  REQUIRE(remote_node);
 
   // An input actor on the node forwards whatever the edge delivers to us.
   node_spec spec;
@@ -91,13 +91,13 @@ TEST_CASE("node: malformed wire messages are rejected and counted, and the node 
   spec.consumer_slots = {0};
   op_actor input;
   const actor_run_params run;  // (a named object: a temporary trips a GCC 12 -Wmaybe-uninitialized false positive)
-  self->request(node_actor, 10s, spawn_atom::value, spec, run)
+  self->request(remote_node, 10s, spawn_atom::value, spec, run)
       .receive([&](op_actor& a) { input = a; }, [&](caf::error& e) { FAIL(sys.render(e)); });
   REQUIRE(input);
   // The test stands in for the input's consumer and for the remote edge sender that gets credits.
   self->send(input, connect_atom::value, std::vector<tensor_sink>{caf::actor_cast<tensor_sink>(me)},
              std::vector<tensor_sink>{}, caf::actor_cast<op_reporter>(me));
-  self->request(node_actor, 10s, route_atom::value, uint64_t{7}, tensor_sink{input},
+  self->request(remote_node, 10s, route_atom::value, uint64_t{7}, tensor_sink{input},
                 caf::actor_cast<edge_sender_actor>(me))
       .receive([](bool) {}, [&](caf::error& e) { FAIL(sys.render(e)); });
 
@@ -126,7 +126,7 @@ TEST_CASE("node: malformed wire messages are rejected and counted, and the node 
   cases.back().header.edge = 8;
   for (auto& bc : cases) {
     CAPTURE(bc.what);
-    self->send(node_actor, wire_atom::value, make_chunk(bc.header, bc.payload));
+    self->send(remote_node, wire_atom::value, make_chunk(bc.header, bc.payload));
     std::string reported;
     self->receive([&](fail_atom, caf::error& e) { reported = describe(e); },
                   caf::after(10s) >> [] {});
@@ -155,7 +155,7 @@ TEST_CASE("node: malformed wire messages are rejected and counted, and the node 
   auto wait_for_rejections = [&](size_t want) {
     node_stats got;
     for (int i = 0; i < 100 && got.rejected < want; ++i) {
-      self->request(node_actor, 10s, stats_atom::value)
+      self->request(remote_node, 10s, stats_atom::value)
           .receive([&](node_stats& st) { got = st; }, [&](caf::error& e) { FAIL(sys.render(e)); });
       if (got.rejected < want) std::this_thread::sleep_for(100ms);
     }
@@ -171,8 +171,8 @@ TEST_CASE("node: malformed wire messages are rejected and counted, and the node 
   first.chunk_bytes = second.chunk_bytes = second.offset = 8;
   wire_chunk c1 = make_chunk(first, 8), c2 = make_chunk(second, 8);
   std::fill(c2.received.begin(), c2.received.end(), std::byte{2});
-  self->send(node_actor, wire_atom::value, c1);
-  self->send(node_actor, wire_atom::value, c2);
+  self->send(remote_node, wire_atom::value, c1);
+  self->send(remote_node, wire_atom::value, c2);
   int credits = 0;
   tensor delivered;
   for (int i = 0; i < 3; ++i)
@@ -203,7 +203,7 @@ TEST_CASE("node: malformed wire messages are rejected and counted, and the node 
   (*channel)->close();
   CHECK(node.wait(0) == -2);  // still running
 
-  self->request(node_actor, 10s, shutdown_atom::value).receive([](bool) {}, [](caf::error&) {});
+  self->request(remote_node, 10s, shutdown_atom::value).receive([](bool) {}, [](caf::error&) {});
   CHECK(node.wait(10) == 0);
 }
 
