@@ -120,13 +120,13 @@ result<stream> establish(int fd, const tls_context& ctx, const peer_rule& rule, 
   security::ssl_ptr ssl(SSL_new(ctx.native()));
   if (!ssl || SSL_set_fd(ssl.get(), fd) != 1) {
     ERR_clear_error();
-    return net_error{where + "cannot set up a TLS session"};
+    return fail(where + "cannot set up a TLS session");
   }
   server ? SSL_set_accept_state(ssl.get()) : SSL_set_connect_state(ssl.get());
-  if (auto st = set_nonblocking(fd, true); !st) return net_error{where + st.error()};
+  if (auto st = set_nonblocking(fd, true); !st) return fail(where + st.error());
   auto fail = [&](const std::string& why) {
     set_nonblocking(fd, false);
-    return net_error{where + (why == deadline_passed ? "the TLS handshake did not finish in time" : why)};
+    return fail(where + (why == deadline_passed ? "the TLS handshake did not finish in time" : why));
   };
   if (auto why = drive(ssl.get(), fd, deadline, [&] { return SSL_do_handshake(ssl.get()); }); !why.empty())
     return fail(why);
@@ -156,7 +156,7 @@ result<stream> establish(int fd, const tls_context& ctx, const peer_rule& rule, 
     if (!pre || pre->flags != flag_ack || pre->meta_size != 8 || pre->payload_size != 0)
       return fail("its first message is not a data channel welcome");
   }
-  if (auto st = set_nonblocking(fd, false); !st) return net_error{where + st.error()};
+  if (auto st = set_nonblocking(fd, false); !st) return fail(where + st.error());
   return stream(fd, ssl.release());
 }
 
@@ -172,7 +172,7 @@ result<std::shared_ptr<const tls_context>> tls_context::load(const security::ide
     const unsigned long code = ERR_peek_error();
     ERR_clear_error();
     const char* why = code ? ERR_reason_error_string(code) : nullptr;
-    return net_error{what + (why ? std::string(" (") + why + ")" : std::string())};
+    return fail(what + (why ? std::string(" (") + why + ")" : std::string()));
   };
   SSL_CTX* c = ctx->ctx_;
   if (!c) return fail("cannot create a TLS context");
