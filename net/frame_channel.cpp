@@ -80,7 +80,7 @@ result<std::unique_ptr<frame_sender>> frame_sender::connect(const std::string& h
   const auto deadline = std::chrono::steady_clock::now() + options.connect_timeout;
   auto sock = connect_tcp(host, port, options.connect_timeout);
   if (!sock) return fail(sock.error());
-  if (options.socket_buffer_bytes > 0) set_buffer_sizes(sock->fd(), options.socket_buffer_bytes);
+  if (options.socket_buffer_bytes > 0) (void)set_buffer_sizes(sock->fd(), options.socket_buffer_bytes);
   auto peer = endpoint_name(host, port);
   stream io(sock->fd());
   if (options.tls) {

@@ -100,7 +100,7 @@ void frame_server::accept_loop() {
   while (!stopping_.load()) {
     auto sock = accept_tcp(listener_);
     if (!sock) break;  // listener shut down (stop) or unusable
-    if (options_.socket_buffer_bytes > 0) set_buffer_sizes(sock->fd(), options_.socket_buffer_bytes);
+    if (options_.socket_buffer_bytes > 0) (void)set_buffer_sizes(sock->fd(), options_.socket_buffer_bytes);
     reap_finished();
     std::lock_guard lock(mutex_);
     if (stopping_.load()) break;  // stop() already took the list; drop this late arrival

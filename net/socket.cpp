@@ -139,7 +139,7 @@ result<socket> connect_tcp(const std::string& host, uint16_t port, std::chrono::
     }
     int flags = fcntl(s.fd(), F_GETFL);
     fcntl(s.fd(), F_SETFL, flags & ~O_NONBLOCK);
-    set_nodelay(s.fd());
+    (void)set_nodelay(s.fd());
     return s;
   }
   return fail("cannot connect to " + endpoint_name(host, port) + ": " + last);
@@ -149,7 +149,7 @@ result<socket> accept_tcp(const socket& listener) {
   for (;;) {
     int fd = ::accept4(listener.fd(), nullptr, nullptr, SOCK_CLOEXEC);
     if (fd >= 0) {
-      set_nodelay(fd);
+      (void)set_nodelay(fd);
       return socket(fd);
     }
     // Transient per-connection failures must not end the accept loop.
