@@ -214,16 +214,16 @@ void plan_and_wire(coord_ptr self) {
 
 // With credentials, a hello must carry the node's proof answering a nonce this coordinator
 // issued (challenge_atom), by a node certificate naming the node of the hello.
-static std::string check_node_proof(coordinator_state& st, const node_hello& h) {
+static status check_node_proof(coordinator_state& st, const node_hello& h) {
   const auto& creds = st.in->cfg.credentials;
   if (!creds) return {};
   if (!st.members.challenges.redeem(h.proof.challenge))
-    return h.proof.certificate.empty()
-               ? "a node saying it is '" + h.name + "' presented no certificate (is it running with security.mode=off?)"
-               : "a node saying it is '" + h.name + "' answered no challenge of this coordinator (stale or replayed)";
-  std::string error;
-  if (!security::check_proof(*creds, h.proof, security::role::node, h.name, error))
-    return "a node saying it is '" + h.name + "' is not admitted: " + error;
+    return fusion::fail(
+        h.proof.certificate.empty()
+            ? "a node saying it is '" + h.name + "' presented no certificate (is it running with security.mode=off?)"
+            : "a node saying it is '" + h.name + "' answered no challenge of this coordinator (stale or replayed)");
+  if (auto who = security::check_proof(*creds, h.proof, security::role::node, h.name); !who)
+    return fusion::fail("a node saying it is '" + h.name + "' is not admitted: " + who.error());
   return {};
 }
 
@@ -235,8 +235,8 @@ caf::result<welcome_atom, int32_t, uint32_t> on_hello(coord_ptr self, node_hello
   if (h.version != wire_protocol_version)
     why = "node '" + h.name + "' speaks protocol version " + std::to_string(h.version) + ", this coordinator speaks " +
           std::to_string(wire_protocol_version) + ": run the same build";
-  else if (auto refusal = check_node_proof(st, h); !refusal.empty())
-    why = refusal;
+  else if (auto admitted = check_node_proof(st, h); !admitted)
+    why = admitted.error();
   else if (idx < 0)
     why = "node '" + h.name + "' is not in cluster file " + cluster.file;
   else if (st.members.nodes[idx])

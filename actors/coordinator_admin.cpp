@@ -70,15 +70,12 @@ admin_actor::behavior_type admin_fn(admin_actor::pointer self, coordinator_sessi
       },
       [=](login_atom, security::proof& p) -> caf::result<std::string> {
         if (!st->creds) return std::string("plaintext");
-        std::string error;
-        std::optional<security::identity> who;
-        if (!st->challenges.redeem(p.challenge))
-          error = "it answered no challenge of this coordinator (stale or replayed)";
-        else
-          who = security::check_proof(*st->creds, p, security::role::admin, {}, error);
+        auto who = st->challenges.redeem(p.challenge)
+                       ? security::check_proof(*st->creds, p, security::role::admin, {})
+                       : fusion::fail("it answered no challenge of this coordinator (stale or replayed)");
         if (!who) {
-          std::fprintf(stderr, "fusion-train: refused an admin shell: %s\n", error.c_str());
-          return make_error(fusion_errc::refused, "the coordinator refused this admin shell: " + error);
+          std::fprintf(stderr, "fusion-train: refused an admin shell: %s\n", who.error().c_str());
+          return make_error(fusion_errc::refused, "the coordinator refused this admin shell: " + who.error());
         }
         // A handful of shells at most; forget the oldest rather than grow.
         if (st->admitted.size() >= 64) st->admitted.erase(st->admitted.begin());

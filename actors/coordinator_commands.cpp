@@ -30,12 +30,13 @@ caf::result<std::string> now_or_at_boundary(coord_ptr self,
   return rp;
 }
 
-// The ops `pattern` names (a name or a glob), or an error in plain words.
-std::vector<int> ops_matching(const graph& g, const std::string& pattern, std::string& error) {
+// The ops `pattern` names (a name or a glob); fails in plain words when it names none.
+result<std::vector<int>> ops_matching(const graph& g, const std::string& pattern) {
   std::vector<int> ops;
   for (auto& n : g.nodes)
     if (glob_match(pattern, n.name)) ops.push_back(n.id);
-  if (ops.empty()) error = "no op of model " + g.name + " matches '" + pattern + "' (see the 'placement' query)";
+  if (ops.empty())
+    return fusion::fail("no op of model " + g.name + " matches '" + pattern + "' (see the 'placement' query)");
   return ops;
 }
 
@@ -49,9 +50,9 @@ caf::result<std::string> command_move(coord_ptr self, const std::vector<std::str
   auto& st = self->state;
   if (args.size() != 2) return bad("usage: move OP|GLOB NODE");
   if (st.in->cluster.nodes.empty()) return bad("this run has no cluster: there is no other node to move ops to");
-  std::string error;
-  auto ops = ops_matching(st.in->model, args[0], error);
-  if (!error.empty()) return bad(error);
+  auto matched = ops_matching(st.in->model, args[0]);
+  if (!matched) return bad(matched.error());
+  const std::vector<int>& ops = *matched;
   int node = st.in->cluster.find_node(args[1]);
   if (node < 0) return bad("unknown node '" + args[1] + "' (nodes: " + node_names(st.in->cluster) + ")");
   if (!can_change(st))

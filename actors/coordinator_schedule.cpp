@@ -126,8 +126,8 @@ std::optional<caf::result<std::string>> scheduler_command(coord_ptr self, const 
   if (verb == "set") {
     auto eq = args.size() == 1 ? args[0].find('=') : std::string::npos;
     if (eq == std::string::npos || eq == 0) return bad("usage: set KEY=VALUE, e.g. set scheduler.every=5");
-    auto err = st.rebalance.settings.set(args[0].substr(0, eq), args[0].substr(eq + 1));
-    if (!err.empty()) return bad(err);
+    if (auto set = st.rebalance.settings.set(args[0].substr(0, eq), args[0].substr(eq + 1)); !set)
+      return bad(set.error());
     return scheduler_command(self, "scheduler", {});
   }
   if (verb != "plan" && verb != "rebalance") return std::nullopt;

@@ -375,9 +375,9 @@ void save_checkpoint_async(coord_ptr self, std::string path, std::function<void(
     for (auto& kv : all) ck.tensors.push_back(std::move(kv));
     // A finite loss does not make finite parameters: one huge update can leave NaN or infinity in
     // them (or the optimizer state) before any loss shows it. It must never replace a good file.
-    if (auto bad = first_non_finite(ck); !bad.empty())
+    if (auto bad = first_non_finite(ck))
       return fail_diverged(self, "the parameters were no longer finite after step " + std::to_string(s.train.step) + " (" +
-                                     bad + " holds NaN or infinity) and were not saved");
+                                     *bad + " holds NaN or infinity) and were not saved");
     try {
       make_parent_dirs(path);
       fusion::save_checkpoint(path, ck);

@@ -22,15 +22,15 @@ std::optional<edge_route> route_table::find(uint64_t edge) const {
   return it->second;
 }
 
-std::string accept_chunk(std::string_view header, uint64_t payload_bytes, const route_table& routes,
-                         wire_assembler& assembler, wire_header& h, edge_route& r, std::byte*& dst) {
-  if (auto err = decode_wire_header(header, payload_bytes, h); !err.empty()) return err;
-  auto found = routes.find(h.edge);
-  if (!found) return "no edge " + std::to_string(h.edge) + " ends at this node";
-  r = std::move(*found);
-  std::string err;
-  if (!assembler.begin_chunk(h, dst, err)) return err;
-  return {};
+result<accepted_chunk> accept_chunk(std::string_view header, uint64_t payload_bytes, const route_table& routes,
+                                    wire_assembler& assembler) {
+  auto h = decode_wire_header(header, payload_bytes);
+  if (!h) return h.failed();
+  auto found = routes.find(h->edge);
+  if (!found) return fail("no edge " + std::to_string(h->edge) + " ends at this node");
+  auto dst = assembler.begin_chunk(*h);
+  if (!dst) return dst.failed();
+  return accepted_chunk{std::move(*h), std::move(*found), *dst};
 }
 
 void finish_chunk(const edge_route& r, const wire_header& h, std::optional<tensor> whole) {
@@ -50,30 +50,28 @@ struct data_channel_server::impl {
   std::unique_ptr<net::frame_server> server;
 
   net::frame_target on_frame(net::incoming_frame& f) {
-    wire_header h;
-    edge_route r;
-    std::byte* dst = nullptr;
-    std::string err;
-    {
+    auto accepted = [&] {
       std::lock_guard<std::mutex> guard(mutex);
-      err = accept_chunk(f.meta, f.payload_size, *routes, assemblers[f.connection_id], h, r, dst);
-    }
-    if (!err.empty()) return net::frame_target::refuse(err + " (from " + f.peer + ")");
+      return accept_chunk(f.meta, f.payload_size, *routes, assemblers[f.connection_id]);
+    }();
+    if (!accepted) return net::frame_target::refuse(accepted.error() + " (from " + f.peer + ")");
     static std::byte empty_payload;
     auto conn = f.connection_id;
-    return net::frame_target::into(dst ? dst : &empty_payload, [this, h, r, conn](const std::string& error) {
-      if (!error.empty()) {
-        caf::anon_send(node, wire_atom::value, "payload of edge " + std::to_string(h.edge) + " lost: " + error, false);
+    const wire_header h = accepted->header;
+    const edge_route r = accepted->route;
+    std::byte* dst = accepted->dst;
+    return net::frame_target::into(dst ? dst : &empty_payload, [this, h, r, conn](const status& received) {
+      if (!received) {
+        caf::anon_send(node, wire_atom::value,
+                       "payload of edge " + std::to_string(h.edge) + " lost: " + received.error(), false);
         return;
       }
-      std::optional<tensor> whole;
-      std::string refused;
-      {
+      auto whole = [&] {
         std::lock_guard<std::mutex> guard(mutex);
-        whole = assemblers[conn].end_chunk(h, refused);
-      }
-      if (!refused.empty()) caf::anon_send(node, wire_atom::value, refused, false);
-      finish_chunk(r, h, std::move(whole));
+        return assemblers[conn].end_chunk(h);
+      }();
+      if (!whole) caf::anon_send(node, wire_atom::value, whole.error(), false);
+      finish_chunk(r, h, whole ? std::move(*whole) : std::nullopt);
     });
   }
 };
@@ -121,10 +119,11 @@ class tcp_link : public data_link {
     const std::byte* data = source ? source.get() + offset : nullptr;
     auto node = node_;
     auto peer = sender_->peer();
-    auto st = sender_->try_send(std::move(header), data, length, source, [node, peer](const std::string& error) {
-      if (!error.empty())
-        caf::anon_send(node, fail_atom::value,
-                       make_error(fusion_errc::connect_failed, "data channel: sending to " + peer + ": " + error));
+    auto st = sender_->try_send(std::move(header), data, length, source, [node, peer](const status& sent) {
+      if (!sent)
+        caf::anon_send(
+            node, fail_atom::value,
+            make_error(fusion_errc::connect_failed, "data channel: sending to " + peer + ": " + sent.error()));
     });
     if (st != net::send_status::queued)
       caf::anon_send(node_, fail_atom::value,
@@ -139,19 +138,16 @@ class tcp_link : public data_link {
 
 }  // namespace
 
-std::shared_ptr<data_link> connect_data_link(const std::string& host, uint16_t port, const std::string& peer_node,
-                                             std::shared_ptr<const net::tls_context> tls, caf::actor node,
-                                             std::string& error) {
+result<std::shared_ptr<data_link>> connect_data_link(const std::string& host, uint16_t port,
+                                                     const std::string& peer_node,
+                                                     std::shared_ptr<const net::tls_context> tls, caf::actor node) {
   net::frame_sender_options opts;
   opts.tls = std::move(tls);
   opts.peer = {security::role::node, peer_node};
   opts.max_queued_frames = 4096;  // edges bound what is in flight with their credit windows
   auto s = net::frame_sender::connect(host, port, opts);
-  if (!s) {
-    error = s.error();
-    return nullptr;
-  }
-  return std::make_shared<tcp_link>(std::move(*s), std::move(node));
+  if (!s) return s.failed();
+  return std::shared_ptr<data_link>(std::make_shared<tcp_link>(std::move(*s), std::move(node)));
 }
 
 }  // namespace fusion

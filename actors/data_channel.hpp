@@ -18,6 +18,7 @@
 #include <string_view>
 
 #include "actors/edge_actor.hpp"
+#include "base/result.hpp"
 #include "core/wire.hpp"
 
 namespace fusion {
@@ -47,12 +48,18 @@ class route_table {
   std::map<uint64_t, edge_route> routes_;
 };
 
+/// A chunk accepted by accept_chunk: its header, its edge's route and where its payload goes.
+struct accepted_chunk {
+  wire_header header;
+  edge_route route;
+  std::byte* dst = nullptr;  ///< null for an empty tensor
+};
+
 /// The receiving side of a chunk, whichever way it came (CAF wire_chunk or data channel):
 /// decodes and validates its header against the `payload_bytes` that arrived, finds the edge's
-/// route and reserves the chunk's place in `assembler`. Returns a message saying why the chunk is
-/// refused, or an empty string with `h`, `r` and `dst` (null for an empty tensor) set.
-std::string accept_chunk(std::string_view header, uint64_t payload_bytes, const route_table& routes,
-                         wire_assembler& assembler, wire_header& h, edge_route& r, std::byte*& dst);
+/// route and reserves the chunk's place in `assembler`. Fails saying why the chunk is refused.
+result<accepted_chunk> accept_chunk(std::string_view header, uint64_t payload_bytes, const route_table& routes,
+                                    wire_assembler& assembler);
 
 /// Once the chunk's bytes are in place: acknowledges it to the edge sender and, when `whole`
 /// holds the completed tensor (wire_assembler::end_chunk), hands it to the route's op actor.
@@ -77,9 +84,9 @@ class data_channel_server {
 
 /// Connects a data_link to the data channel of node `peer_node` at host:port (with `tls`, the
 /// server must hold that node's certificate). Send failures are reported to `node` as
-/// fail_atom. Returns null and sets `error` when it cannot connect.
-std::shared_ptr<data_link> connect_data_link(const std::string& host, uint16_t port, const std::string& peer_node,
-                                             std::shared_ptr<const net::tls_context> tls, caf::actor node,
-                                             std::string& error);
+/// fail_atom. Fails when it cannot connect.
+result<std::shared_ptr<data_link>> connect_data_link(const std::string& host, uint16_t port,
+                                                     const std::string& peer_node,
+                                                     std::shared_ptr<const net::tls_context> tls, caf::actor node);
 
 }  // namespace fusion

@@ -69,26 +69,23 @@ void reject(node_ptr self, const std::string& why) {
 
 void receive_chunk(node_ptr self, const wire_chunk& c) {
   auto& st = self->state;
-  wire_header h;
-  edge_route r;
-  std::byte* dst = nullptr;
-  if (auto err = accept_chunk(c.header, c.size(), *st.routes, st.assembler, h, r, dst); !err.empty())
-    return reject(self, err);
-  if (c.size() > 0) std::memcpy(dst, c.data(), c.size());
-  std::string refused;
-  auto whole = st.assembler.end_chunk(h, refused);
-  if (!refused.empty()) reject(self, refused);
-  finish_chunk(r, h, std::move(whole));
+  auto accepted = accept_chunk(c.header, c.size(), *st.routes, st.assembler);
+  if (!accepted) return reject(self, accepted.error());
+  if (c.size() > 0) std::memcpy(accepted->dst, c.data(), c.size());
+  auto whole = st.assembler.end_chunk(accepted->header);
+  if (!whole) reject(self, whole.error());
+  finish_chunk(accepted->route, accepted->header, whole ? std::move(*whole) : std::nullopt);
 }
 
 // The data channel to node `peer` at host:port, connected on first use and shared by every edge
 // to that node.
-std::shared_ptr<data_link> link_to(node_ptr self, const std::string& host, uint16_t port, const std::string& peer,
-                                   std::string& error) {
+result<std::shared_ptr<data_link>> link_to(node_ptr self, const std::string& host, uint16_t port,
+                                           const std::string& peer) {
   auto key = host + ":" + std::to_string(port);
-  auto& link = self->state.links[key];
-  if (!link) link = connect_data_link(host, port, peer, self->state.id.tls, caf::actor_cast<caf::actor>(self), error);
-  if (!link) self->state.links.erase(key);
+  auto& links = self->state.links;
+  if (auto it = links.find(key); it != links.end() && it->second) return it->second;
+  auto link = connect_data_link(host, port, peer, self->state.id.tls, caf::actor_cast<caf::actor>(self));
+  if (link) links[key] = *link;
   return link;
 }
 
@@ -182,10 +179,10 @@ node_actor::behavior_type node_actor_fn(node_ptr self, node_identity id, std::sh
           std::string& peer_node, codec_settings& codec) -> caf::result<edge_sender_actor> {
         std::shared_ptr<data_link> link;
         if (port != 0) {
-          std::string err;
-          link = link_to(self, host, port, peer_node, err);
-          if (!link)
-            return make_error(fusion_errc::connect_failed, "node " + self->state.id.name + ": " + err);
+          auto connected = link_to(self, host, port, peer_node);
+          if (!connected)
+            return make_error(fusion_errc::connect_failed, "node " + self->state.id.name + ": " + connected.error());
+          link = std::move(*connected);
         }
         auto& slot = self->state.senders[edge];
         if (slot) self->send_exit(slot, caf::exit_reason::user_shutdown);  // replaced

@@ -8,22 +8,23 @@
 
 namespace fusion {
 
-std::string device_problem(const std::string& device) {
+status device_usable(const std::string& device) {
   int index = -1;
   try {
     index = cuda_index_of(device);
   } catch (const std::exception& e) {
-    return e.what();
+    return fail(e.what());
   }
   if (index < 0) return {};
   const std::string want = "cuda:" + std::to_string(index) + " requested but ";
   if (!cuda_compiled())
-    return want + "no CUDA device is available: this build has no CUDA backend (rebuild with -DFUSION_CUDA=ON "
-                  "on a machine with the CUDA toolkit)";
+    return fail(want + "no CUDA device is available: this build has no CUDA backend (rebuild with -DFUSION_CUDA=ON "
+                       "on a machine with the CUDA toolkit)");
   const int n = cuda_device_count();
-  if (n == 0) return want + "no CUDA device is available (no GPU or no driver on this machine)";
-  if (index >= n) return want + "only " + std::to_string(n) + " CUDA device(s) are available (cuda:0..cuda:" +
-                         std::to_string(n - 1) + ")";
+  if (n == 0) return fail(want + "no CUDA device is available (no GPU or no driver on this machine)");
+  if (index >= n)
+    return fail(want + "only " + std::to_string(n) + " CUDA device(s) are available (cuda:0..cuda:" +
+                std::to_string(n - 1) + ")");
   return {};
 }
 

@@ -10,14 +10,15 @@
 #include <string>
 #include <vector>
 
+#include "base/result.hpp"
 #include "ops/backend.hpp"
 #include "ops/optim.hpp"
 
 namespace fusion {
 
-/// Empty when this process can compute on `device`, else why not, e.g. "cuda:0 requested but no
-/// CUDA device is available (no GPU or no driver on this machine)". Never throws.
-std::string device_problem(const std::string& device);
+/// Whether this process can compute on `device`; fails saying why not, e.g. "cuda:0 requested
+/// but no CUDA device is available (no GPU or no driver on this machine)". Never throws.
+status device_usable(const std::string& device);
 
 /// The comma-separated glob patterns of a `cpu-ops` option ("lm_head, h*.attn"), blanks trimmed,
 /// empty entries dropped.

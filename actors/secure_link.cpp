@@ -29,21 +29,24 @@ std::string describe_connect_error(const caf::error& e, bool tls, const std::str
   return out;
 }
 
-std::string challenge_server(caf::scoped_actor& self, const caf::actor& server, const security::credentials& creds,
-                             security::role want, std::string& error) {
+result<std::string> challenge_server(caf::scoped_actor& self, const caf::actor& server,
+                                     const security::credentials& creds, security::role want) {
   auto mine = security::random_nonce();
-  std::string answer;
+  result<std::string> answer = fail("it did not answer the challenge");
   self->request(server, std::chrono::seconds(30), challenge_atom::value, mine)
       .receive(
           [&](std::string& theirs, security::proof& p) {
             if (p.challenge != mine) {
-              error = "it answered another challenge";
+              answer = fail("it answered another challenge");
               return;
             }
-            if (!security::check_proof(creds, p, want, {}, error)) return;
+            if (auto who = security::check_proof(creds, p, want, {}); !who) {
+              answer = who.failed();
+              return;
+            }
             answer = std::move(theirs);
           },
-          [&](caf::error& e) { error = describe(e); });
+          [&](caf::error& e) { answer = fail(describe(e)); });
   return answer;
 }
 

@@ -15,6 +15,7 @@
 #include <string>
 
 #include "actors/messages.hpp"
+#include "base/result.hpp"
 #include "security/admission.hpp"
 #include "security/identity.hpp"
 
@@ -42,9 +43,9 @@ caf::expected<Handle> connect_actor(caf::actor_system& sys, const std::string& h
 std::string describe_connect_error(const caf::error& e, bool tls, const std::string& what);
 
 /// Asks `server` to prove that it holds a certificate of role `want` (challenge_atom); returns
-/// the server's nonce to answer in our own proof, or an empty string with `error` set.
-std::string challenge_server(caf::scoped_actor& self, const caf::actor& server, const security::credentials& creds,
-                             security::role want, std::string& error);
+/// the server's nonce to answer in our own proof, or fails saying why.
+result<std::string> challenge_server(caf::scoped_actor& self, const caf::actor& server,
+                                     const security::credentials& creds, security::role want);
 
 /// The server's answer to challenge_atom(client_nonce): a fresh nonce of `book`, our certificate
 /// and our signature over the client's nonce.

@@ -119,8 +119,8 @@ session::impl::impl(train_config c) {
     if (cfg.device != "cpu")
       throw std::runtime_error("runtime.device=" + cfg.device + " applies to a one-process run; with a cluster "
                                "file each node's device is its `device` entry there");
-  } else if (auto why = device_problem(cfg.device); !why.empty()) {
-    throw std::runtime_error("runtime.device: " + why);
+  } else if (auto usable = device_usable(cfg.device); !usable) {
+    throw std::runtime_error("runtime.device: " + usable.error());
   }
   gemm_precision precision;
   try {

@@ -13,14 +13,15 @@
 #include <vector>
 
 #include "actors/train_config.hpp"
+#include "base/result.hpp"
 #include "core/train_record.hpp"
 
 namespace fusion {
 
 /// Thrown by the session constructor when stop_flag is raised before training starts (while
 /// nodes join or the run is wired); fusion-train exits 130 on it.
-struct interrupted_error : std::runtime_error {
-  using std::runtime_error::runtime_error;
+struct interrupted_error : error {
+  using error::error;
 };
 
 /// A running system of op actors for one model. Throws std::runtime_error with a clear message

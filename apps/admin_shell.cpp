@@ -260,12 +260,13 @@ std::vector<std::string> tokenize(std::string_view text) {
   return words;
 }
 
-std::string check_command(const std::vector<std::string>& words) {
-  if (words.empty()) return "empty command";
+status check_command(const std::vector<std::string>& words) {
+  if (words.empty()) return fail("empty command");
   std::vector<std::string> names;
   for (auto& c : commands()) names.push_back(c.name);
   auto* spec = find_command(words[0]);
-  if (!spec) return "unknown command '" + words[0] + "'" + did_you_mean(words[0], names) + "; 'help' lists the commands";
+  if (!spec)
+    return fail("unknown command '" + words[0] + "'" + did_you_mean(words[0], names) + "; 'help' lists the commands");
   size_t n = words.size() - 1;
   if (n < spec->min_args || n > spec->max_args) {
     std::string what;
@@ -273,10 +274,10 @@ std::string check_command(const std::vector<std::string>& words) {
     else if (spec->min_args == spec->max_args)
       what = "needs " + std::to_string(spec->min_args) + (spec->min_args == 1 ? " argument" : " arguments");
     else what = "takes at most " + std::to_string(spec->max_args) + (spec->max_args == 1 ? " argument" : " arguments");
-    return "'" + spec->name + "' " + what + " (usage: " + spec->usage + ")";
+    return fail("'" + spec->name + "' " + what + " (usage: " + spec->usage + ")");
   }
   if (spec->kind == command_kind::help && n == 1 && !find_command(words[1]))
-    return "help: unknown command '" + words[1] + "'" + did_you_mean(words[1], names);
+    return fail("help: unknown command '" + words[1] + "'" + did_you_mean(words[1], names));
   return {};
 }
 
@@ -288,9 +289,9 @@ parsed_line parse_line(std::string_view line) {
     for (auto& piece : split_commands(t)) {
       auto words = tokenize(piece);
       if (words.empty()) continue;
-      if (auto err = check_command(words); !err.empty()) {
+      if (auto known = check_command(words); !known) {
         out.commands.clear();
-        out.error = err;
+        out.error = known.error();
         return out;
       }
       command c;

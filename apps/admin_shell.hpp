@@ -11,6 +11,7 @@
 #include <string_view>
 #include <vector>
 
+#include "base/result.hpp"
 #include "core/log.hpp"
 
 namespace fusion::admin {
@@ -68,9 +69,9 @@ std::vector<std::string> tokenize(std::string_view text);
 /// that is blank or starts with '#' gives no commands and no error.
 parsed_line parse_line(std::string_view line);
 
-/// The problem with `words` as a command ("" when it is fine): an unknown name with the closest
-/// known one, or a wrong number of arguments with the command's usage.
-std::string check_command(const std::vector<std::string>& words);
+/// Whether `words` is a command; fails with the problem: an unknown name with the closest known
+/// one, or a wrong number of arguments with the command's usage.
+status check_command(const std::vector<std::string>& words);
 
 /// The text `help` prints: every command with its usage and summary; with `topic`, that command only.
 std::string help_text(std::string_view topic = {});

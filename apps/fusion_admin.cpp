@@ -355,23 +355,25 @@ caf::expected<admin_actor> connect(caf::actor_system& sys, const options& o, boo
   return result.get();
 }
 
-/// The coordinator proves its role, then this shell logs in with the admin certificate; an
-/// empty string on success, else why not.
-std::string log_in(caf::actor_system& sys, const admin_actor& admin, const security::credentials& creds,
-                   const options& o) {
+/// The coordinator proves its role, then this shell logs in with the admin certificate.
+status log_in(caf::actor_system& sys, const admin_actor& admin, const security::credentials& creds,
+              const options& o) {
   caf::scoped_actor self{sys};
   std::string error;
   auto timeout = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::duration<double>(o.timeout_s));
   std::string challenge;
   self->request(admin, timeout, challenge_atom::value, security::random_nonce())
       .receive([&](std::string& theirs, security::proof& p) {
-                 if (security::check_proof(creds, p, security::role::coordinator, {}, error)) challenge = theirs;
+                 auto who = security::check_proof(creds, p, security::role::coordinator, {});
+                 if (who) challenge = theirs;
+                 else error = who.error();
                },
                [&](caf::error& e) { error = describe(e); });
-  if (challenge.empty()) return "the coordinator at " + o.address + " did not prove its identity: " + error;
+  if (challenge.empty()) return fail("the coordinator at " + o.address + " did not prove its identity: " + error);
   self->request(admin, timeout, login_atom::value, security::make_proof(creds, challenge))
       .receive([&](std::string&) {}, [&](caf::error& e) { error = describe(e); });
-  return error;
+  if (!error.empty()) return fail(error);
+  return {};
 }
 
 std::string connect_error(const options& o, const caf::error& e, bool tls) {
@@ -435,8 +437,8 @@ int run(int argc, char** argv) {
     return 1;
   }
   if (creds) {
-    if (auto why = log_in(sys, *admin, *creds, o); !why.empty()) {
-      std::cerr << "fusion-admin: " << why << "\n";
+    if (auto in = log_in(sys, *admin, *creds, o); !in) {
+      std::cerr << "fusion-admin: " << in.error() << "\n";
       return 1;
     }
   }

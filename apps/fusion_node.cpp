@@ -212,8 +212,8 @@ int run(int argc, char** argv) {
   }
   const std::string me = "fusion-node " + cfg.id.name;
   watcher.set_target(me, node_actor{});
-  if (auto why = device_problem(cfg.id.device); !why.empty()) {
-    log_error(me, "node.device: " + why);
+  if (auto usable = device_usable(cfg.id.device); !usable) {
+    log_error(me, "node.device: " + usable.error());
     return 2;
   }
   cfg.id.device = normalize_device(cfg.id.device);
@@ -324,13 +324,12 @@ int run(int argc, char** argv) {
 
   if (tls) {
     // The coordinator proves its role first, then this node answers its nonce (actors/secure_link.hpp).
-    std::string error;
-    auto challenge = challenge_server(self, coordinator, *creds, security::role::coordinator, error);
-    if (challenge.empty()) {
-      log_error(me, "the coordinator at " + cfg.coordinator + " did not prove its identity: " + error);
+    auto challenge = challenge_server(self, coordinator, *creds, security::role::coordinator);
+    if (!challenge) {
+      log_error(me, "the coordinator at " + cfg.coordinator + " did not prove its identity: " + challenge.error());
       return give_up(2);
     }
-    hello.proof = security::make_proof(*creds, challenge);
+    hello.proof = security::make_proof(*creds, *challenge);
   }
   // The node actor learns its coordinator before the coordinator learns of the node: once
   // welcomed, spawn requests and wire chunks may reach the node actor at once, and a rejection

@@ -51,17 +51,13 @@ bool parse_number(const std::string& flag, const std::string& text, double& out)
 // --certs DIR --name NODE [--peer NODE]: TLS settings.
 struct tls_options {
   std::string certs, name, peer;
-  // The context, null in plaintext; an error message otherwise.
-  std::shared_ptr<const fusion::net::tls_context> load(bool need_peer, std::string& error) const {
-    if (certs.empty() && name.empty() && peer.empty()) return nullptr;
-    if (certs.empty() || name.empty() || (need_peer && peer.empty())) {
-      error = need_peer ? "TLS needs --certs, --name and --peer together" : "TLS needs --certs and --name together";
-      return nullptr;
-    }
-    auto ctx = fusion::net::tls_context::load(
-        fusion::security::files_in(certs, fusion::security::role::node, name));
-    if (!ctx) error = ctx.error();
-    return ctx ? *ctx : nullptr;
+  // The context, null in plaintext.
+  fusion::result<std::shared_ptr<const fusion::net::tls_context>> load(bool need_peer) const {
+    if (certs.empty() && name.empty() && peer.empty()) return std::shared_ptr<const fusion::net::tls_context>();
+    if (certs.empty() || name.empty() || (need_peer && peer.empty()))
+      return fusion::fail(need_peer ? "TLS needs --certs, --name and --peer together"
+                                    : "TLS needs --certs and --name together");
+    return fusion::net::tls_context::load(fusion::security::files_in(certs, fusion::security::role::node, name));
   }
 };
 
@@ -86,9 +82,9 @@ int serve(command_args& a) {
     }
     opts.port = static_cast<uint16_t>(v);
   }
-  std::string error;
-  opts.tls = tls.load(false, error);
-  if (!error.empty()) return usage(error.c_str());
+  auto ctx = tls.load(false);
+  if (!ctx) return usage(ctx.error().c_str());
+  opts.tls = *ctx;
   // Block the stop signals before any thread starts so that only sigwait below sees them.
   sigset_t stop_signals;
   sigemptyset(&stop_signals);
@@ -133,9 +129,9 @@ int measure(command_args& a) {
     if (!parse_number("--frame-kib", a.frame_kib, v)) return 2;
     opts.frame_bytes = static_cast<size_t>(v * 1024);
   }
-  std::string error;
-  opts.tls = tls.load(true, error);
-  if (!error.empty()) return usage(error.c_str());
+  auto ctx = tls.load(true);
+  if (!ctx) return usage(ctx.error().c_str());
+  opts.tls = *ctx;
   opts.peer = {fusion::security::role::node, tls.peer};
   auto r = fusion::net::probe_link(ep->first, ep->second, opts);
   if (!r) {

@@ -216,27 +216,29 @@ const char* usage =
     "Ctrl-C lets the step in flight finish and writes the checkpoint; a second Ctrl-C exits at once.\n"
     "Exit status: see docs/training.md, section \"Exit status\". See also docs/cluster.md.\n";
 
-// What stops `path` (output.checkpoint) from being written at the end of training, in words
-// ("" when nothing does). The checkpoint is written only after training, so what can be known
+// Whether `path` (output.checkpoint) can be written at the end of training; fails saying what
+// stops it, in words. The checkpoint is written only after training, so what can be known
 // now is checked now, without creating or truncating the file: it is not a directory, and the
 // nearest existing directory above it (the run creates the missing ones below) is writable.
-std::string checkpoint_path_problem(const std::string& path) {
+status checkpoint_path_writable(const std::string& path) {
   namespace fs = std::filesystem;
   std::error_code ec;
   const fs::path p(path);
-  if (fs::is_directory(p, ec)) return path + " is a directory: name a file in it, e.g. " + (p / "model.ckpt").string();
-  if (!p.has_filename()) return path + " names a directory, not a file";
+  if (fs::is_directory(p, ec))
+    return fail(path + " is a directory: name a file in it, e.g. " + (p / "model.ckpt").string());
+  if (!p.has_filename()) return fail(path + " names a directory, not a file");
   fs::path dir = p.parent_path();
   while (!dir.empty() && !fs::exists(dir, ec)) {
     if (!dir.has_relative_path()) break;  // "/" itself
     dir = dir.parent_path();
   }
   if (dir.empty()) dir = ".";
-  if (!fs::is_directory(dir, ec)) return path + " cannot be written: " + dir.string() + " is not a directory";
+  if (!fs::is_directory(dir, ec)) return fail(path + " cannot be written: " + dir.string() + " is not a directory");
   // W_OK and X_OK: creating a file (and the temporary one renamed over it) needs both.
   if (::access(dir.c_str(), W_OK | X_OK) != 0)
-    return path + " cannot be written: directory " + dir.string() + " is not writable (" + std::strerror(errno) + ")";
-  return "";
+    return fail(path + " cannot be written: directory " + dir.string() + " is not writable (" + std::strerror(errno) +
+                ")");
+  return {};
 }
 
 // Settings that are wrong whatever the model and data: reported as usage errors (exit 2)
@@ -276,8 +278,8 @@ void check_settings(const train_app_config& cfg) {
                       " but data.val-fraction is 0, so there is no validation text: set train.eval-batches=0 to "
                       "train without validation, or hold out a data.val-fraction above 0 (e.g. 0.1)");
   if (training && !r.checkpoint_file.empty())
-    if (auto why = checkpoint_path_problem(r.checkpoint_file); !why.empty())
-      throw usage_error("output.checkpoint: " + why);
+    if (auto writable = checkpoint_path_writable(r.checkpoint_file); !writable)
+      throw usage_error("output.checkpoint: " + writable.error());
   if (!(cfg.step_timeout_s > 0))
     throw usage_error("runtime.step-timeout must be more than 0 seconds, got " + format_seconds(cfg.step_timeout_s));
   if (!(cfg.stop_grace_s >= 0))
@@ -311,7 +313,7 @@ void check_settings(const train_app_config& cfg) {
   if (!(c.adaptive.band >= 0)) throw usage_error("compression.band must be at least 0, got " + format_number(c.adaptive.band));
   if (cfg.compression_confirm < 1 || cfg.compression_confirm > 1000)
     throw usage_error("compression.confirm must be 1 to 1000, got " + std::to_string(cfg.compression_confirm));
-  if (auto err = r.rebalance.check(); !err.empty()) throw usage_error(err);
+  if (auto in_range = r.rebalance.check(); !in_range) throw usage_error(in_range.error());
 }
 
 // [compression] strings and unsigned keys onto train_config::compression (after check_settings).

@@ -4,12 +4,14 @@
 
 #include <stdexcept>
 
+#include "base/result.hpp"
+
 namespace fusion {
 
 /// A mistake in the command line or the configuration that the user must fix: programs exit 2
 /// on it (fusion-train's exit codes: docs/training.md).
-struct usage_error : std::runtime_error {
-  using std::runtime_error::runtime_error;
+struct usage_error : error {
+  using error::error;
 };
 
 }  // namespace fusion

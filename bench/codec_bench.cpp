@@ -83,10 +83,10 @@ int main(int argc, char** argv) {
       std::vector<std::byte> payload;
       encode_topk(x, ratio, values, block, payload);  // sizes the payload once
       const double t_enc = best_seconds(reps, [&] { encode_topk(x, ratio, values, block, payload); });
-      std::string err;
-      const double t_dec = best_seconds(reps, [&] { err = decode_topk(payload, dense); });
-      if (!err.empty()) {
-        std::fprintf(stderr, "fusion-bench-codec: decode failed: %s\n", err.c_str());
+      status decoded;
+      const double t_dec = best_seconds(reps, [&] { decoded = decode_topk(payload, dense); });
+      if (!decoded) {
+        std::fprintf(stderr, "fusion-bench-codec: decode failed: %s\n", decoded.error().c_str());
         return 1;
       }
       std::printf("%5zu MiB %5.0f%% %10.2f %9.2f %9.2f %9.2f %9.2f %11.0f%%\n", mib, ratio * 100,

@@ -63,7 +63,7 @@ void write_ports(int fd, std::vector<uint16_t> ports) {
   for (;;) {
     uint64_t n = 0;
     if (!net::recv_all(s->fd(), &n, 8) || n > max_size || !net::recv_all(s->fd(), buf.data(), n)) std::_Exit(0);
-    net::send_all(s->fd(), &n, 8);
+    (void)net::send_all(s->fd(), &n, 8);
   }
 }
 
@@ -83,9 +83,9 @@ std::shared_ptr<const net::tls_context> tls_of(const std::string& node) {
   auto handler = [&](net::incoming_frame& f) -> net::frame_target {
     auto n = f.payload_size;
     if (f.meta == "reuse")
-      return net::frame_target::into(reused.data(), [&, n](const std::string&) { net::send_all(ack_fd, &n, 8); });
+      return net::frame_target::into(reused.data(), [&, n](const status&) { (void)net::send_all(ack_fd, &n, 8); });
     auto t = std::make_shared<tensor>(tensor::uninitialized({static_cast<int64_t>(n / 4)}));
-    return net::frame_target::into(t->bytes(), [&, t, n](const std::string&) { net::send_all(ack_fd, &n, 8); });
+    return net::frame_target::into(t->bytes(), [&, t, n](const status&) { (void)net::send_all(ack_fd, &n, 8); });
   };
   net::frame_server_options on, off;
   off.hugepage_advice = false;
@@ -102,7 +102,7 @@ std::shared_ptr<const net::tls_context> tls_of(const std::string& node) {
   if (!ack) die(ack.error());
   ack_fd = ack->fd();
   char c;
-  net::recv_all(ack_fd, &c, 1);  // the parent closing the ack socket ends the child
+  (void)net::recv_all(ack_fd, &c, 1);  // the parent closing the ack socket ends the child
   std::_Exit(0);
 }
 

@@ -55,10 +55,10 @@ class dense_codec_impl final : public codec {
     out.resize(x.size_bytes());
     if (!x.empty()) std::memcpy(out.data(), x.data(), x.size_bytes());
   }
-  std::string decode(std::span<const std::byte> payload, std::span<float> dst) const override {
+  status decode(std::span<const std::byte> payload, std::span<float> dst) const override {
     if (payload.size() != dst.size_bytes())
-      return "raw payload: " + std::to_string(payload.size()) + " bytes for " + std::to_string(dst.size()) +
-             " floats (" + std::to_string(dst.size_bytes()) + " bytes)";
+      return fail("raw payload: " + std::to_string(payload.size()) + " bytes for " + std::to_string(dst.size()) +
+                  " floats (" + std::to_string(dst.size_bytes()) + " bytes)");
     if (!dst.empty()) std::memcpy(dst.data(), payload.data(), payload.size());
     return {};
   }
@@ -168,8 +168,8 @@ void edge_encoder::encode(std::span<const float> x, uint32_t slot, std::vector<s
   c.encode(r, s, out);
   // r = x' - decoded(x'): what the receiver does not reconstruct (dropped elements, rounding).
   decoded_.resize(r.size());
-  if (auto err = c.decode(out, decoded_); !err.empty())
-    throw std::logic_error("edge_encoder: our own " + c.name() + " payload does not decode: " + err);
+  if (auto decoded = c.decode(out, decoded_); !decoded)
+    throw std::logic_error("edge_encoder: our own " + c.name() + " payload does not decode: " + decoded.error());
   for (size_t i = 0; i < r.size(); ++i) r[i] -= decoded_[i];
   // inf - inf, NaN, an overflow to inf in fp16: a residual that is not finite would poison
   // every later step of this slot, so it is dropped.

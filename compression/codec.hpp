@@ -22,6 +22,8 @@
 #include <string_view>
 #include <vector>
 
+#include "base/result.hpp"
+
 namespace fusion {
 
 /// Which codec an edge direction uses: one per line of compression/codec_list.hpp. The value is
@@ -95,9 +97,8 @@ class codec {
   /// settings this codec does not accept.
   virtual void encode(std::span<const float> x, const codec_settings& s, std::vector<std::byte>& out) const = 0;
   /// Decodes `payload` into `dst` (its size must equal the payload's element count), validating
-  /// all of it first; on an error returns what is wrong and leaves `dst` untouched. Empty on
-  /// success.
-  virtual std::string decode(std::span<const std::byte> payload, std::span<float> dst) const = 0;
+  /// all of it first; on an error fails saying what is wrong and leaves `dst` untouched.
+  virtual status decode(std::span<const std::byte> payload, std::span<float> dst) const = 0;
 
   /// For plan tables and metrics: "none", "topk 10% f16", "adatopk dense", + " ef".
   virtual std::string describe(const codec_settings&) const { return name(); }

@@ -160,17 +160,19 @@ std::string describe(const layout& l) {
          (l.bitmap ? "bitmaps" : "u16 indices");
 }
 
-// Reads and checks the header and the total length. Empty string when the layout is sound.
-std::string read_header(std::span<const std::byte> payload, layout& l) {
+// Reads and checks the header and the total length.
+result<layout> read_header(std::span<const std::byte> payload) {
   const std::string what = "topk payload: ";
+  layout l;
   if (payload.size() < codec_header_bytes)
-    return what + std::to_string(payload.size()) + " bytes, shorter than the 32-byte header";
+    return fail(what + std::to_string(payload.size()) + " bytes, shorter than the 32-byte header");
   const std::byte* p = payload.data();
-  if (std::memcmp(p, "FZK1", 4) != 0) return what + "bad magic (not FZK1)";
+  if (std::memcmp(p, "FZK1", 4) != 0) return fail(what + "bad magic (not FZK1)");
   const auto vt = static_cast<uint8_t>(p[4]), form = static_cast<uint8_t>(p[5]);
-  if (vt > 2) return what + "unknown value type " + std::to_string(vt) + " (0 f32, 1 f16, 2 bf16)";
-  if (form > 1) return what + "unknown index form " + std::to_string(form) + " (0 u16 indices, 1 bitmap)";
-  if (load<uint16_t>(p + 6) != 0 || load<uint32_t>(p + 28) != 0) return what + "reserved header bytes are not zero";
+  if (vt > 2) return fail(what + "unknown value type " + std::to_string(vt) + " (0 f32, 1 f16, 2 bf16)");
+  if (form > 1) return fail(what + "unknown index form " + std::to_string(form) + " (0 u16 indices, 1 bitmap)");
+  if (load<uint16_t>(p + 6) != 0 || load<uint32_t>(p + 28) != 0)
+    return fail(what + "reserved header bytes are not zero");
   l.values = static_cast<value_type>(vt);
   l.bitmap = form == 1;
   l.n = load<uint64_t>(p + 8);
@@ -178,23 +180,24 @@ std::string read_header(std::span<const std::byte> payload, layout& l) {
   l.k_full = load<uint32_t>(p + 20);
   l.k_tail = load<uint32_t>(p + 24);
   if (block < 1 || block > codec_max_block)
-    return what + "block of " + std::to_string(block) + " elements (1.." + std::to_string(codec_max_block) + ")";
+    return fail(what + "block of " + std::to_string(block) + " elements (1.." + std::to_string(codec_max_block) + ")");
   l.block = block;
   const uint32_t tail = static_cast<uint32_t>(l.n % block);
   if (l.k_full > block)
-    return what + "keeps " + std::to_string(l.k_full) + " per block of " + std::to_string(block) + " elements";
+    return fail(what + "keeps " + std::to_string(l.k_full) + " per block of " + std::to_string(block) + " elements");
   if (l.k_tail > tail)
-    return what + "keeps " + std::to_string(l.k_tail) + " in the last block of " + std::to_string(tail) +
-           " elements" + (tail ? "" : " (n is a multiple of the block)");
+    return fail(what + "keeps " + std::to_string(l.k_tail) + " in the last block of " + std::to_string(tail) +
+                " elements" + (tail ? "" : " (n is a multiple of the block)"));
   l.size();
   if (l.total != payload.size())
-    return what + std::to_string(payload.size()) + " bytes, the header implies " +
-           (l.total == saturated ? std::string("more than 2^64") : std::to_string(l.total)) + " (" + describe(l) + ")";
-  return {};
+    return fail(what + std::to_string(payload.size()) + " bytes, the header implies " +
+                (l.total == saturated ? std::string("more than 2^64") : std::to_string(l.total)) + " (" +
+                describe(l) + ")");
+  return l;
 }
 
 // Checks the positions of block b (the section starts at p).
-std::string check_block(const layout& l, uint64_t b, const std::byte* p) {
+status check_block(const layout& l, uint64_t b, const std::byte* p) {
   const uint32_t len = l.len(b), k = l.kept(b);
   const std::string where = " (block " + std::to_string(b) + ")";
   if (l.bitmap) {
@@ -203,10 +206,11 @@ std::string check_block(const layout& l, uint64_t b, const std::byte* p) {
     for (; j + 8 <= bytes; j += 8) bits += static_cast<uint32_t>(std::popcount(load<uint64_t>(p + j)));
     for (; j < bytes; ++j) bits += static_cast<uint32_t>(std::popcount(static_cast<uint8_t>(p[j])));
     if (len % 8 && (static_cast<uint8_t>(p[bytes - 1]) >> (len % 8)) != 0)
-      return "topk payload: bitmap has bits set past the " + std::to_string(len) + " elements of its block" + where;
+      return fail("topk payload: bitmap has bits set past the " + std::to_string(len) + " elements of its block" +
+                  where);
     if (bits != k)
-      return "topk payload: bitmap has " + std::to_string(bits) + " bits set, the header says " + std::to_string(k) +
-             where;
+      return fail("topk payload: bitmap has " + std::to_string(bits) + " bits set, the header says " +
+                  std::to_string(k) + where);
     return {};
   }
   bool bad = false;  // a branch-free scan first; the slow one only to name the culprit
@@ -220,11 +224,11 @@ std::string check_block(const layout& l, uint64_t b, const std::byte* p) {
   for (uint32_t j = 0; j < k; ++j) {
     const uint32_t v = load<uint16_t>(p + 2 * j);
     if (v >= len)
-      return "topk payload: index " + std::to_string(v) + " outside its block of " + std::to_string(len) +
-             " elements" + where;
+      return fail("topk payload: index " + std::to_string(v) + " outside its block of " + std::to_string(len) +
+                  " elements" + where);
     if (j > 0 && v <= prev)
-      return "topk payload: indices not ascending (" + std::to_string(v) + " after " + std::to_string(prev) + ")" +
-             where;
+      return fail("topk payload: indices not ascending (" + std::to_string(v) + " after " + std::to_string(prev) + ")" +
+                  where);
     prev = v;
   }
   return {};
@@ -309,14 +313,15 @@ void encode_topk(std::span<const float> x, double ratio, value_type values, uint
   }
 }
 
-std::string decode_topk(std::span<const std::byte> payload, std::span<float> dst) {
-  layout l;
-  if (auto err = read_header(payload, l); !err.empty()) return err;
+status decode_topk(std::span<const std::byte> payload, std::span<float> dst) {
+  auto header = read_header(payload);
+  if (!header) return header.failed();
+  const layout& l = *header;
   if (l.n != dst.size())
-    return "topk payload: carries " + std::to_string(l.n) + " elements, the destination holds " +
-           std::to_string(dst.size());
+    return fail("topk payload: carries " + std::to_string(l.n) + " elements, the destination holds " +
+                std::to_string(dst.size()));
   for (uint64_t b = 0; b < l.blocks(); ++b)
-    if (auto err = check_block(l, b, payload.data() + l.offset(b)); !err.empty()) return err;
+    if (auto sound = check_block(l, b, payload.data() + l.offset(b)); !sound) return sound;
   block_decoder decode(l, payload.data());
   for (uint64_t b = 0; b < l.blocks(); ++b) decode(b, dst.data() + b * l.block);
   return {};
@@ -358,7 +363,7 @@ class topk_codec_impl final : public codec {
   void encode(std::span<const float> x, const codec_settings& s, std::vector<std::byte>& out) const override {
     encode_topk(x, s.keep_ratio, s.values, s.block, out);
   }
-  std::string decode(std::span<const std::byte> payload, std::span<float> dst) const override {
+  status decode(std::span<const std::byte> payload, std::span<float> dst) const override {
     return decode_topk(payload, dst);
   }
   std::string describe(const codec_settings& s) const override {

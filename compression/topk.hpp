@@ -59,8 +59,8 @@ void encode_topk(std::span<const float> x, double ratio, value_type values, uint
 /// Decodes a topk payload into `dst` (dst.size() must equal the payload's n): zeros, then the
 /// kept values at their positions. Validates the whole payload first (magic, sizes, k <= block,
 /// indices ascending and inside their block, bitmap popcounts, exact length); on any error
-/// returns a message saying what is wrong and leaves `dst` untouched. Empty string on success.
-std::string decode_topk(std::span<const std::byte> payload, std::span<float> dst);
+/// fails saying what is wrong and leaves `dst` untouched.
+status decode_topk(std::span<const std::byte> payload, std::span<float> dst);
 
 /// Reads n from a payload header without validating the rest (the receiver sizes the dense
 /// tensor from the wire header and checks it against this). False when shorter than the header

@@ -156,8 +156,8 @@ void save_checkpoint(const std::string& path, const checkpoint& ckpt) {
     file_size += 4 + name.size() + 4 + 8 * t.rank() + 8 + t.nbytes();
   }
   // Before the temporary file is created: a refused checkpoint leaves `path` as it was.
-  if (auto bad = first_non_finite(ckpt); !bad.empty())
-    throw std::invalid_argument("save_checkpoint " + path + ": tensor \"" + bad +
+  if (auto bad = first_non_finite(ckpt))
+    throw std::invalid_argument("save_checkpoint " + path + ": tensor \"" + *bad +
                                 "\" holds NaN or infinity; not written, the file is left as it was");
   if (ckpt.model_name.size() > UINT32_MAX || ckpt.meta.size() > UINT32_MAX || ckpt.tensors.size() > UINT32_MAX)
     throw std::invalid_argument("save_checkpoint " + path + ": model name, meta or tensor count too large");
@@ -322,10 +322,10 @@ checkpoint load_checkpoint(const std::string& path) {
   return ckpt;
 }
 
-std::string first_non_finite(const checkpoint& ckpt) {
+std::optional<std::string> first_non_finite(const checkpoint& ckpt) {
   for (const auto& [name, t] : ckpt.tensors)
     if (!t.empty() && !all_finite(t)) return name;
-  return {};
+  return std::nullopt;
 }
 
 const tensor* find_tensor(const checkpoint& ckpt, const std::string& name) {

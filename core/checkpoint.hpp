@@ -28,6 +28,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <utility>
@@ -54,9 +55,9 @@ struct checkpoint {
 /// checkpoint; nothing is written then), and std::runtime_error naming the file when writing fails.
 void save_checkpoint(const std::string& path, const checkpoint& ckpt);
 
-/// The name of the first tensor of `ckpt` (in its order) that holds a NaN or an infinity, or an
-/// empty string when every value is finite. Integer tensors are always finite.
-std::string first_non_finite(const checkpoint& ckpt);
+/// The name of the first tensor of `ckpt` (in its order) that holds a NaN or an infinity;
+/// nothing when every value is finite. Integer tensors are always finite.
+std::optional<std::string> first_non_finite(const checkpoint& ckpt);
 
 /// Reads and verifies a checkpoint. Throws std::runtime_error "checkpoint PATH: problem" for a
 /// missing file, bad magic, unsupported version, truncated or oversized file, malformed or

@@ -109,8 +109,8 @@ class cluster_loader {
   }
 
   void parse(const std::string& text) {
-    if (auto err = text_format::parse(text, file_, tree_, "cluster file"); !err.empty())
-      throw cluster_error(path_ + ":" + err);
+    if (auto parsed = text_format::parse(text, file_, tree_, "cluster file"); !parsed)
+      throw cluster_error(path_ + ":" + parsed.error());
   }
 
   void coordinator() {

@@ -10,11 +10,13 @@
 #include <utility>
 #include <vector>
 
+#include "base/result.hpp"
+
 namespace fusion {
 
 /// A cluster-file error; what() reads "FILE:LINE: message".
-struct cluster_error : std::runtime_error {
-  using std::runtime_error::runtime_error;
+struct cluster_error : error {
+  using error::error;
 };
 
 /// A group of nodes on one fast network.

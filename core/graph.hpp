@@ -8,14 +8,15 @@
 #include <string>
 #include <vector>
 
+#include "base/result.hpp"
 #include "tensor/tensor.hpp"
 #include "ops/op.hpp"
 
 namespace fusion {
 
 /// A model-file error; what() reads "FILE:LINE: node 'NAME': message" (node part when known).
-struct graph_error : std::runtime_error {
-  using std::runtime_error::runtime_error;
+struct graph_error : error {
+  using error::error;
 };
 
 /// Largest element count of any one tensor of a model: an input, a node's output or a parameter

@@ -10,6 +10,7 @@
 #include <array>
 #include <map>
 
+#include "base/result.hpp"
 #include "core/graph_names.hpp"
 #include "core/wire.hpp"
 
@@ -47,13 +48,13 @@ std::string power_of_two_text(int64_t limit) {
   return "2^" + std::to_string(bits) + " (" + std::to_string(limit) + ")";
 }
 
-// Why a tensor of shape `s` is not allowed, or "" when it is. The product is computed with
+// Whether a tensor of shape `s` is allowed; fails saying why not. The product is computed with
 // overflow checks: a huge max_len or vocab times the width is exactly what wraps around int64 and
 // later sizes a tiny buffer that the kernels overrun.
-std::string tensor_size_problem(const shape_t& s) {
+status tensor_size_allowed(const shape_t& s) {
   bool too_large = false, has_zero = false;
   for (int64_t d : s) {
-    if (d < 0) return "has a negative dimension";
+    if (d < 0) return fail("has a negative dimension");
     too_large |= d > graph_max_tensor_elements;
     has_zero |= d == 0;
   }
@@ -64,8 +65,8 @@ std::string tensor_size_problem(const shape_t& s) {
   std::string dims;
   for (int64_t d : s) dims += (dims.empty() ? "" : " x ") + std::to_string(d);
   if (s.size() > 1 && !overflow) dims += " = " + std::to_string(n);
-  return "has " + dims + " elements, more than the limit of " + power_of_two_text(graph_max_tensor_elements) +
-         " elements per tensor";
+  return fail("has " + dims + " elements, more than the limit of " + power_of_two_text(graph_max_tensor_elements) +
+              " elements per tensor");
 }
 
 // The feeds of a text model and of an image model, in data-source order (core/data_source.hpp).
@@ -236,8 +237,8 @@ class builder {
     for (int i : order) {
       auto& n = nodes_[i];
       if (n.kind == "input") {
-        if (auto why = tensor_size_problem(n.shape); !why.empty())
-          fail(n.line, who(i), "shape " + to_string(n.shape) + " " + why + see_limits);
+        if (auto allowed = tensor_size_allowed(n.shape); !allowed)
+          fail(n.line, who(i), "shape " + to_string(n.shape) + " " + allowed.error() + see_limits);
         shapes_[i] = n.shape;
         types_[i] = n.type;
         continue;
@@ -255,8 +256,9 @@ class builder {
       } catch (const std::exception& e) {
         fail(n.line, who(i), std::string("shape mismatch: ") + e.what() + " (inputs: " + listing + ")");
       }
-      if (auto why = tensor_size_problem(shapes_[i]); !why.empty())
-        fail(n.line, who(i), "output shape " + to_string(shapes_[i]) + " " + why + attrs_of(i) + see_limits);
+      if (auto allowed = tensor_size_allowed(shapes_[i]); !allowed)
+        fail(n.line, who(i),
+             "output shape " + to_string(shapes_[i]) + " " + allowed.error() + attrs_of(i) + see_limits);
       check_params(i, in);
       // An op's output shares the floating type of its inputs (f64 only in precision tests).
       types_[i] = std::count(types.begin(), types.end(), dtype::f64) ? dtype::f64 : dtype::f32;
@@ -275,9 +277,9 @@ class builder {
       fail(n.line, who(i), std::string("cannot size its parameters: ") + e.what() + attrs_of(i));
     }
     for (auto& p : specs) {
-      if (auto why = tensor_size_problem(p.shape); !why.empty())
+      if (auto allowed = tensor_size_allowed(p.shape); !allowed)
         fail(n.line, who(i),
-             "parameter '" + p.name + "' " + to_string(p.shape) + " " + why + attrs_of(i) + see_limits);
+             "parameter '" + p.name + "' " + to_string(p.shape) + " " + allowed.error() + attrs_of(i) + see_limits);
       // Each term is at most 2^32 and the sum stops at 2^36 + 2^32: no overflow.
       param_total_ += numel_of(p.shape);
       if (param_total_ > graph_max_params)

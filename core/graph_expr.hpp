@@ -9,11 +9,13 @@
 #include <string>
 #include <string_view>
 
+#include "base/result.hpp"
+
 namespace fusion {
 
 /// A bad expression; what() has no file or line (the loader adds them).
-struct graph_expr_error : std::runtime_error {
-  using std::runtime_error::runtime_error;
+struct graph_expr_error : error {
+  using error::error;
 };
 
 /// The value of an expression: an integer, a real, a boolean or a string literal.

@@ -76,8 +76,8 @@ class loader {
   }
 
   void parse(const std::string& text) {
-    if (auto err = text_format::parse(text, model_, tree_, "model file"); !err.empty())
-      throw graph_error(path_ + ":" + err);
+    if (auto parsed = text_format::parse(text, model_, tree_, "model file"); !parsed)
+      throw graph_error(path_ + ":" + parsed.error());
   }
 
   void constants() {

@@ -6,6 +6,7 @@
 #include <cctype>
 #include <map>
 
+#include "base/result.hpp"
 #include "core/graph_names.hpp"
 
 namespace fusion {
@@ -20,8 +21,9 @@ struct ini_value {
   std::vector<ini_value> items = {};
 };
 
-struct syntax_error {
-  std::string message;
+// A malformed line: thrown by the reader, reported by check_ini, which goes on at the next line.
+struct syntax_error : error {
+  using error::error;
 };
 
 bool is_key_start(char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; }
@@ -232,8 +234,8 @@ class reader {
   int depth_ = 0;  // lists and maps open around the current value
 };
 
-// Whether `v` is a value CAF stores into an option of kind `k`; otherwise why not.
-std::string mismatch(const ini_value& v, const ini_option& o) {
+// Whether `v` is a value CAF stores into an option of kind `k`; fails saying why not.
+status matches(const ini_value& v, const ini_option& o) {
   using vk = ini_value::kind;
   using ok = ini_option::kind;
   auto got = [&] { return ", got " + v.text; };
@@ -245,11 +247,11 @@ std::string mismatch(const ini_value& v, const ini_option& o) {
     case ok::unsigned_integer:
       if (v.type != vk::integer) break;
       if (o.type == ok::unsigned_integer && v.negative && v.magnitude != 0)
-        return "expected an unsigned integer (>= 0)" + got();
+        return fail("expected an unsigned integer (>= 0)" + got());
       if (o.max != 0 && !v.negative && v.magnitude > o.max)
-        return "expected an integer <= " + std::to_string(o.max) + got();
+        return fail("expected an integer <= " + std::to_string(o.max) + got());
       if (o.type == ok::integer && v.magnitude > (v.negative ? uint64_t{1} << 63 : (uint64_t{1} << 63) - 1))
-        return "integer out of range" + got();
+        return fail("integer out of range" + got());
       return {};
     case ok::real:
       if (v.type == vk::real) return {};
@@ -265,12 +267,12 @@ std::string mismatch(const ini_value& v, const ini_option& o) {
       if (v.type != vk::list) break;
       ini_option element{o.category, o.name, o.type == ok::string_list ? ok::string : ok::integer};
       for (size_t k = 0; k < v.items.size(); ++k)
-        if (auto why = mismatch(v.items[k], element); !why.empty())
-          return "element " + std::to_string(k + 1) + " of the list: " + why;
+        if (auto fits = matches(v.items[k], element); !fits)
+          return fail("element " + std::to_string(k + 1) + " of the list: " + fits.error());
       return {};
     }
   }
-  return "expected " + ini_kind_description(o.type) + got();
+  return fail("expected " + ini_kind_description(o.type) + got());
 }
 
 }  // namespace
@@ -353,8 +355,8 @@ std::vector<ini_problem> check_ini(const std::string& text, const std::string& f
             for (auto& o : schema)
               if (o.category == category) keys.push_back(o.name);
             report("[" + category + "] unknown key '" + key + "'" + did_you_mean(key, keys));
-          } else if (auto why = mismatch(v, *opt); !why.empty()) {
-            report(where + ": " + why);
+          } else if (auto fits = matches(v, *opt); !fits) {
+            report(where + ": " + fits.error());
           }
           auto [it, fresh] = seen.emplace(category + "." + key, line);
           if (!fresh) report(where + ": duplicate key (first set at line " + std::to_string(it->second) + ")");
@@ -366,7 +368,7 @@ std::vector<ini_problem> check_ini(const std::string& text, const std::string& f
       if (r.peek() == ';') r.skip_line();
       if (!r.at_end() && r.peek() != '\n') throw syntax_error{"unexpected '" + r.rest_of_line() + "' after the value"};
     } catch (const syntax_error& e) {
-      report("malformed line: " + e.message);
+      report("malformed line: " + std::string(e.what()));
       // Resume at the next line (CAF itself gives up on the whole file).
       r.skip_line();
     }

@@ -23,14 +23,14 @@ struct first_error_collector : gp::io::ErrorCollector {
 
 }  // namespace
 
-std::string parse(const std::string& text, gp::Message& msg, info_tree& tree, const char* what) {
+status parse(const std::string& text, gp::Message& msg, info_tree& tree, const char* what) {
   first_error_collector errors;
   gp::TextFormat::Parser parser;
   parser.RecordErrorsTo(&errors);
   parser.WriteLocationsTo(&tree);
   if (parser.ParseFromString(text, &msg)) return {};
   if (errors.message.empty()) errors.message = std::string("cannot parse the ") + what;
-  return std::to_string(errors.line) + ":" + std::to_string(errors.column) + ": parse error: " + errors.message;
+  return fail(std::to_string(errors.line) + ":" + std::to_string(errors.column) + ": parse error: " + errors.message);
 }
 
 int line_of(const info_tree* tree, const gp::Descriptor* d, const char* field, int index, int fallback) {

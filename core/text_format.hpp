@@ -8,14 +8,16 @@
 
 #include <string>
 
+#include "base/result.hpp"
+
 namespace fusion::text_format {
 
 using info_tree = google::protobuf::TextFormat::ParseInfoTree;
 
-/// Parses `text` into `msg`, recording field locations in `tree`. Returns an empty string, or
+/// Parses `text` into `msg`, recording field locations in `tree`. Fails with
 /// "LINE:COLUMN: parse error: MESSAGE" for the first error (`what` names the kind of file when
 /// protobuf gives no message).
-std::string parse(const std::string& text, google::protobuf::Message& msg, info_tree& tree, const char* what);
+status parse(const std::string& text, google::protobuf::Message& msg, info_tree& tree, const char* what);
 
 /// 1-based line of `field` (its index-th value when repeated) in `tree`, or `fallback` when the
 /// field is absent or the tree is null.

@@ -27,17 +27,17 @@ std::string encode_wire_header(const wire_header& h) {
   return m.SerializeAsString();
 }
 
-std::string decode_wire_header(std::string_view bytes, uint64_t payload_bytes, wire_header& out) {
+result<wire_header> decode_wire_header(std::string_view bytes, uint64_t payload_bytes) {
   pb::wire_header m;
   if (!m.ParseFromArray(bytes.data(), static_cast<int>(bytes.size())))
-    return "unreadable wire header (" + std::to_string(bytes.size()) + " bytes)";
+    return fail("unreadable wire header (" + std::to_string(bytes.size()) + " bytes)");
   if (m.version() != wire_protocol_version)
-    return "wire protocol version " + std::to_string(m.version()) + ", this node speaks " +
-           std::to_string(wire_protocol_version);
+    return fail("wire protocol version " + std::to_string(m.version()) + ", this node speaks " +
+                std::to_string(wire_protocol_version));
   if (m.dir() != pb::wire_header::FORWARD && m.dir() != pb::wire_header::BACKWARD)
-    return "wire header without a direction (forward or backward)";
-  if (m.dtype() > static_cast<uint32_t>(dtype::f64)) return "unknown dtype " + std::to_string(m.dtype());
-  if (m.mode() > 255) return "unknown pass mode " + std::to_string(m.mode());
+    return fail("wire header without a direction (forward or backward)");
+  if (m.dtype() > static_cast<uint32_t>(dtype::f64)) return fail("unknown dtype " + std::to_string(m.dtype()));
+  if (m.mode() > 255) return fail("unknown pass mode " + std::to_string(m.mode()));
   wire_header h;
   h.version = m.version();
   h.dir = m.dir() == pb::wire_header::FORWARD ? wire_direction::forward : wire_direction::backward;
@@ -52,43 +52,43 @@ std::string decode_wire_header(std::string_view bytes, uint64_t payload_bytes, w
   h.offset = m.offset();
   h.chunk_bytes = m.chunk_bytes();
   const codec* wire_codec = codec_on_wire(m.encoding());
-  if (!wire_codec) return "unknown encoding " + std::to_string(m.encoding()) + " (" + wire_encoding_names() + ")";
+  if (!wire_codec) return fail("unknown encoding " + std::to_string(m.encoding()) + " (" + wire_encoding_names() + ")");
   h.encoding = wire_codec->kind();
   h.payload_bytes = m.payload_bytes();
   // The shape's byte size, computed without overflow.
   uint64_t need = dtype_size(h.type);
   for (auto d : h.shape) {
-    if (d < 0) return "negative dimension in shape " + to_string(h.shape);
+    if (d < 0) return fail("negative dimension in shape " + to_string(h.shape));
     if (d > 0 && need > wire_max_tensor_bytes / static_cast<uint64_t>(d))
-      return "shape " + to_string(h.shape) + " is larger than the " + std::to_string(wire_max_tensor_bytes >> 30) +
-             " GiB limit";
+      return fail("shape " + to_string(h.shape) + " is larger than the " + std::to_string(wire_max_tensor_bytes >> 30) +
+                  " GiB limit");
     need *= static_cast<uint64_t>(d);
   }
   if (need != h.total_bytes)
-    return "shape " + to_string(h.shape) + " of " + to_string(h.type) + " needs " + std::to_string(need) +
-           " bytes, header says " + std::to_string(h.total_bytes);
+    return fail("shape " + to_string(h.shape) + " of " + to_string(h.type) + " needs " + std::to_string(need) +
+                " bytes, header says " + std::to_string(h.total_bytes));
   if (h.encoding == codec_kind::none && h.payload_bytes != h.total_bytes)
-    return "raw payload of " + std::to_string(h.payload_bytes) + " bytes for a " + std::to_string(h.total_bytes) +
-           "-byte tensor";
+    return fail("raw payload of " + std::to_string(h.payload_bytes) + " bytes for a " + std::to_string(h.total_bytes) +
+                "-byte tensor");
   if (h.encoding != codec_kind::none) {
     // Bounded before anything is allocated: the codec says what its payloads can measure.
     if (h.type != dtype::f32)
-      return wire_codec->name() + " payload for a " + to_string(h.type) + " tensor (only f32 is compressed)";
+      return fail(wire_codec->name() + " payload for a " + to_string(h.type) + " tensor (only f32 is compressed)");
     const uint64_t n = h.total_bytes / sizeof(float);
     const payload_range limits = wire_codec->payload_limits(n);
     if (h.payload_bytes < limits.min || h.payload_bytes > limits.max)
-      return wire_codec->name() + " payload of " + std::to_string(h.payload_bytes) + " bytes for " +
-             std::to_string(n) + " elements (at most " + std::to_string(limits.max) + ")";
+      return fail(wire_codec->name() + " payload of " + std::to_string(h.payload_bytes) + " bytes for " +
+                  std::to_string(n) + " elements (at most " + std::to_string(limits.max) + ")");
   }
   const uint64_t wire = h.wire_bytes();
   if (h.offset > wire || h.chunk_bytes > wire - h.offset)
-    return "chunk at offset " + std::to_string(h.offset) + " of " + std::to_string(h.chunk_bytes) +
-           " bytes lies outside the " + std::to_string(wire) + "-byte payload";
+    return fail("chunk at offset " + std::to_string(h.offset) + " of " + std::to_string(h.chunk_bytes) +
+                " bytes lies outside the " + std::to_string(wire) + "-byte payload");
   if (payload_bytes != h.chunk_bytes)
-    return (payload_bytes < h.chunk_bytes ? "truncated payload: header announces " : "oversized payload: header announces ") +
-           std::to_string(h.chunk_bytes) + " bytes, " + std::to_string(payload_bytes) + " arrived";
-  out = std::move(h);
-  return {};
+    return fail(std::string(payload_bytes < h.chunk_bytes ? "truncated" : "oversized") +
+                " payload: header announces " + std::to_string(h.chunk_bytes) + " bytes, " +
+                std::to_string(payload_bytes) + " arrived");
+  return h;
 }
 
 std::vector<wire_header> split_into_chunks(const wire_header& base, uint64_t chunk_limit) {
@@ -105,8 +105,7 @@ std::vector<wire_header> split_into_chunks(const wire_header& base, uint64_t chu
   return out;
 }
 
-bool wire_assembler::begin_chunk(const wire_header& h, std::byte*& dst, std::string& error) {
-  dst = nullptr;
+result<std::byte*> wire_assembler::begin_chunk(const wire_header& h) {
   key_t key{h.edge, static_cast<uint8_t>(h.dir), h.step, h.micro_batch};
   auto it = partial_.find(key);
   if (it == partial_.end()) {
@@ -123,17 +122,13 @@ bool wire_assembler::begin_chunk(const wire_header& h, std::byte*& dst, std::str
   auto& p = it->second;
   if (p.shape != h.shape || p.type != h.type || p.encoding != h.encoding ||
       (h.encoding != codec_kind::none && p.payload.size() != h.payload_bytes)) {
-    error = "chunk of edge " + std::to_string(h.edge) + " micro-batch " + std::to_string(h.micro_batch) +
-            " has shape " + to_string(h.shape) + " (" + to_string(h.encoding) + "), earlier chunks had " +
-            to_string(p.shape) + " (" + to_string(p.encoding) + ")";
-    return false;
+    return fail("chunk of edge " + std::to_string(h.edge) + " micro-batch " + std::to_string(h.micro_batch) +
+                " has shape " + to_string(h.shape) + " (" + to_string(h.encoding) + "), earlier chunks had " +
+                to_string(p.shape) + " (" + to_string(p.encoding) + ")");
   }
   const std::string which = "chunk at offset " + std::to_string(h.offset) + " of edge " + std::to_string(h.edge) +
-                            " micro-batch " + std::to_string(h.micro_batch);
-  if (p.chunks.count(h.offset)) {
-    error = which + " arrived twice";
-    return false;
-  }
+                           " micro-batch " + std::to_string(h.micro_batch);
+  if (p.chunks.count(h.offset)) return fail(which + " arrived twice");
   // Completion counts bytes, so an overlap would complete the tensor with a hole of uninitialized
   // memory in it (found by tests/fuzz/fuzz_wire.cpp).
   const uint64_t end = h.offset + h.chunk_bytes;
@@ -141,38 +136,36 @@ bool wire_assembler::begin_chunk(const wire_header& h, std::byte*& dst, std::str
   auto overlapping = next != p.chunks.end() && next->first < end ? next : p.chunks.end();
   if (next != p.chunks.begin() && std::prev(next)->second > h.offset) overlapping = std::prev(next);
   if (overlapping != p.chunks.end()) {
-    error = which + " (" + std::to_string(h.chunk_bytes) + " bytes) overlaps the chunk at offset " +
-            std::to_string(overlapping->first) + " (" + std::to_string(overlapping->second - overlapping->first) +
-            " bytes)";
-    return false;
+    return fail(which + " (" + std::to_string(h.chunk_bytes) + " bytes) overlaps the chunk at offset " +
+                std::to_string(overlapping->first) + " (" + std::to_string(overlapping->second - overlapping->first) +
+                " bytes)");
   }
   p.chunks.emplace(h.offset, end);
+  std::byte* dst = nullptr;
   if (h.encoding != codec_kind::none) {
     if (!p.payload.empty()) dst = p.payload.data() + h.offset;
   } else if (!p.value.empty()) {
     dst = p.value.bytes() + h.offset;
   }
-  return true;
+  return dst;
 }
 
-std::optional<tensor> wire_assembler::end_chunk(const wire_header& h, std::string& error) {
+result<std::optional<tensor>> wire_assembler::end_chunk(const wire_header& h) {
   key_t key{h.edge, static_cast<uint8_t>(h.dir), h.step, h.micro_batch};
   auto it = partial_.find(key);
-  if (it == partial_.end()) return std::nullopt;
+  if (it == partial_.end()) return std::optional<tensor>();
   it->second.received += h.chunk_bytes;
-  if (it->second.received < h.wire_bytes()) return std::nullopt;
+  if (it->second.received < h.wire_bytes()) return std::optional<tensor>();
   partial p = std::move(it->second);
   partial_.erase(it);
-  if (p.encoding == codec_kind::none) return std::move(p.value);
+  if (p.encoding == codec_kind::none) return std::optional<tensor>(std::move(p.value));
   // Decoded straight into the tensor the consumer gets.
   tensor out = tensor::uninitialized(p.shape, p.type);
   const codec* wire_codec = codec_on_wire(static_cast<uint32_t>(p.encoding));  // validated with the header
-  auto msg = wire_codec->decode(p.payload, std::span<float>(out.data<float>(), out.numel()));
-  if (!msg.empty()) {
-    error = "edge " + std::to_string(h.edge) + " micro-batch " + std::to_string(h.micro_batch) + ": " + msg;
-    return std::nullopt;
-  }
-  return out;
+  if (auto decoded = wire_codec->decode(p.payload, std::span<float>(out.data<float>(), out.numel())); !decoded)
+    return fail("edge " + std::to_string(h.edge) + " micro-batch " + std::to_string(h.micro_batch) + ": " +
+                decoded.error());
+  return std::optional<tensor>(std::move(out));
 }
 
 }  // namespace fusion

@@ -21,6 +21,7 @@
 #include <tuple>
 #include <vector>
 
+#include "base/result.hpp"
 #include "compression/codec.hpp"
 #include "tensor/tensor.hpp"
 
@@ -80,11 +81,10 @@ struct wire_header {
 /// Serializes a header (protobuf binary).
 std::string encode_wire_header(const wire_header& h);
 
-/// Parses `bytes` into `out` and validates it against the `payload_bytes` that arrived with it.
-/// Returns an empty string when valid, else a message that says what is wrong, e.g.
-/// "wire protocol version 7, this node speaks 1" or "truncated payload: header announces
-/// 4096 bytes, 4000 arrived".
-std::string decode_wire_header(std::string_view bytes, uint64_t payload_bytes, wire_header& out);
+/// Parses `bytes` and validates the header against the `payload_bytes` that arrived with it.
+/// Fails with a message that says what is wrong, e.g. "wire protocol version 7, this node
+/// speaks 1" or "truncated payload: header announces 4096 bytes, 4000 arrived".
+result<wire_header> decode_wire_header(std::string_view bytes, uint64_t payload_bytes);
 
 /// Chunk headers for sending a payload of `base.wire_bytes()` bytes in pieces of at most
 /// `chunk_limit` bytes (one chunk for an empty tensor).
@@ -95,17 +95,15 @@ std::vector<wire_header> split_into_chunks(const wire_header& base, uint64_t chu
 /// actor.
 class wire_assembler {
  public:
-  /// Sets `dst` to where the payload of chunk `h` (already validated) must be written,
-  /// allocating the tensor on its first chunk (`dst` is null for an empty tensor). Returns false
-  /// and sets `error` when the chunk disagrees with earlier chunks of the same tensor (shape,
-  /// dtype), repeats an offset or overlaps an earlier chunk (the bytes received would add up
-  /// while a hole stayed unwritten).
-  bool begin_chunk(const wire_header& h, std::byte*& dst, std::string& error);
+  /// Where the payload of chunk `h` (already validated) must be written, allocating the tensor
+  /// on its first chunk (null for an empty tensor). Fails when the chunk disagrees with earlier
+  /// chunks of the same tensor (shape, dtype), repeats an offset or overlaps an earlier chunk
+  /// (the bytes received would add up while a hole stayed unwritten).
+  result<std::byte*> begin_chunk(const wire_header& h);
 
   /// After the payload of `h` was written: the whole tensor when this was its last chunk
-  /// (decoded when the edge is compressed). A payload that does not decode yields nothing and
-  /// sets `error` to why.
-  std::optional<tensor> end_chunk(const wire_header& h, std::string& error);
+  /// (decoded when the edge is compressed), else nothing. Fails when the payload does not decode.
+  result<std::optional<tensor>> end_chunk(const wire_header& h);
 
   /// Tensors with some but not all chunks received.
   size_t partial_count() const { return partial_.size(); }

@@ -45,23 +45,23 @@ result<preamble> decode_preamble(const std::byte* in, uint32_t max_meta, uint64_
   if (magic != frame_magic) {
     char buf[16];
     std::snprintf(buf, sizeof(buf), "0x%08x", magic);
-    return net_error{std::string("bad magic ") + buf + " (expected 0x4b4e4c46 \"FLNK\"; not a FusionLLM data channel?)"};
+    return fail(std::string("bad magic ") + buf + " (expected 0x4b4e4c46 \"FLNK\"; not a FusionLLM data channel?)");
   }
   auto version = std::to_integer<uint8_t>(in[4]);
   if (version != frame_version)
-    return net_error{"unsupported channel protocol version " + std::to_string(version) + " (this build speaks " +
-                     std::to_string(frame_version) + ")"};
+    return fail("unsupported channel protocol version " + std::to_string(version) + " (this build speaks " +
+                std::to_string(frame_version) + ")");
   preamble p;
   p.flags = std::to_integer<uint8_t>(in[5]);
-  if (p.flags & ~known_flags) return net_error{"unknown preamble flags " + std::to_string(p.flags)};
-  if (get_le<uint16_t>(in + 6) != 0) return net_error{"reserved preamble bytes are not zero"};
+  if (p.flags & ~known_flags) return fail("unknown preamble flags " + std::to_string(p.flags));
+  if (get_le<uint16_t>(in + 6) != 0) return fail("reserved preamble bytes are not zero");
   p.meta_size = get_le<uint32_t>(in + 8);
   p.payload_size = get_le<uint64_t>(in + 12);
   if (p.meta_size > max_meta)
-    return net_error{"meta length " + std::to_string(p.meta_size) + " exceeds the limit of " + std::to_string(max_meta)};
+    return fail("meta length " + std::to_string(p.meta_size) + " exceeds the limit of " + std::to_string(max_meta));
   if (p.payload_size > max_payload)
-    return net_error{"payload length " + std::to_string(p.payload_size) + " exceeds the limit of " +
-                     std::to_string(max_payload)};
+    return fail("payload length " + std::to_string(p.payload_size) + " exceeds the limit of " +
+                std::to_string(max_payload));
   return p;
 }
 
@@ -79,13 +79,13 @@ result<std::unique_ptr<frame_sender>> frame_sender::connect(const std::string& h
                                                             frame_sender_options options) {
   const auto deadline = std::chrono::steady_clock::now() + options.connect_timeout;
   auto sock = connect_tcp(host, port, options.connect_timeout);
-  if (!sock) return net_error{sock.error()};
-  if (options.socket_buffer_bytes > 0) set_buffer_sizes(sock->fd(), options.socket_buffer_bytes);
+  if (!sock) return fail(sock.error());
+  if (options.socket_buffer_bytes > 0) (void)set_buffer_sizes(sock->fd(), options.socket_buffer_bytes);
   auto peer = endpoint_name(host, port);
   stream io(sock->fd());
   if (options.tls) {
     auto secured = tls_connect(sock->fd(), *options.tls, options.peer, deadline, peer);
-    if (!secured) return net_error{secured.error()};
+    if (!secured) return fail(secured.error());
     io = std::move(*secured);
     io.buffer_writes(send_buffer_bytes);
   }
@@ -170,7 +170,7 @@ void frame_sender::writer_loop() {
     bytes_sent_ += payload;
     for (auto& it : batch) {
       try {
-        if (it.done) it.done(std::string());
+        if (it.done) it.done(status{});
       } catch (const std::exception&) {
         // A throwing completion must not kill the writer; the frame itself was delivered.
       }
@@ -201,7 +201,7 @@ void frame_sender::writer_loop() {
 void frame_sender::fail_all(std::deque<item>& items, const std::string& error) {
   for (auto& it : items) {
     try {
-      if (it.done) it.done(error);
+      if (it.done) it.done(fail(error));
     } catch (const std::exception&) {
     }
   }

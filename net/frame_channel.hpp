@@ -69,8 +69,8 @@ result<preamble> decode_preamble(const std::byte* in, uint32_t max_meta = max_me
 
 // ---- sender -----------------------------------------------------------------------------------
 
-/// Completion of one send, on the writer thread: empty string = every byte handed to the kernel.
-using send_done = std::function<void(const std::string& error)>;
+/// Completion of one send, on the writer thread: ok = every byte handed to the kernel.
+using send_done = std::function<void(const status& sent)>;
 
 /// Outcome of enqueueing. Anything but `queued` means the frame was dropped and `done` will not
 /// be called.
@@ -163,8 +163,8 @@ class frame_sender {
 
 // ---- server -----------------------------------------------------------------------------------
 
-/// Completion of one received payload: empty string = all bytes are in the destination.
-using receive_done = std::function<void(const std::string& error)>;
+/// Completion of one received payload: ok = all bytes are in the destination.
+using receive_done = std::function<void(const status& received)>;
 
 /// A frame whose preamble and meta have arrived; the payload has not been read yet.
 struct incoming_frame {

@@ -24,9 +24,9 @@ void advise_hugepages(std::byte* data, uint64_t n) {
   if (end > begin) madvise(reinterpret_cast<void*>(begin), end - begin, MADV_HUGEPAGE);
 }
 
-void complete(receive_done& done, const std::string& error) {
+void complete(receive_done& done, const status& received) {
   try {
-    if (done) done(error);
+    if (done) done(received);
   } catch (const std::exception&) {
     // A throwing user callback must not take the reader thread (and the process) down.
   }
@@ -46,9 +46,9 @@ const char* to_string(channel_error_kind k) {
 
 result<std::unique_ptr<frame_server>> frame_server::start(frame_server_options options, frame_handler on_frame,
                                                           error_handler on_error) {
-  if (!on_frame) return net_error{"frame_server needs a frame handler"};
+  if (!on_frame) return fail("frame_server needs a frame handler");
   auto listener = listen_tcp(options.host, options.port, options.backlog);
-  if (!listener) return net_error{listener.error()};
+  if (!listener) return fail(listener.error());
   return std::unique_ptr<frame_server>(
       new frame_server(std::move(options), std::move(*listener), std::move(on_frame), std::move(on_error)));
 }
@@ -100,7 +100,7 @@ void frame_server::accept_loop() {
   while (!stopping_.load()) {
     auto sock = accept_tcp(listener_);
     if (!sock) break;  // listener shut down (stop) or unusable
-    if (options_.socket_buffer_bytes > 0) set_buffer_sizes(sock->fd(), options_.socket_buffer_bytes);
+    if (options_.socket_buffer_bytes > 0) (void)set_buffer_sizes(sock->fd(), options_.socket_buffer_bytes);
     reap_finished();
     std::lock_guard lock(mutex_);
     if (stopping_.load()) break;  // stop() already took the list; drop this late arrival
@@ -208,7 +208,7 @@ void frame_server::read_loop(connection& c) {
       break;
     }
     auto pre = decode_preamble(raw, options_.max_meta, options_.max_payload);
-    if (pre && (pre->flags & flag_ack)) pre = net_error{"an ack frame was sent to the server"};
+    if (pre && (pre->flags & flag_ack)) pre = fail("an ack frame was sent to the server");
     if (!pre) {
       // The stream cannot be resynchronised after a bad preamble: drop the connection.
       ++rejected_;
@@ -255,14 +255,14 @@ void frame_server::read_loop(connection& c) {
         if (!st) {
           std::string why = "closed mid-frame after " + std::to_string(payload_got) + " of " +
                             std::to_string(pre->payload_size) + " payload bytes (" + st.error() + ")";
-          complete(target.done, stopping_.load() ? "frame server stopped during the transfer" : from + ": " + why);
+          complete(target.done, fail(stopping_.load() ? "frame server stopped during the transfer" : from + ": " + why));
           broken(channel_error_kind::truncated, why);
           break;
         }
         ++frames_;
         bytes_ += pre->payload_size;
         established = true;
-        complete(target.done, std::string());
+        complete(target.done, status{});
       }
     }
     if (!ok) {

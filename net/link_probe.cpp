@@ -23,9 +23,9 @@ constexpr uint64_t max_window = uint64_t{64} << 20;
 // The server's cumulative payload byte count from one ack frame.
 result<uint64_t> decode_ack(const std::byte* buf) {
   auto pre = decode_preamble(buf);
-  if (!pre) return net_error{"bad probe ack: " + pre.error()};
+  if (!pre) return fail("bad probe ack: " + pre.error());
   if (pre->flags != flag_ack || pre->meta_size != 8 || pre->payload_size != 0)
-    return net_error{"bad probe ack: unexpected frame layout"};
+    return fail("bad probe ack: unexpected frame layout");
   uint64_t count = 0;
   for (size_t i = 0; i < 8; ++i) count |= static_cast<uint64_t>(std::to_integer<uint8_t>(buf[preamble_size + i])) << (8 * i);
   return count;
@@ -56,7 +56,7 @@ class prober {
     pollfd pfd{io_.fd(), static_cast<short>(POLLIN | (want_write ? POLLOUT : 0)), 0};
     if (::poll(&pfd, 1, timeout_ms) < 0) pfd.revents = 0;
     if (pfd.revents & (POLLIN | POLLERR | POLLHUP))
-      if (auto st = read_acks(); !st) return net_error{st.error()};
+      if (auto st = read_acks(); !st) return fail(st.error());
     return (pfd.revents & POLLOUT) != 0;
   }
 
@@ -64,7 +64,7 @@ class prober {
   status read_acks() {
     for (;;) {
       auto step = io_.read_some(buf_ + have_, ack_size - have_);
-      if (!step.error.empty()) return net_error{"no probe ack: " + step.error};
+      if (!step.error.empty()) return fail("no probe ack: " + step.error);
       have_ += step.bytes;
       if (have_ < ack_size) {
         if (step.would_block) return {};
@@ -72,7 +72,7 @@ class prober {
       }
       have_ = 0;
       auto count = decode_ack(buf_);
-      if (!count) return net_error{count.error()};
+      if (!count) return fail(count.error());
       const auto now = clock::now();
       acked = *count;
       ++acks;
@@ -96,14 +96,14 @@ result<probe_result> probe_link(const std::string& host, uint16_t port, const pr
   const std::string where = "link probe to " + endpoint_name(host, port);
   const auto connect_deadline = clock::now() + options.connect_timeout;
   auto sock = connect_tcp(host, port, options.connect_timeout);
-  if (!sock) return net_error{sock.error()};
+  if (!sock) return fail(sock.error());
   stream io(sock->fd());
   if (options.tls) {
     auto secured = tls_connect(sock->fd(), *options.tls, options.peer, connect_deadline, endpoint_name(host, port));
-    if (!secured) return net_error{where + ": " + secured.error()};
+    if (!secured) return fail(where + ": " + secured.error());
     io = std::move(*secured);
   }
-  if (auto st = set_nonblocking(sock->fd(), true); !st) return net_error{where + ": " + st.error()};
+  if (auto st = set_nonblocking(sock->fd(), true); !st) return fail(where + ": " + st.error());
   probe_result out;
   const int ack_wait = static_cast<int>(std::min<int64_t>(options.ack_timeout.count(), INT_MAX));
 
@@ -112,12 +112,12 @@ result<probe_result> probe_link(const std::string& host, uint16_t port, const pr
     const auto give_up = clock::now() + options.ack_timeout;
     while (n > 0) {
       auto room = p.wait(true, ack_wait);
-      if (!room) return net_error{room.error()};
+      if (!room) return fail(room.error());
       if (!*room && clock::now() >= give_up)
-        return net_error{"cannot send for " + std::to_string(options.ack_timeout.count()) + " ms"};
+        return fail("cannot send for " + std::to_string(options.ack_timeout.count()) + " ms");
       if (!*room) continue;
       auto step = io.write_some(data, n);
-      if (!step.error.empty()) return net_error{step.error};
+      if (!step.error.empty()) return fail(step.error);
       data += step.bytes;
       n -= step.bytes;
     }
@@ -131,12 +131,12 @@ result<probe_result> probe_link(const std::string& host, uint16_t port, const pr
   double best = 1e300;
   for (int i = 0; i < 3; ++i) {
     const auto t = clock::now();
-    if (auto st = write(latency, empty, preamble_size); !st) return net_error{where + ": " + st.error()};
+    if (auto st = write(latency, empty, preamble_size); !st) return fail(where + ": " + st.error());
     while (latency.acks <= static_cast<uint64_t>(i)) {
       auto r = latency.wait(false, millis_until(t + options.ack_timeout));
-      if (!r) return net_error{where + ": " + r.error()};
+      if (!r) return fail(where + ": " + r.error());
       if (latency.acks <= static_cast<uint64_t>(i) && clock::now() >= t + options.ack_timeout)
-        return net_error{where + ": no probe ack for " + std::to_string(options.ack_timeout.count()) + " ms"};
+        return fail(where + ": no probe ack for " + std::to_string(options.ack_timeout.count()) + " ms");
     }
     best = std::min(best, std::chrono::duration<double, std::milli>(latency.last_ack - t).count());
   }
@@ -195,12 +195,12 @@ result<probe_result> probe_link(const std::string& host, uint16_t port, const pr
   }
   io.close_notify();
   sock->shutdown();  // the server sees a clean end between frames
-  if (!failure.empty()) return net_error{where + ": " + failure};
-  if (!p.window_start) return net_error{where + ": no ack arrived after the warm-up"};
+  if (!failure.empty()) return fail(where + ": " + failure);
+  if (!p.window_start) return fail(where + ": no ack arrived after the warm-up");
   const uint64_t payload_bytes = p.acked - p.window_start_bytes;
   out.bytes = payload_bytes / frame_bytes * frame_wire;
   out.seconds = std::chrono::duration<double>(p.last_ack - *p.window_start).count();
-  if (out.seconds <= 0 || out.bytes == 0) return net_error{where + ": window too short to measure (raise the duration)"};
+  if (out.seconds <= 0 || out.bytes == 0) return fail(where + ": window too short to measure (raise the duration)");
   out.mbit_per_s = static_cast<double>(out.bytes) * 8 / out.seconds / 1e6;
   return out;
 }

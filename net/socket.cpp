@@ -37,7 +37,7 @@ result<addrinfo_ptr> resolve(const std::string& host, uint16_t port, bool passiv
   addrinfo* list = nullptr;
   auto service = std::to_string(port);
   int rc = getaddrinfo(node, service.c_str(), &hints, &list);
-  if (rc != 0) return net_error{"cannot resolve " + endpoint_name(host, port) + ": " + gai_strerror(rc)};
+  if (rc != 0) return fail("cannot resolve " + endpoint_name(host, port) + ": " + gai_strerror(rc));
   return addrinfo_ptr(list);
 }
 
@@ -99,7 +99,7 @@ std::string socket::peer_name() const {
 
 result<socket> listen_tcp(const std::string& host, uint16_t port, int backlog) {
   auto list = resolve(host, port, true);
-  if (!list) return net_error{list.error()};
+  if (!list) return fail(list.error());
   std::string last = "no address";
   for (addrinfo* ai = list->get(); ai; ai = ai->ai_next) {
     socket s(::socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, ai->ai_protocol));
@@ -115,12 +115,12 @@ result<socket> listen_tcp(const std::string& host, uint16_t port, int backlog) {
     }
     return s;
   }
-  return net_error{"cannot listen on " + endpoint_name(host, port) + ": " + last};
+  return fail("cannot listen on " + endpoint_name(host, port) + ": " + last);
 }
 
 result<socket> connect_tcp(const std::string& host, uint16_t port, std::chrono::milliseconds timeout) {
   auto list = resolve(host, port, false);
-  if (!list) return net_error{list.error()};
+  if (!list) return fail(list.error());
   std::string last = "no address";
   for (addrinfo* ai = list->get(); ai; ai = ai->ai_next) {
     socket s(::socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, ai->ai_protocol));
@@ -139,22 +139,22 @@ result<socket> connect_tcp(const std::string& host, uint16_t port, std::chrono::
     }
     int flags = fcntl(s.fd(), F_GETFL);
     fcntl(s.fd(), F_SETFL, flags & ~O_NONBLOCK);
-    set_nodelay(s.fd());
+    (void)set_nodelay(s.fd());
     return s;
   }
-  return net_error{"cannot connect to " + endpoint_name(host, port) + ": " + last};
+  return fail("cannot connect to " + endpoint_name(host, port) + ": " + last);
 }
 
 result<socket> accept_tcp(const socket& listener) {
   for (;;) {
     int fd = ::accept4(listener.fd(), nullptr, nullptr, SOCK_CLOEXEC);
     if (fd >= 0) {
-      set_nodelay(fd);
+      (void)set_nodelay(fd);
       return socket(fd);
     }
     // Transient per-connection failures must not end the accept loop.
     if (errno == EINTR || errno == ECONNABORTED || errno == EPROTO) continue;
-    return net_error{"accept failed: " + errno_text(errno)};
+    return fail("accept failed: " + errno_text(errno));
   }
 }
 
@@ -174,7 +174,7 @@ status writev_all(int fd, iovec* iov, int count) {
     ssize_t n = ::sendmsg(fd, &msg, MSG_NOSIGNAL);
     if (n < 0) {
       if (errno == EINTR) continue;
-      return net_error{"send failed: " + errno_text(errno)};
+      return fail("send failed: " + errno_text(errno));
     }
     auto left = static_cast<size_t>(n);
     while (count > 0 && left >= iov->iov_len) {
@@ -208,9 +208,9 @@ status recv_all(int fd, void* data, size_t n, size_t* received) {
       continue;
     }
     if (received) *received = got;
-    if (r == 0) return net_error{closed_by_peer};
+    if (r == 0) return fail(closed_by_peer);
     if (errno == EINTR) continue;
-    return net_error{"receive failed: " + errno_text(errno)};
+    return fail("receive failed: " + errno_text(errno));
   }
   if (received) *received = got;
   return {};
@@ -219,14 +219,14 @@ status recv_all(int fd, void* data, size_t n, size_t* received) {
 status set_nodelay(int fd) {
   int one = 1;
   if (setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one)) < 0)
-    return net_error{"TCP_NODELAY: " + errno_text(errno)};
+    return fail("TCP_NODELAY: " + errno_text(errno));
   return {};
 }
 
 status set_buffer_sizes(int fd, int bytes) {
   if (setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &bytes, sizeof(bytes)) < 0 ||
       setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &bytes, sizeof(bytes)) < 0)
-    return net_error{"SO_SNDBUF/SO_RCVBUF: " + errno_text(errno)};
+    return fail("SO_SNDBUF/SO_RCVBUF: " + errno_text(errno));
   return {};
 }
 

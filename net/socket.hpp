@@ -1,7 +1,7 @@
 // Thin TCP layer for the bulk data channel: an RAII descriptor, listen/connect/accept, and
 // blocking I/O loops that survive EINTR and partial transfers.
 //
-// Errors are values (net::result / net::status), never exceptions, because every caller runs on
+// Errors are values (result / status of base/result.hpp), never exceptions, because every caller runs on
 // a channel thread where an escaping exception would terminate the process.
 #pragma once
 
@@ -12,49 +12,16 @@
 #include <string>
 #include <utility>
 
+#include "base/result.hpp"
+
 struct iovec;
 
 namespace fusion::net {
 
-/// Error tag, so that result<std::string> stays unambiguous.
-struct net_error {
-  std::string message;
-};
-
-/// A value or an error message (a minimal std::expected; g++ 12 has none in C++20).
-template <class T>
-class result {
- public:
-  result(T value) : value_(std::move(value)) {}
-  result(net_error e) : error_(std::move(e.message)) {}
-
-  /// True when a value is held.
-  explicit operator bool() const noexcept { return value_.has_value(); }
-  bool ok() const noexcept { return value_.has_value(); }
-  T& operator*() { return *value_; }
-  const T& operator*() const { return *value_; }
-  T* operator->() { return &*value_; }
-  const T* operator->() const { return &*value_; }
-  /// The error message; empty when a value is held.
-  const std::string& error() const noexcept { return error_; }
-
- private:
-  std::optional<T> value_;
-  std::string error_;
-};
-
-/// Success or an error message.
-class status {
- public:
-  status() = default;
-  status(net_error e) : error_(std::move(e.message)) {}
-  explicit operator bool() const noexcept { return error_.empty(); }
-  bool ok() const noexcept { return error_.empty(); }
-  const std::string& error() const noexcept { return error_; }
-
- private:
-  std::string error_;
-};
+using fusion::fail;
+using fusion::failure;
+using fusion::result;
+using fusion::status;
 
 /// Owning file descriptor of a TCP socket; closes on destruction, move-only.
 class socket {

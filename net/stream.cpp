@@ -124,7 +124,7 @@ status stream::tls_write(const void* data, size_t n) {
   while (n > 0) {
     // Blocking socket: a write moves at least one record or fails (would_block only on EINTR).
     auto step = write_some(p, n);
-    if (!step.error.empty()) return net_error{step.error};
+    if (!step.error.empty()) return fail(step.error);
     p += step.bytes;
     n -= step.bytes;
   }
@@ -138,7 +138,7 @@ status stream::flush_writes() {
   if (BIO_flush(SSL_get_wbio(ssl_)) > 0) return {};
   const int err = errno;
   ERR_clear_error();
-  return net_error{std::string("TLS transfer failed: ") + (err ? std::strerror(err) : "cannot flush the send buffer")};
+  return fail(std::string("TLS transfer failed: ") + (err ? std::strerror(err) : "cannot flush the send buffer"));
 }
 
 status stream::write_all(const void* data, size_t n) {
@@ -198,7 +198,7 @@ status stream::read_all(void* data, size_t n, size_t* received) {
     got += step.bytes;
     if (!step.error.empty()) {
       if (received) *received = got;
-      return net_error{step.error};
+      return fail(step.error);
     }
   }
   if (received) *received = got;
@@ -214,12 +214,12 @@ status stream::read_all_by(void* data, size_t n, std::chrono::steady_clock::time
     auto step = read_some(p + got, n - got);
     got += step.bytes;
     if (!step.error.empty()) {
-      result = net_error{step.error};
+      result = fail(step.error);
       break;
     }
     // would_block: the socket is drained and a record is incomplete, so poll is right to wait.
     if (step.would_block && !poll_until(fd_, POLLIN, deadline)) {
-      result = net_error{deadline_passed};
+      result = fail(deadline_passed);
       break;
     }
   }
@@ -240,9 +240,9 @@ void stream::close_notify() noexcept {
 
 status set_nonblocking(int fd, bool on) {
   const int flags = ::fcntl(fd, F_GETFL, 0);
-  if (flags < 0) return net_error{std::string("fcntl failed: ") + std::strerror(errno)};
+  if (flags < 0) return fail(std::string("fcntl failed: ") + std::strerror(errno));
   const int want = on ? flags | O_NONBLOCK : flags & ~O_NONBLOCK;
-  if (want != flags && ::fcntl(fd, F_SETFL, want) < 0) return net_error{std::string("fcntl failed: ") + std::strerror(errno)};
+  if (want != flags && ::fcntl(fd, F_SETFL, want) < 0) return fail(std::string("fcntl failed: ") + std::strerror(errno));
   return {};
 }
 

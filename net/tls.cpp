@@ -76,12 +76,12 @@ std::string failure_text(SSL* ssl, int rc) {
 }
 
 // Runs `op` (a handshake, read or write step on a non-blocking socket) until it succeeds, fails
-// or `deadline` passes; returns the failure, or "" on success. `op` returns 1 when done,
-// `more` after progress short of done, else what the SSL call returned.
+// (`deadline_passed` when `deadline` passes). `op` returns 1 when done, `more` after progress
+// short of done, else what the SSL call returned.
 constexpr int more = 2;
 
 template <class Op>
-std::string drive(SSL* ssl, int fd, clock::time_point deadline, Op op) {
+status drive(SSL* ssl, int fd, clock::time_point deadline, Op op) {
   for (;;) {
     ERR_clear_error();
     errno = 0;
@@ -90,26 +90,25 @@ std::string drive(SSL* ssl, int fd, clock::time_point deadline, Op op) {
     if (rc == more) continue;
     const int kind = SSL_get_error(ssl, rc);
     if (kind == SSL_ERROR_WANT_READ || kind == SSL_ERROR_WANT_WRITE) {
-      if (!poll_until(fd, kind == SSL_ERROR_WANT_READ ? POLLIN : POLLOUT, deadline)) return deadline_passed;
+      if (!poll_until(fd, kind == SSL_ERROR_WANT_READ ? POLLIN : POLLOUT, deadline)) return fail(deadline_passed);
       continue;
     }
-    return failure_text(ssl, rc);
+    return fail(failure_text(ssl, rc));
   }
 }
 
-// The role and name on the peer's certificate, checked against `rule`; "" when they fit.
-std::string check_peer(SSL* ssl, const peer_rule& rule) {
+// The role and name on the peer's certificate, checked against `rule`.
+status check_peer(SSL* ssl, const peer_rule& rule) {
   const X509* cert = SSL_get0_peer_certificate(ssl);
-  if (!cert) return "it presented no certificate";
-  std::string error;
-  auto id = security::identity_of(cert, error);
-  if (!id) return "its certificate names no holder: " + error;
+  if (!cert) return fail("it presented no certificate");
+  auto id = security::identity_of(cert);
+  if (!id) return fail("its certificate names no holder: " + id.error());
   if (id->r != rule.role)
-    return std::string("its certificate is the ") + security::to_string(id->r) + " certificate of '" + id->name +
-           "', and only a " + security::to_string(rule.role) + " may connect here";
+    return fail(std::string("its certificate is the ") + security::to_string(id->r) + " certificate of '" + id->name +
+                "', and only a " + security::to_string(rule.role) + " may connect here");
   if (!rule.name.empty() && id->name != rule.name)
-    return std::string("it holds the certificate of ") + security::to_string(id->r) + " '" + id->name + "', not of '" +
-           rule.name + "'";
+    return fail(std::string("it holds the certificate of ") + security::to_string(id->r) + " '" + id->name +
+                "', not of '" + rule.name + "'");
   return {};
 }
 
@@ -120,17 +119,17 @@ result<stream> establish(int fd, const tls_context& ctx, const peer_rule& rule, 
   security::ssl_ptr ssl(SSL_new(ctx.native()));
   if (!ssl || SSL_set_fd(ssl.get(), fd) != 1) {
     ERR_clear_error();
-    return net_error{where + "cannot set up a TLS session"};
+    return fail(where + "cannot set up a TLS session");
   }
   server ? SSL_set_accept_state(ssl.get()) : SSL_set_connect_state(ssl.get());
-  if (auto st = set_nonblocking(fd, true); !st) return net_error{where + st.error()};
-  auto fail = [&](const std::string& why) {
-    set_nonblocking(fd, false);
-    return net_error{where + (why == deadline_passed ? "the TLS handshake did not finish in time" : why)};
+  if (auto st = set_nonblocking(fd, true); !st) return fail(where + st.error());
+  auto refuse = [&](const std::string& why) {
+    (void)set_nonblocking(fd, false);
+    return fail(where + (why == deadline_passed ? "the TLS handshake did not finish in time" : why));
   };
-  if (auto why = drive(ssl.get(), fd, deadline, [&] { return SSL_do_handshake(ssl.get()); }); !why.empty())
-    return fail(why);
-  if (auto why = check_peer(ssl.get(), rule); !why.empty()) return fail(why);
+  if (auto done = drive(ssl.get(), fd, deadline, [&] { return SSL_do_handshake(ssl.get()); }); !done)
+    return refuse(done.error());
+  if (auto fits = check_peer(ssl.get(), rule); !fits) return refuse(fits.error());
   // The welcome, written by the server and read by the client whole, against the deadline.
   std::byte welcome[welcome_size] = {};
   size_t moved = 0;
@@ -144,19 +143,21 @@ result<stream> establish(int fd, const tls_context& ctx, const peer_rule& rule, 
   };
   if (server) {
     encode_preamble({flag_ack, 8, 0}, welcome);
-    if (auto why = transfer(SSL_write_ex); !why.empty()) return fail(why);
+    if (auto sent = transfer(SSL_write_ex); !sent) return refuse(sent.error());
   } else {
-    auto why = transfer(SSL_read_ex);
-    // The server checks our certificate after our side of the handshake is done: a refusal
-    // arrives here, as an alert or as the end of the connection.
-    if (why == "it closed the connection")
-      why = "it closed the connection after the TLS handshake (it refused this process's certificate; its log says why)";
-    if (!why.empty()) return fail(why);
+    if (auto got = transfer(SSL_read_ex); !got) {
+      // The server checks our certificate after our side of the handshake is done: a refusal
+      // arrives here, as an alert or as the end of the connection.
+      if (got.error() == "it closed the connection")
+        return refuse("it closed the connection after the TLS handshake (it refused this process's certificate; its "
+                      "log says why)");
+      return refuse(got.error());
+    }
     auto pre = decode_preamble(welcome);
     if (!pre || pre->flags != flag_ack || pre->meta_size != 8 || pre->payload_size != 0)
-      return fail("its first message is not a data channel welcome");
+      return refuse("its first message is not a data channel welcome");
   }
-  if (auto st = set_nonblocking(fd, false); !st) return net_error{where + st.error()};
+  if (auto st = set_nonblocking(fd, false); !st) return fail(where + st.error());
   return stream(fd, ssl.release());
 }
 
@@ -168,27 +169,27 @@ result<std::shared_ptr<const tls_context>> tls_context::load(const security::ide
   std::call_once(sigpipe_once, [] { std::signal(SIGPIPE, SIG_IGN); });
   std::shared_ptr<tls_context> ctx(new tls_context());
   ctx->ctx_ = SSL_CTX_new(TLS_method());
-  auto fail = [](const std::string& what) {
+  auto refuse = [](const std::string& what) {
     const unsigned long code = ERR_peek_error();
     ERR_clear_error();
     const char* why = code ? ERR_reason_error_string(code) : nullptr;
-    return net_error{what + (why ? std::string(" (") + why + ")" : std::string())};
+    return fail(what + (why ? std::string(" (") + why + ")" : std::string()));
   };
   SSL_CTX* c = ctx->ctx_;
-  if (!c) return fail("cannot create a TLS context");
+  if (!c) return refuse("cannot create a TLS context");
   SSL_CTX_set_min_proto_version(c, TLS1_3_VERSION);
   SSL_CTX_set_max_proto_version(c, TLS1_3_VERSION);
   // AES-128-GCM first: with AES-NI it is the fastest suite here, and 128 bits suffice.
   SSL_CTX_set_ciphersuites(c, "TLS_AES_128_GCM_SHA256:TLS_AES_256_GCM_SHA384:TLS_CHACHA20_POLY1305_SHA256");
   if (SSL_CTX_use_certificate_chain_file(c, files.certificate.c_str()) != 1)
-    return fail("cannot read the certificate " + files.certificate);
+    return refuse("cannot read the certificate " + files.certificate);
   if (SSL_CTX_use_PrivateKey_file(c, files.key.c_str(), SSL_FILETYPE_PEM) != 1 || SSL_CTX_check_private_key(c) != 1) {
     if (ERR_GET_REASON(ERR_peek_error()) == X509_R_KEY_VALUES_MISMATCH)
-      return fail("the private key " + files.key + " does not belong to the certificate " + files.certificate);
-    return fail("cannot read the private key " + files.key);
+      return refuse("the private key " + files.key + " does not belong to the certificate " + files.certificate);
+    return refuse("cannot read the private key " + files.key);
   }
   if (SSL_CTX_load_verify_locations(c, files.ca.c_str(), nullptr) != 1)
-    return fail("cannot read the CA certificate " + files.ca);
+    return refuse("cannot read the CA certificate " + files.ca);
   SSL_CTX_set_verify(c, SSL_VERIFY_PEER | SSL_VERIFY_FAIL_IF_NO_PEER_CERT, nullptr);
   // Connections live as long as the run: no resumption, so no tickets to send or store.
   SSL_CTX_set_num_tickets(c, 0);

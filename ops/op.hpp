@@ -25,13 +25,14 @@
 #include <string>
 #include <vector>
 
+#include "base/result.hpp"
 #include "tensor/tensor.hpp"
 
 namespace fusion {
 
 /// Thrown by ops for bad attributes or input shapes; the graph loader adds file, line and node.
-struct op_error : std::runtime_error {
-  using std::runtime_error::runtime_error;
+struct op_error : error {
+  using error::error;
 };
 
 /// Resolved node attributes (the loader has already evaluated expressions like "4*C").

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "base/result.hpp"
 #include "core/cluster.hpp"
 #include "core/graph.hpp"
 #include "scheduler/profile.hpp"
@@ -16,8 +17,8 @@ namespace fusion {
 
 /// A placement error; what() reads "FILE:LINE: message" naming the cluster file (the assign
 /// entry or the placement section), or "FILE: message" when no line applies.
-struct placement_error : std::runtime_error {
-  using std::runtime_error::runtime_error;
+struct placement_error : error {
+  using error::error;
 };
 
 /// Where every graph node runs.

@@ -12,14 +12,15 @@
 #include <string>
 #include <vector>
 
+#include "base/result.hpp"
 #include "core/cluster.hpp"
 #include "core/graph.hpp"
 
 namespace fusion {
 
 /// A profile-file error; what() reads "FILE: message" naming the file and the field.
-struct profile_error : std::runtime_error {
-  using std::runtime_error::runtime_error;
+struct profile_error : error {
+  using error::error;
 };
 
 /// Measured time of one op signature on one node, per micro-batch, in seconds.

@@ -11,55 +11,58 @@
 
 namespace fusion {
 
-std::string rebalance_settings::check() const {
-  auto at_least = [](const char* key, double v, double min) {
+status rebalance_settings::check() const {
+  auto at_least = [](const char* key, double v, double min) -> status {
+    if (v >= min) return {};
     char buf[128];
     std::snprintf(buf, sizeof buf, "scheduler.%s must be at least %g, got %g", key, min, v);
-    return v >= min ? std::string() : std::string(buf);
+    return fail(buf);
   };
-  for (auto msg : {at_least("every", static_cast<double>(every), 1), at_least("horizon", static_cast<double>(horizon), 1),
-                   at_least("confirmations", static_cast<double>(confirmations), 1)})
-    if (!msg.empty()) return msg;
+  for (const auto& in_range : {at_least("every", static_cast<double>(every), 1),
+                               at_least("horizon", static_cast<double>(horizon), 1),
+                               at_least("confirmations", static_cast<double>(confirmations), 1)})
+    if (!in_range) return in_range;
   if (!(min_gain >= 0 && min_gain < 1))
-    return "scheduler.min-gain must be a fraction in [0, 1), e.g. 0.1 for 10%, got " + std::to_string(min_gain);
+    return fail("scheduler.min-gain must be a fraction in [0, 1), e.g. 0.1 for 10%, got " + std::to_string(min_gain));
   return {};
 }
 
-std::string rebalance_settings::set(const std::string& key_in, const std::string& value) {
+status rebalance_settings::set(const std::string& key_in, const std::string& value) {
   std::string key = key_in.rfind("scheduler.", 0) == 0 ? key_in.substr(10) : key_in;
   rebalance_settings next = *this;
   char* end = nullptr;
   const double v = std::strtod(value.c_str(), &end);
   const bool number = !value.empty() && *end == '\0' && std::isfinite(v);
-  auto whole = [&](int64_t& dst) {
-    if (!number || v != std::floor(v)) return "scheduler." + key + " takes a whole number, got '" + value + "'";
+  auto whole = [&](int64_t& dst) -> status {
+    if (!number || v != std::floor(v)) return fail("scheduler." + key + " takes a whole number, got '" + value + "'");
     dst = static_cast<int64_t>(v);
-    return std::string();
+    return {};
   };
-  std::string err;
+  status parsed;
   if (key == "enabled") {
     if (value == "true" || value == "on" || value == "1")
       next.enabled = true;
     else if (value == "false" || value == "off" || value == "0")
       next.enabled = false;
     else
-      err = "scheduler.enabled takes true or false, got '" + value + "'";
+      parsed = fail("scheduler.enabled takes true or false, got '" + value + "'");
   } else if (key == "every") {
-    err = whole(next.every);
+    parsed = whole(next.every);
   } else if (key == "horizon") {
-    err = whole(next.horizon);
+    parsed = whole(next.horizon);
   } else if (key == "confirmations") {
-    err = whole(next.confirmations);
+    parsed = whole(next.confirmations);
   } else if (key == "min-gain") {
-    if (!number) err = "scheduler.min-gain takes a number, got '" + value + "'";
+    if (!number) parsed = fail("scheduler.min-gain takes a number, got '" + value + "'");
     next.min_gain = v;
   } else {
-    return "unknown setting '" + key_in + "' (scheduler.enabled, scheduler.every, scheduler.min-gain, "
-           "scheduler.horizon, scheduler.confirmations)";
+    return fail("unknown setting '" + key_in + "' (scheduler.enabled, scheduler.every, scheduler.min-gain, "
+                "scheduler.horizon, scheduler.confirmations)");
   }
-  if (err.empty()) err = next.check();
-  if (err.empty()) *this = next;
-  return err;
+  if (!parsed) return parsed;
+  if (auto in_range = next.check(); !in_range) return in_range;
+  *this = next;
+  return {};
 }
 
 double migration_cost_s(const workload_estimator& est, const placement& from, const placement& to) {

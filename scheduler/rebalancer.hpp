@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "base/result.hpp"
 #include "scheduler/estimator.hpp"
 #include "scheduler/plan.hpp"
 
@@ -24,12 +25,12 @@ struct rebalance_settings {
   double min_gain = 0.10;   ///< scheduler.min-gain: relative step-time gain required after the cost
   int64_t horizon = 200;    ///< scheduler.horizon: steps a migration's cost is spread over
   int64_t confirmations = 3;///< scheduler.confirmations: evaluations in a row proposing the same placement
-  /// "" when every value is in range, else a message naming the key, e.g.
+  /// Ok when every value is in range, else fails with a message naming the key, e.g.
   /// "scheduler.every must be at least 1, got 0".
-  std::string check() const;
+  status check() const;
   /// Sets one key ("every", "min-gain", "horizon", "confirmations", "enabled"; a "scheduler."
-  /// prefix is accepted) from text; returns "" or why not. Leaves *this unchanged on error.
-  std::string set(const std::string& key, const std::string& value);
+  /// prefix is accepted) from text, or fails saying why not and leaves *this unchanged.
+  status set(const std::string& key, const std::string& value);
 };
 
 /// Predicted seconds to move the state of every op `to` places elsewhere than `from`: per op

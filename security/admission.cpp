@@ -13,30 +13,21 @@ proof make_proof(const credentials& creds, const std::string& challenge) {
   return p;
 }
 
-std::optional<identity> check_proof(const credentials& verifier, const proof& p, role want, std::string_view want_name,
-                                    std::string& error) {
-  if (p.certificate.empty() || p.signature.empty()) {
-    error = "it presented no certificate (is it running with security.mode=off?)";
-    return std::nullopt;
-  }
-  auto who = verifier.verify_peer(p.certificate, error);
-  if (!who) return std::nullopt;
-  if (who->r != want) {
-    error = std::string("it holds the certificate of ") + to_string(who->r) + " '" + who->name + "', not " +
-            (want == role::admin ? "an " : "a ") + to_string(want) + " certificate";
-    return std::nullopt;
-  }
-  if (!want_name.empty() && who->name != want_name) {
-    error = "it says it is '" + std::string(want_name) + "' but its certificate names '" + who->name + "'";
-    return std::nullopt;
-  }
+result<identity> check_proof(const credentials& verifier, const proof& p, role want, std::string_view want_name) {
+  if (p.certificate.empty() || p.signature.empty())
+    return fail("it presented no certificate (is it running with security.mode=off?)");
+  auto who = verifier.verify_peer(p.certificate);
+  if (!who) return who;
+  if (who->r != want)
+    return fail(std::string("it holds the certificate of ") + to_string(who->r) + " '" + who->name + "', not " +
+                (want == role::admin ? "an " : "a ") + to_string(want) + " certificate");
+  if (!want_name.empty() && who->name != want_name)
+    return fail("it says it is '" + std::string(want_name) + "' but its certificate names '" + who->name + "'");
   // Bounded sizes: a nonce is 64 hex digits; anything else is not ours and is not hashed.
   if (p.nonce.size() != 64 || p.challenge.size() != 64 ||
       !credentials::verify_signature(p.certificate, proof_message(to_string(want), p.challenge, p.nonce, who->name),
-                                     p.signature)) {
-    error = "its signature does not match its certificate (it does not hold the certificate's key)";
-    return std::nullopt;
-  }
+                                     p.signature))
+    return fail("its signature does not match its certificate (it does not hold the certificate's key)");
   return who;
 }
 

@@ -36,10 +36,9 @@ proof make_proof(const credentials& creds, const std::string& challenge);
 
 /// Checks `p` with the verifier's CA: the certificate is the CA's and has role `want`, the name
 /// is `want_name` unless that is empty, the signature covers `p.challenge` and `p.nonce`. Returns
-/// the holder, or nullopt with `error` saying why in plain words ("its certificate names 'b1'",
-/// "it holds a node certificate, not an admin one", ...).
-std::optional<identity> check_proof(const credentials& verifier, const proof& p, role want, std::string_view want_name,
-                                    std::string& error);
+/// the holder, or fails saying why in plain words ("its certificate names 'b1'", "it holds a node
+/// certificate, not an admin one", ...).
+result<identity> check_proof(const credentials& verifier, const proof& p, role want, std::string_view want_name);
 
 /// The nonces a challenger has issued and not yet seen answered. Single use, they expire after
 /// `ttl`, and at most `capacity` are outstanding (the oldest is forgotten first), so a flood of

@@ -38,10 +38,10 @@ std::string name_entry(const X509_NAME* name, int nid) {
   return out;
 }
 
-// Verifies `cert` against `store` now; an empty string means valid.
-std::string verify_against(X509_STORE* store, X509* cert) {
+// Verifies `cert` against `store` now.
+status verify_against(X509_STORE* store, X509* cert) {
   x509_store_ctx_ptr ctx{X509_STORE_CTX_new()};
-  if (!ctx || X509_STORE_CTX_init(ctx.get(), store, cert, nullptr) != 1) return "out of memory";
+  if (!ctx || X509_STORE_CTX_init(ctx.get(), store, cert, nullptr) != 1) return fail("out of memory");
   if (X509_verify_cert(ctx.get()) == 1) return {};
   int code = X509_STORE_CTX_get_error(ctx.get());
   switch (code) {
@@ -50,10 +50,10 @@ std::string verify_against(X509_STORE* store, X509* cert) {
     case X509_V_ERR_CERT_SIGNATURE_FAILURE:
     case X509_V_ERR_DEPTH_ZERO_SELF_SIGNED_CERT:
     case X509_V_ERR_SELF_SIGNED_CERT_IN_CHAIN:
-      return "it was not issued by this cluster's CA";
-    case X509_V_ERR_CERT_HAS_EXPIRED: return "it has expired";
-    case X509_V_ERR_CERT_NOT_YET_VALID: return "it is not valid yet (check the clocks)";
-    default: return X509_verify_cert_error_string(code);
+      return fail("it was not issued by this cluster's CA");
+    case X509_V_ERR_CERT_HAS_EXPIRED: return fail("it has expired");
+    case X509_V_ERR_CERT_NOT_YET_VALID: return fail("it is not valid yet (check the clocks)");
+    default: return fail(X509_verify_cert_error_string(code));
   }
 }
 
@@ -74,21 +74,16 @@ std::optional<role> role_from_string(std::string_view text) {
   return std::nullopt;
 }
 
-std::optional<identity> identity_of(const x509_st* cert, std::string& error) {
+result<identity> identity_of(const x509_st* cert) {
   const X509_NAME* subject = X509_get_subject_name(cert);
   identity id;
   id.name = name_entry(subject, NID_commonName);
   auto ou = name_entry(subject, NID_organizationalUnitName);
-  if (id.name.empty()) {
-    error = "the certificate names no holder (no CN in its subject)";
-    return std::nullopt;
-  }
+  if (id.name.empty()) return fail("the certificate names no holder (no CN in its subject)");
   auto r = role_from_string(ou);
-  if (!r) {
-    error = "the certificate of '" + id.name + "' carries no FusionLLM role (its OU is '" + ou +
-            "', expected coordinator, node or admin)";
-    return std::nullopt;
-  }
+  if (!r)
+    return fail("the certificate of '" + id.name + "' carries no FusionLLM role (its OU is '" + ou +
+                "', expected coordinator, node or admin)");
   id.r = *r;
   return id;
 }
@@ -110,14 +105,14 @@ std::shared_ptr<const credentials> credentials::load(const identity_files& files
   c->store_ = X509_STORE_new();
   if (!c->store_ || X509_STORE_add_cert(c->store_, ca.get()) != 1)
     throw std::runtime_error("cannot use " + files.ca + " as a CA: " + last_openssl_error());
-  if (auto why = verify_against(c->store_, cert.get()); !why.empty())
-    throw std::runtime_error("the certificate " + files.certificate + " does not fit the CA " + files.ca + ": " + why);
+  if (auto fits = verify_against(c->store_, cert.get()); !fits)
+    throw std::runtime_error("the certificate " + files.certificate + " does not fit the CA " + files.ca + ": " +
+                             fits.error());
   if (X509_check_private_key(cert.get(), c->key_) != 1)
     throw std::runtime_error("the private key " + files.key + " does not belong to the certificate " +
                              files.certificate);
-  std::string error;
-  auto id = identity_of(cert.get(), error);
-  if (!id) throw std::runtime_error(files.certificate + ": " + error);
+  auto id = identity_of(cert.get());
+  if (!id) throw std::runtime_error(files.certificate + ": " + id.error());
   c->self_ = *id;
   return c;
 }
@@ -141,17 +136,12 @@ std::string credentials::sign(std::string_view message) const {
   return out;
 }
 
-std::optional<identity> credentials::verify_peer(std::string_view cert_pem, std::string& error) const {
+result<identity> credentials::verify_peer(std::string_view cert_pem) const {
   auto cert = parse_certificate(cert_pem);
-  if (!cert) {
-    error = "what it sent is not a PEM certificate";
-    return std::nullopt;
-  }
-  if (auto why = verify_against(store_, cert.get()); !why.empty()) {
-    error = "its certificate is refused: " + why;
-    return std::nullopt;
-  }
-  return identity_of(cert.get(), error);
+  if (!cert) return fail("what it sent is not a PEM certificate");
+  if (auto valid = verify_against(store_, cert.get()); !valid)
+    return fail("its certificate is refused: " + valid.error());
+  return identity_of(cert.get());
 }
 
 bool credentials::verify_signature(std::string_view cert_pem, std::string_view message, std::string_view signature) {

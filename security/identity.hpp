@@ -19,6 +19,8 @@
 #include <string>
 #include <string_view>
 
+#include "base/result.hpp"
+
 struct x509_st;
 struct evp_pkey_st;
 struct x509_store_st;
@@ -39,8 +41,8 @@ struct identity {
   role r = role::node;
 };
 
-/// CN and OU of `cert`; nullopt (with `error` set) when either is missing or OU is no role.
-std::optional<identity> identity_of(const x509_st* cert, std::string& error);
+/// CN and OU of `cert`; fails when either is missing or OU is no role.
+result<identity> identity_of(const x509_st* cert);
 
 /// The three files a process presents: the cluster CA, its certificate and its private key.
 struct identity_files {
@@ -69,8 +71,8 @@ class credentials {
   /// ECDSA/RSA signature (SHA-256) of `message` with this process's key, as raw bytes.
   std::string sign(std::string_view message) const;
   /// Checks that `cert_pem` was issued by this run's CA and is valid now; returns its holder, or
-  /// nullopt with `error` in plain words ("not signed by this cluster's CA", "expired", ...).
-  std::optional<identity> verify_peer(std::string_view cert_pem, std::string& error) const;
+  /// fails in plain words ("not signed by this cluster's CA", "expired", ...).
+  result<identity> verify_peer(std::string_view cert_pem) const;
   /// Checks `signature` over `message` against the public key of `cert_pem`.
   static bool verify_signature(std::string_view cert_pem, std::string_view message, std::string_view signature);
 

@@ -33,10 +33,10 @@ TEST_CASE("edge: at most `window` chunks are in flight until credits come back")
     for (size_t i = 0; i < expect; ++i)
       self->receive(
           [&](wire_atom, const wire_chunk& c) {
-            wire_header h;
-            REQUIRE(decode_wire_header(c.header, c.size(), h).empty());
-            CHECK(h.chunk_bytes <= ec.chunk_bytes);
-            got.push_back(h);
+            auto h = decode_wire_header(c.header, c.size());
+            REQUIRE(h.ok());
+            CHECK(h->chunk_bytes <= ec.chunk_bytes);
+            got.push_back(*h);
           },
           caf::after(5s) >> [&] { FAIL("expected a chunk"); });
     // No more than that while no credit is given.
@@ -94,7 +94,9 @@ TEST_CASE("edge: a compressed edge sends topk payloads, and compress_atom switch
   auto take = [&](wire_header& h, std::vector<std::byte>& bytes) {
     self->receive(
         [&](wire_atom, const wire_chunk& c) {
-          REQUIRE(decode_wire_header(c.header, c.size(), h).empty());
+          auto decoded = decode_wire_header(c.header, c.size());
+          REQUIRE(decoded.ok());
+          h = *decoded;
           bytes.assign(c.data(), c.data() + c.size());
         },
         caf::after(5s) >> [&] { FAIL("expected a chunk"); });
@@ -112,7 +114,7 @@ TEST_CASE("edge: a compressed edge sends topk payloads, and compress_atom switch
   CHECK(h.payload_bytes == payload.size());
   CHECK(payload.size() < h.total_bytes / 5);
   std::vector<float> dense(64 * 64);
-  CHECK(decode_topk(payload, dense).empty());
+  CHECK(decode_topk(payload, dense).ok());
   edge_stat s;
   take_stat(s);
   CHECK(s.bytes == payload.size());

@@ -39,11 +39,11 @@ TEST_CASE("actors/device: device names, cpu-ops patterns and the op's device") {
   for (const char* bad : {"gpu", "cuda:", "cuda:x", "cuda:-1", "cuda:+1", "CPU", ""})
     CHECK_THROWS_WITH_AS(cuda_index_of(bad), doctest::Contains("bad device"), std::runtime_error);
   CHECK(normalize_device("cuda") == "cuda:0");
-  CHECK(device_problem("cpu").empty());
-  CHECK(device_problem("tpu").find("bad device 'tpu'") != std::string::npos);
+  CHECK(device_usable("cpu").ok());
+  CHECK(device_usable("tpu").error().find("bad device 'tpu'") != std::string::npos);
   if (cuda_device_count() == 0)
-    CHECK(device_problem("cuda").find("cuda:0 requested but no CUDA device is available") != std::string::npos);
-  CHECK(device_problem("cuda:1000").find("cuda:1000 requested but") != std::string::npos);
+    CHECK(device_usable("cuda").error().find("cuda:0 requested but no CUDA device is available") != std::string::npos);
+  CHECK(device_usable("cuda:1000").error().find("cuda:1000 requested but") != std::string::npos);
 
   CHECK(split_patterns("") == std::vector<std::string>{});
   CHECK(split_patterns(" lm_head , h1.*,,loss ") == std::vector<std::string>{"lm_head", "h1.*", "loss"});

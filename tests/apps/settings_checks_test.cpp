@@ -220,7 +220,7 @@ TEST_CASE("settings: save_checkpoint refuses NaN and infinity and leaves the old
   good.model_name = "m";
   good.tensors.emplace_back("a/w", fusion::tensor::from({3}, std::vector<float>{1, 2, 3}));
   good.tensors.emplace_back("@ids", fusion::tensor::from_i32({2}, std::vector<int32_t>{-1, 5}));
-  CHECK(fusion::first_non_finite(good).empty());
+  CHECK_FALSE(fusion::first_non_finite(good));
   fusion::save_checkpoint(path, good);
   const std::string before = read_file(path);
   for (float bad : {std::nanf(""), INFINITY, -INFINITY}) {
@@ -253,7 +253,7 @@ TEST_CASE("settings: a diverged run keeps its last good checkpoint and says whic
     fusion::checkpoint ck;
     REQUIRE_NOTHROW(ck = fusion::load_checkpoint(ckpt));
     CHECK(ck.step == static_cast<uint64_t>(step));
-    CHECK(fusion::first_non_finite(ck).empty());
+    CHECK_FALSE(fusion::first_non_finite(ck));
   };
   SUBCASE("the loss becomes non-finite") {
     // No clipping and a huge learning rate: the loss explodes within a few steps.

@@ -55,7 +55,7 @@ inline std::vector<float> normal_data(size_t n, uint32_t seed, float scale = 1.0
 // Decoding must fail with `reason` in the message and leave dst as it was.
 inline void check_rejected(const payload_t& p, size_t n, const std::string& reason) {
   std::vector<float> d(n, 42.0f);
-  const std::string err = decode_topk(p, d);
+  const std::string err = decode_topk(p, d).error();
   CAPTURE(err);
   CHECK(err.find(reason) != std::string::npos);
   CHECK(std::all_of(d.begin(), d.end(), [](float v) { return v == 42.0f; }));

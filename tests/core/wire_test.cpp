@@ -27,22 +27,22 @@ wire_header sample_header() {
 }
 
 std::string decode_error(const wire_header& h, uint64_t payload) {
-  wire_header out;
-  return decode_wire_header(encode_wire_header(h), payload, out);
+  return decode_wire_header(encode_wire_header(h), payload).error();
 }
 
 }  // namespace
 
 TEST_CASE("wire: a header survives encoding") {
-  wire_header h = sample_header(), out;
-  REQUIRE(decode_wire_header(encode_wire_header(h), 96, out).empty());
-  CHECK(out.dir == wire_direction::backward);
-  CHECK(out.edge == 42);
-  CHECK(out.step == 7);
-  CHECK(out.micro_batch == 3);
-  CHECK(out.slot == 1);
-  CHECK(out.shape == shape_t{2, 3, 4});
-  CHECK(out.total_bytes == 96);
+  wire_header h = sample_header();
+  auto out = decode_wire_header(encode_wire_header(h), 96);
+  REQUIRE(out.ok());
+  CHECK(out->dir == wire_direction::backward);
+  CHECK(out->edge == 42);
+  CHECK(out->step == 7);
+  CHECK(out->micro_batch == 3);
+  CHECK(out->slot == 1);
+  CHECK(out->shape == shape_t{2, 3, 4});
+  CHECK(out->total_bytes == 96);
 }
 
 TEST_CASE("wire: every malformed header is refused with a message that says why") {
@@ -67,8 +67,7 @@ TEST_CASE("wire: every malformed header is refused with a message that says why"
   h = sample_header();
   h.type = static_cast<dtype>(9);
   CHECK(decode_error(h, 96).find("unknown dtype 9") != std::string::npos);
-  wire_header out;
-  CHECK(decode_wire_header("\xff\xff\xff", 0, out).find("unreadable wire header") != std::string::npos);
+  CHECK(decode_wire_header("\xff\xff\xff", 0).error().find("unreadable wire header") != std::string::npos);
 }
 
 TEST_CASE("wire: chunks cover the tensor and reassemble in any order") {
@@ -83,11 +82,12 @@ TEST_CASE("wire: chunks cover the tensor and reassemble in any order") {
   wire_assembler asm_;
   std::optional<tensor> whole;
   for (int i : {2, 0, 1}) {
-    std::byte* dst = nullptr;
-    std::string err;
-    REQUIRE(asm_.begin_chunk(chunks[i], dst, err));
-    std::memcpy(dst, src.data() + chunks[i].offset, chunks[i].chunk_bytes);
-    whole = asm_.end_chunk(chunks[i], err);
+    auto dst = asm_.begin_chunk(chunks[i]);
+    REQUIRE(dst);
+    std::memcpy(*dst, src.data() + chunks[i].offset, chunks[i].chunk_bytes);
+    auto done = asm_.end_chunk(chunks[i]);
+    REQUIRE(done);
+    whole = std::move(*done);
     CHECK(whole.has_value() == (i == 1));
   }
   REQUIRE(whole);
@@ -98,15 +98,15 @@ TEST_CASE("wire: chunks cover the tensor and reassemble in any order") {
 TEST_CASE("wire: a repeated chunk or a chunk of another shape is refused") {
   auto chunks = split_into_chunks(sample_header(), 48);
   wire_assembler asm_;
-  std::byte* dst = nullptr;
-  std::string err;
-  REQUIRE(asm_.begin_chunk(chunks[0], dst, err));
-  CHECK_FALSE(asm_.begin_chunk(chunks[0], dst, err));
-  CHECK(err.find("arrived twice") != std::string::npos);
+  REQUIRE(asm_.begin_chunk(chunks[0]));
+  auto again = asm_.begin_chunk(chunks[0]);
+  CHECK_FALSE(again);
+  CHECK(again.error().find("arrived twice") != std::string::npos);
   auto other = chunks[1];
   other.shape = {96 / 4};
-  CHECK_FALSE(asm_.begin_chunk(other, dst, err));
-  CHECK(err.find("earlier chunks had [2, 3, 4]") != std::string::npos);
+  auto reshaped = asm_.begin_chunk(other);
+  CHECK_FALSE(reshaped);
+  CHECK(reshaped.error().find("earlier chunks had [2, 3, 4]") != std::string::npos);
 }
 
 // Found by tests/fuzz/fuzz_wire.cpp (seed tests/fuzz/corpus/wire/overlap-hole): chunks at
@@ -124,21 +124,26 @@ TEST_CASE("wire: a chunk overlapping an earlier one is refused, so no tensor com
   };
   wire_assembler asm_;
   std::vector<std::byte> src(160, std::byte{1});
-  std::byte* dst = nullptr;
-  std::string err;
   auto deliver = [&](const wire_header& h) {
-    REQUIRE(asm_.begin_chunk(h, dst, err));
-    std::memcpy(dst, src.data() + h.offset, h.chunk_bytes);
-    return asm_.end_chunk(h, err);
+    auto dst = asm_.begin_chunk(h);
+    REQUIRE(dst);
+    std::memcpy(*dst, src.data() + h.offset, h.chunk_bytes);
+    auto whole = asm_.end_chunk(h);
+    REQUIRE(whole);
+    return std::move(*whole);
   };
   CHECK_FALSE(deliver(chunk(0, 64)));
   CHECK_FALSE(deliver(chunk(80, 64)));
-  CHECK_FALSE(asm_.begin_chunk(chunk(128, 32), dst, err));  // overlaps [80, 144)
-  CHECK(err == "chunk at offset 128 of edge 42 micro-batch 3 (32 bytes) overlaps the chunk at offset 80 (64 bytes)");
-  CHECK_FALSE(asm_.begin_chunk(chunk(60, 8), dst, err));  // overlaps [0, 64) from the right
-  CHECK(err.find("overlaps the chunk at offset 0") != std::string::npos);
-  CHECK_FALSE(asm_.begin_chunk(chunk(64, 20), dst, err));  // fills the hole and runs into [80, 144)
-  CHECK(err.find("overlaps the chunk at offset 80") != std::string::npos);
+  auto refused = asm_.begin_chunk(chunk(128, 32));  // overlaps [80, 144)
+  CHECK_FALSE(refused);
+  CHECK(refused.error() ==
+        "chunk at offset 128 of edge 42 micro-batch 3 (32 bytes) overlaps the chunk at offset 80 (64 bytes)");
+  refused = asm_.begin_chunk(chunk(60, 8));  // overlaps [0, 64) from the right
+  CHECK_FALSE(refused);
+  CHECK(refused.error().find("overlaps the chunk at offset 0") != std::string::npos);
+  refused = asm_.begin_chunk(chunk(64, 20));  // fills the hole and runs into [80, 144)
+  CHECK_FALSE(refused);
+  CHECK(refused.error().find("overlaps the chunk at offset 80") != std::string::npos);
   // The chunks that do fit complete the tensor, every byte written.
   CHECK_FALSE(deliver(chunk(64, 16)));
   auto whole = deliver(chunk(144, 16));
@@ -165,7 +170,7 @@ encoded_sample encoded(double ratio) {
   for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>((i * 37) % 101) - 50.0f;
   encode_topk(x, ratio, value_type::f32, 64, s.payload);
   s.expect.assign(x.size(), 0.0f);
-  REQUIRE(decode_topk(s.payload, s.expect).empty());
+  REQUIRE(decode_topk(s.payload, s.expect).ok());
   s.h = sample_header();
   s.h.shape = {2, 3, 64};
   s.h.total_bytes = x.size() * 4;
@@ -179,12 +184,12 @@ encoded_sample encoded(double ratio) {
 
 TEST_CASE("wire: a topk header survives encoding and its payload size is bounded") {
   auto s = encoded(0.1);
-  wire_header out;
-  REQUIRE(decode_wire_header(encode_wire_header(s.h), s.payload.size(), out).empty());
-  CHECK(out.encoding == codec_kind::topk);
-  CHECK(out.payload_bytes == s.payload.size());
-  CHECK(out.wire_bytes() == s.payload.size());
-  CHECK(out.total_bytes == 2 * 3 * 64 * 4);
+  auto out = decode_wire_header(encode_wire_header(s.h), s.payload.size());
+  REQUIRE(out.ok());
+  CHECK(out->encoding == codec_kind::topk);
+  CHECK(out->payload_bytes == s.payload.size());
+  CHECK(out->wire_bytes() == s.payload.size());
+  CHECK(out->total_bytes == 2 * 3 * 64 * 4);
 
   wire_header h = s.h;
   h.payload_bytes = h.chunk_bytes = topk_max_payload_bytes(2 * 3 * 64) + 1;  // more than any topk payload
@@ -197,9 +202,9 @@ TEST_CASE("wire: a topk header survives encoding and its payload size is bounded
   CHECK(decode_error(h, h.chunk_bytes).find("only f32 is compressed") != std::string::npos);
   h = sample_header();
   h.payload_bytes = 50;  // a raw payload must be the tensor itself: the field is ignored when sent
-  wire_header raw;
-  REQUIRE(decode_wire_header(encode_wire_header(h), 96, raw).empty());
-  CHECK(raw.payload_bytes == 96);
+  auto raw = decode_wire_header(encode_wire_header(h), 96);
+  REQUIRE(raw.ok());
+  CHECK(raw->payload_bytes == 96);
 }
 
 TEST_CASE("wire: an unknown encoding is refused") {
@@ -218,14 +223,15 @@ TEST_CASE("wire: chunks of a topk payload reassemble and decode into the dense t
   // Last chunk first: order does not matter.
   for (size_t k = chunks.size(); k-- > 0;) {
     const auto& c = chunks[k];
-    wire_header h;
-    REQUIRE(decode_wire_header(encode_wire_header(c), c.chunk_bytes, h).empty());
-    std::byte* dst = nullptr;
-    std::string err;
-    REQUIRE(a.begin_chunk(h, dst, err));
-    std::memcpy(dst, s.payload.data() + h.offset, h.chunk_bytes);
-    whole = a.end_chunk(h, err);
-    CHECK(err.empty());
+    auto h = decode_wire_header(encode_wire_header(c), c.chunk_bytes);
+    REQUIRE(h.ok());
+    auto dst = a.begin_chunk(*h);
+    REQUIRE(dst);
+    std::memcpy(*dst, s.payload.data() + h->offset, h->chunk_bytes);
+    auto done = a.end_chunk(*h);
+    CHECK(done.error().empty());
+    REQUIRE(done);
+    whole = std::move(*done);
     CHECK(whole.has_value() == (k == 0));
   }
   REQUIRE(whole);
@@ -238,14 +244,13 @@ TEST_CASE("wire: a topk payload that does not decode is refused, not delivered")
   auto s = encoded(0.1);
   s.payload[0] = std::byte{'X'};  // the magic
   wire_assembler a;
-  wire_header h;
-  REQUIRE(decode_wire_header(encode_wire_header(s.h), s.payload.size(), h).empty());
-  std::byte* dst = nullptr;
-  std::string err;
-  REQUIRE(a.begin_chunk(h, dst, err));
-  std::memcpy(dst, s.payload.data(), s.payload.size());
-  auto whole = a.end_chunk(h, err);
+  auto h = decode_wire_header(encode_wire_header(s.h), s.payload.size());
+  REQUIRE(h.ok());
+  auto dst = a.begin_chunk(*h);
+  REQUIRE(dst);
+  std::memcpy(*dst, s.payload.data(), s.payload.size());
+  auto whole = a.end_chunk(*h);
   CHECK_FALSE(whole);
-  CHECK(err.find("edge 42 micro-batch 3") != std::string::npos);
+  CHECK(whole.error().find("edge 42 micro-batch 3") != std::string::npos);
   CHECK(a.partial_count() == 0);
 }

@@ -51,19 +51,20 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     const uint8_t* payload = p;
     p += plen;
 
-    fusion::wire_header h;
-    if (!fusion::decode_wire_header(header, plen, h).empty()) continue;
+    auto decoded = fusion::decode_wire_header(header, plen);
+    if (!decoded) continue;
+    const fusion::wire_header& h = *decoded;
     if (h.total_bytes > max_announced_bytes || h.payload_bytes > max_announced_bytes) continue;
-    std::string error;
-    std::byte* dst = nullptr;
-    if (!assembler.begin_chunk(h, dst, error)) continue;
+    auto dst = assembler.begin_chunk(h);
+    if (!dst) continue;
     if (plen > 0) {
-      if (!dst) std::abort();  // a chunk with bytes must have somewhere to go
-      std::memcpy(dst, payload, plen);
+      if (!*dst) std::abort();  // a chunk with bytes must have somewhere to go
+      std::memcpy(*dst, payload, plen);
     }
     auto key = std::make_tuple(h.edge, static_cast<int>(h.dir), h.step, h.micro_batch);
     written[key].emplace_back(h.offset, h.offset + plen);
-    auto whole = assembler.end_chunk(h, error);
+    auto done = assembler.end_chunk(h);
+    auto whole = done ? std::move(*done) : std::nullopt;
     if (whole && h.encoding == fusion::codec_kind::none) {
       auto& ranges = written[key];
       std::sort(ranges.begin(), ranges.end());
@@ -76,7 +77,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         std::abort();
       }
     }
-    if (whole || !error.empty()) written.erase(key);
+    if (whole || !done) written.erase(key);
   }
   return 0;
 }

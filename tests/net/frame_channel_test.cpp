@@ -52,7 +52,7 @@ TEST_CASE("net frames of 0 B, 1 B, 4 MiB and 64 MiB arrive intact over loopback"
     auto p = std::make_shared<std::vector<std::byte>>(pattern(sizes[i], static_cast<uint32_t>(i)));
     payloads.push_back(p);
     auto st = tx->send("frame-" + std::to_string(i), p->data(), p->size(), p,
-                       [&](const std::string& err) { done_ok += err.empty(); });
+                       [&](const status& sent) { done_ok += sent.ok(); });
     CHECK(st == send_status::queued);
   }
   REQUIRE(srv.wait_frames(sizes.size()));
@@ -145,7 +145,7 @@ TEST_CASE("net try_send reports a full queue when the peer does not read") {
   REQUIRE(idle.ok());
   auto big = std::make_shared<std::vector<std::byte>>(size_t{64} << 20);
   std::atomic<int> aborted{0};
-  auto count_abort = [&](const std::string& err) { aborted += err.find("aborted") != std::string::npos; };
+  auto count_abort = [&](const status& sent) { aborted += sent.error().find("aborted") != std::string::npos; };
   send_status st = send_status::queued;
   int queued = 0;
   while (queued < 100 && (st = tx->try_send("", big->data(), big->size(), big, count_abort)) == send_status::queued)
@@ -181,7 +181,7 @@ TEST_CASE("net sender and server shut down while 64 MiB frames are in flight") {
   auto tx = connect_to(srv->port());
   auto big = std::make_shared<std::vector<std::byte>>(size_t{64} << 20);
   std::atomic<int> completions{0};
-  for (int i = 0; i < 4; ++i) tx->send("big", big->data(), big->size(), big, [&](const std::string&) { ++completions; });
+  for (int i = 0; i < 4; ++i) tx->send("big", big->data(), big->size(), big, [&](const status&) { ++completions; });
   REQUIRE(srv->wait_started(1));
   srv.reset();  // destructor stops the server mid-stream
   tx->close(std::chrono::seconds(5));

@@ -50,8 +50,8 @@ class collecting_server {
             ++started_;
           }
           cv_.notify_all();
-          return frame_target::into(frame->payload.data(), [this, frame](const std::string& err) {
-            frame->error = err;
+          return frame_target::into(frame->payload.data(), [this, frame](const status& received) {
+            frame->error = received.error();
             std::lock_guard lock(mutex_);
             frames_.push_back(std::move(*frame));
             cv_.notify_all();

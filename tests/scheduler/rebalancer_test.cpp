@@ -183,21 +183,21 @@ TEST_CASE("rebalance: the candidate is confirmed while it pays, whatever the pro
 
 TEST_CASE("rebalance: settings are checked and set by name") {
   rebalance_settings s;
-  CHECK(s.check().empty());
-  CHECK(s.set("every", "0") == "scheduler.every must be at least 1, got 0");
+  CHECK(s.check().ok());
+  CHECK(s.set("every", "0").error() == "scheduler.every must be at least 1, got 0");
   CHECK(s.every == 10);
-  CHECK(s.set("scheduler.every", "5").empty());
+  CHECK(s.set("scheduler.every", "5").ok());
   CHECK(s.every == 5);
-  CHECK(s.set("horizon", "2.5") == "scheduler.horizon takes a whole number, got '2.5'");
-  CHECK(s.set("min-gain", "1.5").find("scheduler.min-gain must be a fraction in [0, 1)") == 0);
-  CHECK(s.set("min-gain", "abc") == "scheduler.min-gain takes a number, got 'abc'");
-  CHECK(s.set("min-gain", "0.25").empty());
+  CHECK(s.set("horizon", "2.5").error() == "scheduler.horizon takes a whole number, got '2.5'");
+  CHECK(s.set("min-gain", "1.5").error().find("scheduler.min-gain must be a fraction in [0, 1)") == 0);
+  CHECK(s.set("min-gain", "abc").error() == "scheduler.min-gain takes a number, got 'abc'");
+  CHECK(s.set("min-gain", "0.25").ok());
   CHECK(s.min_gain == 0.25);
-  CHECK(s.set("confirmations", "2").empty());
-  CHECK(s.set("enabled", "maybe") == "scheduler.enabled takes true or false, got 'maybe'");
-  CHECK(s.set("enabled", "off").empty());
+  CHECK(s.set("confirmations", "2").ok());
+  CHECK(s.set("enabled", "maybe").error() == "scheduler.enabled takes true or false, got 'maybe'");
+  CHECK(s.set("enabled", "off").ok());
   CHECK_FALSE(s.enabled);
-  CHECK(s.set("speed", "1").find("unknown setting 'speed'") == 0);
+  CHECK(s.set("speed", "1").error().find("unknown setting 'speed'") == 0);
 }
 
 TEST_CASE("rebalance: state bytes and migration cost by hand") {

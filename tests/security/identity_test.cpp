@@ -80,8 +80,7 @@ TEST_CASE("security: a proof signed by the holder verifies, another key, CA or m
   auto message = proof_message("join", challenge, own, "a1");
   auto sig = a1->sign(message);
 
-  std::string error;
-  auto who = coord->verify_peer(a1->certificate_pem(), error);
+  auto who = coord->verify_peer(a1->certificate_pem());
   REQUIRE(who);
   CHECK(who->name == "a1");
   CHECK(credentials::verify_signature(a1->certificate_pem(), message, sig));
@@ -92,10 +91,12 @@ TEST_CASE("security: a proof signed by the holder verifies, another key, CA or m
   CHECK_FALSE(credentials::verify_signature("garbage", message, sig));
 
   // Same name, other cluster's CA: refused by the chain check.
-  CHECK_FALSE(coord->verify_peer(stranger->certificate_pem(), error));
-  CHECK(error.find("not issued by this cluster's CA") != std::string::npos);
-  CHECK_FALSE(coord->verify_peer("-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n", error));
-  CHECK(error.find("not a PEM certificate") != std::string::npos);
+  auto foreign = coord->verify_peer(stranger->certificate_pem());
+  CHECK_FALSE(foreign);
+  CHECK(foreign.error().find("not issued by this cluster's CA") != std::string::npos);
+  auto garbled = coord->verify_peer("-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n");
+  CHECK_FALSE(garbled);
+  CHECK(garbled.error().find("not a PEM certificate") != std::string::npos);
 }
 
 TEST_CASE("security: mixed-up identity files fail at load, naming the file") {
@@ -144,23 +145,26 @@ TEST_CASE("security: check_proof admits the right holder only, challenges are si
   challenge_book book(4);
   auto challenge = book.issue();
   auto p = make_proof(*n0, challenge);
-  std::string error;
-  auto who = check_proof(*coord, p, role::node, "n0", error);
+  auto who = check_proof(*coord, p, role::node, "n0");
   REQUIRE(who);
   CHECK(who->name == "n0");
   // The node's proof does not make it n1, nor an admin.
-  CHECK_FALSE(check_proof(*coord, p, role::node, "n1", error));
-  CHECK(error.find("says it is 'n1' but its certificate names 'n0'") != std::string::npos);
-  CHECK_FALSE(check_proof(*coord, p, role::admin, {}, error));
-  CHECK(error.find("certificate of node 'n0', not an admin certificate") != std::string::npos);
-  CHECK(check_proof(*coord, make_proof(*admin, challenge), role::admin, {}, error));
+  auto other_name = check_proof(*coord, p, role::node, "n1");
+  CHECK_FALSE(other_name);
+  CHECK(other_name.error().find("says it is 'n1' but its certificate names 'n0'") != std::string::npos);
+  auto other_role = check_proof(*coord, p, role::admin, {});
+  CHECK_FALSE(other_role);
+  CHECK(other_role.error().find("certificate of node 'n0', not an admin certificate") != std::string::npos);
+  CHECK(check_proof(*coord, make_proof(*admin, challenge), role::admin, {}));
   // A signature over another challenge, or none at all, is refused.
   auto forged = p;
   forged.challenge = book.issue();
-  CHECK_FALSE(check_proof(*coord, forged, role::node, "n0", error));
-  CHECK(error.find("signature does not match") != std::string::npos);
-  CHECK_FALSE(check_proof(*coord, proof{}, role::node, "n0", error));
-  CHECK(error.find("presented no certificate") != std::string::npos);
+  auto forged_check = check_proof(*coord, forged, role::node, "n0");
+  CHECK_FALSE(forged_check);
+  CHECK(forged_check.error().find("signature does not match") != std::string::npos);
+  auto empty_check = check_proof(*coord, proof{}, role::node, "n0");
+  CHECK_FALSE(empty_check);
+  CHECK(empty_check.error().find("presented no certificate") != std::string::npos);
 
   CHECK(book.redeem(challenge));
   CHECK_FALSE(book.redeem(challenge));  // replayed
