@@ -43,7 +43,7 @@ void finish_chunk(const edge_route& r, const wire_header& h, std::optional<tenso
 }
 
 struct data_channel_server::impl {
-  caf::actor node;
+  node_actor node;
   std::shared_ptr<route_table> routes;
   std::mutex mutex;                                   // guards assemblers
   std::map<uint64_t, wire_assembler> assemblers;      // per connection: chunks of one sender
@@ -76,7 +76,7 @@ struct data_channel_server::impl {
   }
 };
 
-data_channel_server::data_channel_server(const std::string& host, uint16_t port, caf::actor node,
+data_channel_server::data_channel_server(const std::string& host, uint16_t port, node_actor node,
                                          std::shared_ptr<route_table> routes, std::shared_ptr<const net::tls_context> tls)
     : impl_(std::make_unique<impl>()) {
   impl_->node = node;
@@ -112,7 +112,7 @@ namespace {
 
 class tcp_link : public data_link {
  public:
-  tcp_link(std::unique_ptr<net::frame_sender> sender, caf::actor node) : sender_(std::move(sender)), node_(node) {}
+  tcp_link(std::unique_ptr<net::frame_sender> sender, node_actor node) : sender_(std::move(sender)), node_(node) {}
   ~tcp_link() override { sender_->close(std::chrono::seconds(2)); }
 
   void send(std::string header, std::shared_ptr<const std::byte> source, uint64_t offset, uint64_t length) override {
@@ -133,14 +133,14 @@ class tcp_link : public data_link {
 
  private:
   std::unique_ptr<net::frame_sender> sender_;
-  caf::actor node_;
+  node_actor node_;
 };
 
 }  // namespace
 
 result<std::shared_ptr<data_link>> connect_data_link(const std::string& host, uint16_t port,
                                                      const std::string& peer_node,
-                                                     std::shared_ptr<const net::tls_context> tls, caf::actor node) {
+                                                     std::shared_ptr<const net::tls_context> tls, node_actor node) {
   net::frame_sender_options opts;
   opts.tls = std::move(tls);
   opts.peer = {security::role::node, peer_node};

@@ -18,6 +18,7 @@
 #include <string_view>
 
 #include "actors/edge_actor.hpp"
+#include "actors/messages.hpp"
 #include "base/result.hpp"
 #include "core/wire.hpp"
 
@@ -72,7 +73,7 @@ void finish_chunk(const edge_route& r, const wire_header& h, std::optional<tenso
 class data_channel_server {
  public:
   /// Listens on host:port (0: any free port); throws std::runtime_error when it cannot.
-  data_channel_server(const std::string& host, uint16_t port, caf::actor node, std::shared_ptr<route_table> routes,
+  data_channel_server(const std::string& host, uint16_t port, node_actor node, std::shared_ptr<route_table> routes,
                       std::shared_ptr<const net::tls_context> tls = nullptr);
   ~data_channel_server();
   uint16_t port() const;
@@ -87,6 +88,6 @@ class data_channel_server {
 /// fail_atom. Fails when it cannot connect.
 result<std::shared_ptr<data_link>> connect_data_link(const std::string& host, uint16_t port,
                                                      const std::string& peer_node,
-                                                     std::shared_ptr<const net::tls_context> tls, caf::actor node);
+                                                     std::shared_ptr<const net::tls_context> tls, node_actor node);
 
 }  // namespace fusion

@@ -84,7 +84,7 @@ result<std::shared_ptr<data_link>> link_to(node_ptr self, const std::string& hos
   auto key = host + ":" + std::to_string(port);
   auto& links = self->state.links;
   if (auto it = links.find(key); it != links.end() && it->second) return it->second;
-  auto link = connect_data_link(host, port, peer, self->state.id.tls, caf::actor_cast<caf::actor>(self));
+  auto link = connect_data_link(host, port, peer, self->state.id.tls, self);
   if (link) links[key] = *link;
   return link;
 }

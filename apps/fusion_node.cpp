@@ -270,7 +270,7 @@ int run(int argc, char** argv) {
   std::unique_ptr<data_channel_server> data;
   try {
     data = std::make_unique<data_channel_server>(cfg.host, static_cast<uint16_t>(cfg.data_port),
-                                                 caf::actor_cast<caf::actor>(node), routes,
+                                                 node, routes,
                                                  cfg.id.tls);
   } catch (const std::exception& e) {
     log_error(me, e.what());
