@@ -36,8 +36,10 @@ struct train_config {
   int64_t eval_batches = 8;                ///< validation batches per evaluation (0: none)
   int64_t log_every = 10;                  ///< progress line every N steps
   std::string metrics_file;                ///< JSON lines; empty: none
-  std::string checkpoint_file;             ///< written every checkpoint_every steps and at the end
+  std::string checkpoint_file;             ///< checkpoint directory, or one ".ckpt" file (core/checkpoint_dir.hpp);
+                                           ///< written every checkpoint_every steps and at the end
   int64_t checkpoint_every = 0;
+  int64_t keep_checkpoints = 3;            ///< newest step files kept in a checkpoint directory (0: all)
   std::string resume_from;                 ///< checkpoint to start from
   int threads = 0;                         ///< actor scheduler threads (0: one per core)
   int blas_threads = 1;                    ///< OpenBLAS threads inside each op call

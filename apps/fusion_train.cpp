@@ -27,6 +27,7 @@
 
 #include "actors/trainer.hpp"
 #include "apps/app_options.hpp"
+#include "apps/run_outputs.hpp"
 #include "core/data.hpp"
 #include "core/log.hpp"
 #include "ops/optim.hpp"
@@ -80,6 +81,7 @@ struct train_app_config : table_config {
   /// abandoned (to be mapped onto the session's config by the coordinator work).
   double stop_grace_s = 10;
   bool quiet = false;
+  bool force = false;  ///< [output] force: start over an earlier run's checkpoints and metrics
   uint64_t window = 0, chunk_kib = 0;
   uint64_t admin_port = 0;  ///< [admin] port, 0..65535 (train_config::admin_port)
   security::security_settings security;  ///< [security] (train_config::credentials)
@@ -127,9 +129,15 @@ struct train_app_config : table_config {
         {"optim", "momentum", "SGD momentum", &o.momentum},
         {"optim", "grad-clip", "max global gradient norm (0: off)", &o.grad_clip},
         path_option("output", "metrics", "JSON-lines metrics file", &run.metrics_file),
-        path_option("output", "checkpoint", "checkpoint file (written at the end and every checkpoint-every steps)",
+        path_option("output", "checkpoint",
+                    "checkpoint directory: step-numbered files and a `latest` pointer, written at the end and every "
+                    "checkpoint-every steps (a name ending in .ckpt: one file, replaced each time)",
                     &run.checkpoint_file),
         {"output", "checkpoint-every", "checkpoint interval in steps (0: at the end only)", &run.checkpoint_every},
+        {"output", "keep-checkpoints", "newest checkpoints kept in the checkpoint directory (0: all)",
+         &run.keep_checkpoints},
+        {"output", "force",
+         "start over where an earlier run left checkpoints or metrics, removing them; --force for short", &force},
         {"output", "sample-chars", "characters generated after training (0: none)", &sample.after_training},
         {"sample", "count", "generate N characters from the checkpoint and exit; --sample N for short",
          &sample.count},
@@ -216,29 +224,6 @@ const char* usage =
     "Ctrl-C lets the step in flight finish and writes the checkpoint; a second Ctrl-C exits at once.\n"
     "Exit status: see docs/training.md, section \"Exit status\". See also docs/cluster.md.\n";
 
-// What stops `path` (output.checkpoint) from being written at the end of training, in words
-// ("" when nothing does). The checkpoint is written only after training, so what can be known
-// now is checked now, without creating or truncating the file: it is not a directory, and the
-// nearest existing directory above it (the run creates the missing ones below) is writable.
-std::string checkpoint_path_problem(const std::string& path) {
-  namespace fs = std::filesystem;
-  std::error_code ec;
-  const fs::path p(path);
-  if (fs::is_directory(p, ec)) return path + " is a directory: name a file in it, e.g. " + (p / "model.ckpt").string();
-  if (!p.has_filename()) return path + " names a directory, not a file";
-  fs::path dir = p.parent_path();
-  while (!dir.empty() && !fs::exists(dir, ec)) {
-    if (!dir.has_relative_path()) break;  // "/" itself
-    dir = dir.parent_path();
-  }
-  if (dir.empty()) dir = ".";
-  if (!fs::is_directory(dir, ec)) return path + " cannot be written: " + dir.string() + " is not a directory";
-  // W_OK and X_OK: creating a file (and the temporary one renamed over it) needs both.
-  if (::access(dir.c_str(), W_OK | X_OK) != 0)
-    return path + " cannot be written: directory " + dir.string() + " is not writable (" + std::strerror(errno) + ")";
-  return "";
-}
-
 // Settings that are wrong whatever the model and data: reported as usage errors (exit 2)
 // before anything is loaded. Throws usage_error.
 void check_settings(const train_app_config& cfg) {
@@ -275,9 +260,9 @@ void check_settings(const train_app_config& cfg) {
     throw usage_error("train.eval-batches is " + std::to_string(r.eval_batches) +
                       " but data.val-fraction is 0, so there is no validation text: set train.eval-batches=0 to "
                       "train without validation, or hold out a data.val-fraction above 0 (e.g. 0.1)");
-  if (training && !r.checkpoint_file.empty())
-    if (auto why = checkpoint_path_problem(r.checkpoint_file); !why.empty())
-      throw usage_error("output.checkpoint: " + why);
+  if (r.keep_checkpoints < 0)
+    throw usage_error("output.keep-checkpoints must be at least 0 (0: keep all), got " +
+                      std::to_string(r.keep_checkpoints));
   if (!(cfg.step_timeout_s > 0))
     throw usage_error("runtime.step-timeout must be more than 0 seconds, got " + format_seconds(cfg.step_timeout_s));
   if (!(cfg.stop_grace_s >= 0))
@@ -338,7 +323,8 @@ int run(int argc, char** argv) {
                                                     {"--resume", "train.resume", true},
                                                     {"--steps", "train.steps", false},
                                                     {"--cluster", "cluster.file", true},
-                                                    {"--profile", "cluster.profile", true}};
+                                                    {"--profile", "cluster.profile", true},
+                                                    {"--force", "output.force", false}};
   switch (load_options("fusion-train", usage, cfg, argc, argv, aliases)) {
     case load_result::exit_ok: return exit_done;
     case load_result::exit_usage: return exit_usage;
@@ -360,9 +346,7 @@ int run(int argc, char** argv) {
     cfg.run.credentials = load_security("fusion-train", cfg.security, security::role::coordinator);
 
   if (cfg.sample.count > 0) {
-    if (cfg.run.resume_from.empty()) cfg.run.resume_from = cfg.run.checkpoint_file;
-    if (cfg.run.resume_from.empty())
-      throw usage_error("--sample needs a checkpoint: set [output] checkpoint or pass --resume FILE");
+    cfg.run.resume_from = sample_checkpoint(cfg.run);
     cfg.run.metrics_file.clear();
     cfg.run.eval_batches = 0;  // sampling never evaluates: a corpus without validation text is fine
     settle_vocabulary(cfg.run);
@@ -378,6 +362,7 @@ int run(int argc, char** argv) {
     return exit_done;
   }
 
+  settle_run_outputs(cfg.run, cfg.force);
   settle_vocabulary(cfg.run);
   cfg.run.stop_flag = &stop_requested;
   graceful_stop.store(true);
@@ -396,15 +381,17 @@ int run(int argc, char** argv) {
   if (s.step() > 0) std::fprintf(stderr, "fusion-train: resumed at step %lld\n", static_cast<long long>(s.step()));
   train_result r = s.train();
   if (r.interrupted) {
-    std::fprintf(stderr, "fusion-train: interrupted at step %lld%s\n", static_cast<long long>(s.step()),
-                 cfg.run.checkpoint_file.empty() ? " (no checkpoint configured)"
-                                                 : (", checkpoint written to " + cfg.run.checkpoint_file).c_str());
+    std::fprintf(stderr, "fusion-train: interrupted at step %lld\n", static_cast<long long>(s.step()));
+    print_run_outputs(cfg.run);
     return exit_interrupted;
   }
   std::fprintf(stderr, "fusion-train: %lld steps in %.1f s, %.0f %s/s, peak RSS %.0f MiB",
                static_cast<long long>(r.steps_run), r.seconds, r.tokens_per_s, s.item_name().c_str(), r.peak_rss_mb);
   if (!r.val_losses.empty()) std::fprintf(stderr, ", val_loss %.4f", r.val_losses.back().second);
-  if (!r.val_accuracies.empty()) std::fprintf(stderr, ", test accuracy %.2f%%", 100 * r.val_accuracies.back().second);
+  // An image model evaluates on its test split, a text model on the corpus's validation tail.
+  if (!r.val_accuracies.empty())
+    std::fprintf(stderr, ", %s accuracy %.2f%%", s.is_text() ? "validation" : "test",
+                 100 * r.val_accuracies.back().second);
   if (s.is_text()) std::fprintf(stderr, " (unigram entropy %.4f)", s.unigram_entropy());
   std::fputc('\n', stderr);
   doing = "sampling";
@@ -414,6 +401,7 @@ int run(int argc, char** argv) {
               << s.sample(static_cast<int>(cfg.sample.after_training), cfg.sample.prompt, cfg.sample.temperature,
                           cfg.run.seed)
               << "\n--------------" << std::endl;
+  print_run_outputs(cfg.run);
   return exit_done;
 }
 

@@ -287,10 +287,14 @@ TEST_CASE("apps/fusion-train: paths in a config are relative to its directory, o
   CHECK(contains(r.output, "resumed at step 2"));
   CHECK(fs::exists(dir / "elsewhere/rel.jsonl"));
   CHECK_FALSE(fs::exists(dir / "cfg/rel.jsonl"));
-  // The same config from its own directory and by an absolute path.
+  // The same config from its own directory and by an absolute path (--force: over the first
+  // run's metrics, which are found there, so the path resolved to the same file).
   r = run_in(dir / "cfg", cmd("fusion-train") + " --config run.ini --output.checkpoint=");
+  CHECK(r.status == 2);
+  CHECK(contains(r.output, "an earlier run left the metrics file ../out/m.jsonl"));
+  r = run_in(dir / "cfg", cmd("fusion-train") + " --config run.ini --output.checkpoint= --force");
   CHECK(r.status == 0);
-  r = run_in("/", cmd("fusion-train") + " --config " + (dir / "cfg/run.ini").string() + " --output.checkpoint=");
+  r = run_in("/", cmd("fusion-train") + " --config " + (dir / "cfg/run.ini").string() + " --output.checkpoint= --force");
   CHECK(r.status == 0);
   // The shipped configs work from any directory (they reach data/kjv.txt as ../../data/kjv.txt).
   if (fs::exists(src("data/kjv.txt"))) {
