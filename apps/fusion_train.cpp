@@ -341,9 +341,25 @@ int run(int argc, char** argv) {
   cfg.run.flow = flow_config{static_cast<uint32_t>(std::min<uint64_t>(cfg.window, UINT32_MAX)), cfg.chunk_kib << 10}
                      .clamped();
   cfg.run.admin_port = static_cast<uint16_t>(cfg.admin_port);
-  // Only a run that opens a port (nodes, admin shell) needs an identity.
+  // Only a run that opens a port (nodes, admin shell) needs an identity. A one-process run whose
+  // admin shell was given no certificates makes its own (loopback only).
+  const bool no_security = cfg.security.mode == "tls" && cfg.security.certs.empty() && cfg.security.files.ca.empty() &&
+                           cfg.security.files.certificate.empty() && cfg.security.files.key.empty();
+  if (cfg.run.admin_port != 0 && cfg.run.cluster_file.empty() && no_security && cfg.sample.count == 0)
+    cfg.security.certs = make_admin_certs(cfg.run);
   if (!cfg.run.cluster_file.empty() || cfg.run.admin_port != 0)
     cfg.run.credentials = load_security("fusion-train", cfg.security, security::role::coordinator);
+  if (cfg.run.admin_port != 0) {
+    // The exact command to attach with, printed once the port is open.
+    std::string admin = (std::filesystem::path(argv[0]).parent_path() / "fusion-admin").string();
+    if (!std::filesystem::exists(admin)) admin = "fusion-admin";
+    cfg.run.on_admin_listening = [admin, host = cfg.run.admin_host, sec = cfg.security](uint16_t port) {
+      std::fprintf(stderr, "fusion-train: attach the admin shell with: %s\n",
+                   admin_command(admin, host, port, sec).c_str());
+      std::fprintf(stderr, "fusion-train: or watch the run live with: %s watch\n",
+                   admin_command(admin, host, port, sec).c_str());
+    };
+  }
 
   if (cfg.sample.count > 0) {
     cfg.run.resume_from = sample_checkpoint(cfg.run);

@@ -4,6 +4,7 @@
 
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 
@@ -124,6 +125,60 @@ std::string sample_checkpoint(const train_config& run) {
   std::string file = latest_checkpoint(run.checkpoint_file);
   if (file.empty()) throw usage_error("--sample: " + run.checkpoint_file + " holds no checkpoint yet: train first");
   return file;
+}
+
+std::string run_directory(const train_config& run) {
+  if (!run.metrics_file.empty()) {
+    auto dir = fs::path(run.metrics_file).parent_path();
+    return dir.empty() ? "." : dir.string();
+  }
+  if (!run.checkpoint_file.empty()) {
+    auto dir = fs::path(run.checkpoint_file).lexically_normal();
+    if (dir.filename().empty()) dir = dir.parent_path();  // "ck/"
+    dir = dir.parent_path();
+    return dir.empty() ? "." : dir.string();
+  }
+  return "";
+}
+
+std::string make_admin_certs(const train_config& run) {
+  const std::string& host = run.admin_host;
+  if (host != "127.0.0.1" && host != "localhost" && host != "::1")
+    throw usage_error("admin.host is " + host + ", not a loopback address: an admin shell reachable from other "
+                      "machines needs the run's certificates (fusion-cluster certs ... --out DIR, then "
+                      "--security.certs=DIR); without them it listens on 127.0.0.1 only");
+  std::string dir = run_directory(run);
+  if (dir.empty()) {
+    char tmpl[] = "/tmp/fusion-admin-certs.XXXXXX";
+    if (!::mkdtemp(tmpl)) throw usage_error(std::string("cannot create a directory for the admin certificates: ") +
+                                            std::strerror(errno));
+    dir = tmpl;
+  } else {
+    dir = (fs::path(dir) / "admin-certs").string();
+  }
+  std::error_code ec;
+  if (!fs::exists(fs::path(dir) / "ca.pem", ec)) {
+    try {
+      security::make_cluster_certs(dir, {});
+    } catch (const std::exception& e) {
+      throw usage_error(std::string("cannot make the admin shell's certificates: ") + e.what());
+    }
+  }
+  std::fprintf(stderr, "fusion-train: no security.certs given: the admin shell uses certificates made for this run "
+                       "in %s and listens on loopback only\n", dir.c_str());
+  return dir;
+}
+
+std::string admin_command(const std::string& admin_program, const std::string& host, uint16_t port,
+                          const security::security_settings& security) {
+  std::string cmd = admin_program + " " + (host.find(':') != std::string::npos ? "[" + host + "]" : host) + ":" +
+                    std::to_string(port);
+  if (security.mode == "off") return cmd + " --security.mode=off";
+  if (!security.certs.empty()) cmd += " --security.certs=" + security.certs;
+  if (!security.files.ca.empty()) cmd += " --security.ca=" + security.files.ca;
+  if (security.certs.empty())
+    cmd += " --security.certificate=ADMIN.pem --security.key=ADMIN.key";  // the run's admin identity
+  return cmd;
 }
 
 void print_run_outputs(const train_config& run) {
