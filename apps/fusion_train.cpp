@@ -28,7 +28,9 @@
 #include "actors/trainer.hpp"
 #include "apps/app_options.hpp"
 #include "apps/run_outputs.hpp"
+#include "core/cluster.hpp"
 #include "core/data.hpp"
+#include "core/graph_names.hpp"
 #include "core/log.hpp"
 #include "ops/optim.hpp"
 
@@ -225,78 +227,89 @@ const char* usage =
     "Exit status: see docs/training.md, section \"Exit status\". See also docs/cluster.md.\n";
 
 // Settings that are wrong whatever the model and data: reported as usage errors (exit 2)
-// before anything is loaded. Throws usage_error.
+// before anything is loaded, all of them at once (one per line). Throws usage_error.
 void check_settings(const train_app_config& cfg) {
   const train_config& r = cfg.run;
-  if (r.model_file.empty()) throw usage_error("no model file: set [model] file in the config or pass --model FILE");
-  if (r.batch < 1) throw usage_error("train.batch must be at least 1, got " + std::to_string(r.batch));
+  std::vector<std::string> problems;
+  if (r.model_file.empty()) problems.push_back("no model file: set [model] file in the config or pass --model FILE");
+  if (r.batch < 1) problems.push_back("train.batch must be at least 1, got " + std::to_string(r.batch));
   if (r.micro_batches < 1 || r.batch % r.micro_batches != 0)
-    throw usage_error("train.micro-batches (" + std::to_string(r.micro_batches) + ") must be at least 1 and divide "
+    problems.push_back("train.micro-batches (" + std::to_string(r.micro_batches) + ") must be at least 1 and divide "
                       "train.batch (" + std::to_string(r.batch) + ")");
-  if (r.steps < 0) throw usage_error("train.steps must be at least 0, got " + std::to_string(r.steps));
+  if (r.steps < 0) problems.push_back("train.steps must be at least 0, got " + std::to_string(r.steps));
   if (!(r.val_fraction >= 0 && r.val_fraction < 1))
-    throw usage_error("data.val-fraction must be at least 0 and below 1, got " + format_number(r.val_fraction));
+    problems.push_back("data.val-fraction must be at least 0 and below 1, got " + format_number(r.val_fraction));
   if (r.crop_padding < 0 || r.crop_padding > 64)
-    throw usage_error("data.crop-padding must be between 0 (off) and 64 pixels, got " + std::to_string(r.crop_padding));
+    problems.push_back("data.crop-padding must be between 0 (off) and 64 pixels, got " + std::to_string(r.crop_padding));
   if (r.eval_batches < 0)
-    throw usage_error("train.eval-batches must be at least 0 (0: no validation), got " +
+    problems.push_back("train.eval-batches must be at least 0 (0: no validation), got " +
                       std::to_string(r.eval_batches));
   if (r.eval_every < 0)
-    throw usage_error("train.eval-every must be at least 0 (0: at the end only), got " + std::to_string(r.eval_every));
+    problems.push_back("train.eval-every must be at least 0 (0: at the end only), got " + std::to_string(r.eval_every));
   if (r.checkpoint_every < 0)
-    throw usage_error("output.checkpoint-every must be at least 0 (0: at the end only), got " +
+    problems.push_back("output.checkpoint-every must be at least 0 (0: at the end only), got " +
                       std::to_string(r.checkpoint_every));
   if (cfg.sample.after_training < 0)
-    throw usage_error("output.sample-chars must be at least 0 (0: none), got " +
+    problems.push_back("output.sample-chars must be at least 0 (0: none), got " +
                       std::to_string(cfg.sample.after_training));
   if (cfg.sample.count < 0)
-    throw usage_error("sample.count must be at least 0, got " + std::to_string(cfg.sample.count));
+    problems.push_back("sample.count must be at least 0, got " + std::to_string(cfg.sample.count));
   if (!(cfg.sample.temperature >= 0))
-    throw usage_error("sample.temperature must be at least 0 (0: greedy), got " +
+    problems.push_back("sample.temperature must be at least 0 (0: greedy), got " +
                       format_number(cfg.sample.temperature));
   const bool training = cfg.sample.count == 0;  // --sample reads the checkpoint and never evaluates
   // Training would run every step and then fail at the final evaluation, with nothing saved.
   if (training && r.val_fraction == 0 && r.eval_batches > 0)
-    throw usage_error("train.eval-batches is " + std::to_string(r.eval_batches) +
+    problems.push_back("train.eval-batches is " + std::to_string(r.eval_batches) +
                       " but data.val-fraction is 0, so there is no validation text: set train.eval-batches=0 to "
                       "train without validation, or hold out a data.val-fraction above 0 (e.g. 0.1)");
   if (r.keep_checkpoints < 0)
-    throw usage_error("output.keep-checkpoints must be at least 0 (0: keep all), got " +
+    problems.push_back("output.keep-checkpoints must be at least 0 (0: keep all), got " +
                       std::to_string(r.keep_checkpoints));
   if (!(cfg.step_timeout_s > 0))
-    throw usage_error("runtime.step-timeout must be more than 0 seconds, got " + format_seconds(cfg.step_timeout_s));
+    problems.push_back("runtime.step-timeout must be more than 0 seconds, got " + format_seconds(cfg.step_timeout_s));
   if (!(cfg.stop_grace_s >= 0))
-    throw usage_error("runtime.stop-grace must be at least 0 seconds, got " + format_seconds(cfg.stop_grace_s));
+    problems.push_back("runtime.stop-grace must be at least 0 seconds, got " + format_seconds(cfg.stop_grace_s));
   try {
     check_optim_config(r.optim);
   } catch (const std::invalid_argument& e) {
-    throw usage_error(e.what());
+    problems.push_back(e.what());
+  }
+  if (!r.policy.empty() && !find_placement_policy(r.policy)) {
+    std::string names;
+    for (auto& n : placement_policy_names()) names += (names.empty() ? "" : ", ") + n;
+    problems.push_back("cluster.policy must be one of " + names + ", got \"" + r.policy + "\"" +
+                       did_you_mean(r.policy, placement_policy_names()));
   }
   codec_kind mode;
   if (!parse_codec_kind(cfg.compression_mode, mode))
-    throw usage_error("compression.mode must be " + codec_names() + ", got \"" + cfg.compression_mode + "\"");
+    problems.push_back("compression.mode must be " + codec_names() + ", got \"" + cfg.compression_mode + "\"");
   value_type values;
   if (!parse_value_type(cfg.compression_values, values))
-    throw usage_error("compression.values must be " + value_type_names() + ", got \"" + cfg.compression_values +
+    problems.push_back("compression.values must be " + value_type_names() + ", got \"" + cfg.compression_values +
                       "\"");
   const auto& c = r.compression;
   auto ratio_ok = [](double x) { return x > 0 && x <= 1; };
   if (!ratio_ok(c.ratio))
-    throw usage_error("compression.ratio must be above 0 and at most 1, got " + format_number(c.ratio));
+    problems.push_back("compression.ratio must be above 0 and at most 1, got " + format_number(c.ratio));
   if (!ratio_ok(c.adaptive.floor_activations))
-    throw usage_error("compression.floor-activations must be above 0 and at most 1, got " +
+    problems.push_back("compression.floor-activations must be above 0 and at most 1, got " +
                       format_number(c.adaptive.floor_activations));
   if (!ratio_ok(c.adaptive.floor_gradients))
-    throw usage_error("compression.floor-gradients must be above 0 and at most 1, got " +
+    problems.push_back("compression.floor-gradients must be above 0 and at most 1, got " +
                       format_number(c.adaptive.floor_gradients));
   if (cfg.compression_block < 1 || cfg.compression_block > codec_max_block)
-    throw usage_error("compression.block must be 1 to " + std::to_string(codec_max_block) + ", got " +
+    problems.push_back("compression.block must be 1 to " + std::to_string(codec_max_block) + ", got " +
                       std::to_string(cfg.compression_block));
-  if (c.every < 1) throw usage_error("compression.every must be at least 1 step, got " + std::to_string(c.every));
-  if (!(c.adaptive.band >= 0)) throw usage_error("compression.band must be at least 0, got " + format_number(c.adaptive.band));
+  if (c.every < 1) problems.push_back("compression.every must be at least 1 step, got " + std::to_string(c.every));
+  if (!(c.adaptive.band >= 0)) problems.push_back("compression.band must be at least 0, got " + format_number(c.adaptive.band));
   if (cfg.compression_confirm < 1 || cfg.compression_confirm > 1000)
-    throw usage_error("compression.confirm must be 1 to 1000, got " + std::to_string(cfg.compression_confirm));
-  if (auto err = r.rebalance.check(); !err.empty()) throw usage_error(err);
+    problems.push_back("compression.confirm must be 1 to 1000, got " + std::to_string(cfg.compression_confirm));
+  if (auto err = r.rebalance.check(); !err.empty()) problems.push_back(err);
+  if (problems.empty()) return;
+  std::string all = problems.front();
+  for (size_t i = 1; i < problems.size(); ++i) all += "\nfusion-train: " + problems[i];
+  throw usage_error(all);
 }
 
 // [compression] strings and unsigned keys onto train_config::compression (after check_settings).
