@@ -172,6 +172,7 @@ void end_step(coord_ptr self, step_record rec) {
                  format_duration(eta).c_str(), tty(st) ? "" : "\n");
   }
   st.train.last = rec;
+  if (cfg.on_step) cfg.on_step(rec, elapsed);
   add_step_record(st.in->result, std::move(rec));
   auto next = [=] {
     auto& s = self->state;

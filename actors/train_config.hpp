@@ -8,6 +8,7 @@
 #include <memory>
 #include <string>
 
+#include "core/metrics_record.hpp"
 #include "core/wire.hpp"
 #include "ops/optim.hpp"
 #include "scheduler/compression_plan.hpp"
@@ -82,6 +83,9 @@ struct train_config {
   std::string admin_host = "127.0.0.1";    ///< address the admin actor listens on
   /// Called once the admin actor listens, with its port (tests connect fusion-admin from here).
   std::function<void(uint16_t port)> on_admin_listening;
+  /// Called on the coordinator after every step with its record and the seconds since training
+  /// started (fusion-train's Prometheus endpoint); must be quick.
+  std::function<void(const step_record& rec, double elapsed_s)> on_step;
   /// Called once the coordinator listens, with its port (tests start their nodes from here).
   std::function<void(uint16_t port)> on_listening;
   /// When set (e.g. by a SIGINT handler) the run stops in whatever phase it is: while nodes

@@ -27,6 +27,7 @@
 
 #include "actors/trainer.hpp"
 #include "apps/app_options.hpp"
+#include "apps/prometheus.hpp"
 #include "apps/run_outputs.hpp"
 #include "core/cluster.hpp"
 #include "core/data.hpp"
@@ -86,6 +87,8 @@ struct train_app_config : table_config {
   bool force = false;  ///< [output] force: start over an earlier run's checkpoints and metrics
   uint64_t window = 0, chunk_kib = 0;
   uint64_t admin_port = 0;  ///< [admin] port, 0..65535 (train_config::admin_port)
+  uint64_t metrics_port = 0;             ///< [metrics] port: Prometheus endpoint (0: off)
+  std::string metrics_host = "127.0.0.1";  ///< [metrics] host
   security::security_settings security;  ///< [security] (train_config::credentials)
   /// [compression] mode, values, block (train_config::compression, checked in check_settings).
   std::string compression_mode = "none", compression_values = "f16";
@@ -206,6 +209,10 @@ struct train_app_config : table_config {
          &run.rebalance.confirmations},
         {"admin", "port", "publish the admin actor on this port for fusion-admin (0: off)", &admin_port, 65535},
         {"admin", "host", "address the admin actor listens on", &run.admin_host},
+        {"metrics", "port",
+         "serve the live figures in Prometheus' text format at http://HOST:PORT/metrics (0: off)", &metrics_port,
+         65535},
+        {"metrics", "host", "address the Prometheus endpoint listens on", &metrics_host},
     });
     add_rows(security_rows(security));
     o.total_steps = 0;
@@ -393,6 +400,19 @@ int run(int argc, char** argv) {
 
   settle_run_outputs(cfg.run, cfg.force);
   settle_vocabulary(cfg.run);
+  std::unique_ptr<prometheus_server> prometheus;
+  if (cfg.metrics_port != 0) {
+    try {
+      prometheus = std::make_unique<prometheus_server>(
+          cfg.metrics_host, static_cast<uint16_t>(cfg.metrics_port),
+          prometheus_run_info{std::filesystem::path(cfg.run.model_file).stem().string(), "tokens", cfg.run.steps});
+    } catch (const std::runtime_error& e) {
+      throw usage_error(e.what());
+    }
+    std::fprintf(stderr, "fusion-train: Prometheus metrics at http://%s:%u/metrics\n", cfg.metrics_host.c_str(),
+                 static_cast<unsigned>(prometheus->port()));
+    cfg.run.on_step = [p = prometheus.get()](const step_record& rec, double elapsed_s) { p->update(rec, elapsed_s); };
+  }
   cfg.run.stop_flag = &stop_requested;
   graceful_stop.store(true);
   memory_hint = "the whole corpus is held in memory; otherwise try a smaller train.batch, more "
@@ -407,6 +427,7 @@ int run(int argc, char** argv) {
                cfg.run.model_file.c_str(), static_cast<long long>(s.param_count()), s.actor_count(),
                static_cast<long long>(cfg.run.batch), static_cast<long long>(cfg.run.micro_batches));
   std::fprintf(stderr, "fusion-train: data: %s\n", s.describe_data().c_str());
+  if (prometheus) prometheus->set_items(s.is_text() ? "tokens" : "images");
   if (s.step() > 0) std::fprintf(stderr, "fusion-train: resumed at step %lld\n", static_cast<long long>(s.step()));
   train_result r = s.train();
   if (r.interrupted) {
