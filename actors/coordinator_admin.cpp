@@ -191,7 +191,8 @@ std::string status_json(coord_ptr self) {
   json out = {{"phase", to_string(st.phase)}, {"step", st.train.step}, {"steps", cfg.steps},
               {"loss", st.train.last.step > 0 ? json(st.train.last.loss) : json(nullptr)}, {"tokens_per_s", tps},
               {"eta_s", eta}, {"elapsed_s", elapsed}, {"model", st.in->model.name},
-              {"cluster", st.in->cluster.file}, {"failure", st.failure}};
+              {"cluster", st.in->cluster.file}, {"failure", st.failure},
+              {"scheduler", st.rebalance.last_verdict}};
   return out.dump();
 }
 

@@ -75,6 +75,7 @@ void on_verdict(coord_ptr self, verdict_ptr v, const plan& judged) {
   const bool migrate_now = v->error.empty() && v->decision.what == rebalance_decision::verdict::migrate;
   const std::string line = "scheduler at step " + std::to_string(v->step) + ": " + rec["verdict"].get<std::string>() +
                            ": " + rec["reason"].get<std::string>();
+  st.rebalance.last_verdict = line;
   if (migrate_now || v->decision.what == rebalance_decision::verdict::wait || !v->error.empty())
     log_info("fusion-train", line);
   if (!migrate_now || st.phase == run_phase::failed) return;

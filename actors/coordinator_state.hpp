@@ -130,6 +130,7 @@ struct rebalance_state {
   rebalance_settings settings;                  // scheduler.*, changed by the admin's set / scheduler
   scheduler_actor scheduler;                    // spawned on first use
   bool in_flight = false;                       // a scheduler evaluation is out
+  std::string last_verdict;                     // "scheduler at step 40: wait: ...", for status and watch
 };
 
 /// The coordinator's state, split by concern; the phase decides which messages it takes

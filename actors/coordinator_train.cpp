@@ -16,6 +16,7 @@
 
 #include "actors/coordinator_state.hpp"
 #include "core/checkpoint.hpp"
+#include "core/checkpoint_dir.hpp"
 #include "core/log.hpp"
 #include "ops/optim.hpp"
 
@@ -170,6 +171,7 @@ void end_step(coord_ptr self, step_record rec) {
                  format_duration(eta).c_str(), tty(st) ? "" : "\n");
   }
   st.train.last = rec;
+  if (cfg.on_step) cfg.on_step(rec, elapsed);
   add_step_record(st.in->result, std::move(rec));
   auto next = [=] {
     auto& s = self->state;
@@ -378,14 +380,15 @@ void save_checkpoint_async(coord_ptr self, std::string path, std::function<void(
     if (auto bad = first_non_finite(ck))
       return fail_diverged(self, "the parameters were no longer finite after step " + std::to_string(s.train.step) + " (" +
                                      *bad + " holds NaN or infinity) and were not saved");
+    std::string written;
     try {
       make_parent_dirs(path);
-      fusion::save_checkpoint(path, ck);
+      written = save_checkpoint_to(path, ck, s.in->cfg.keep_checkpoints);
     } catch (const std::exception& e) {
       if (on_write_error) return on_write_error(e.what());
       return fail(self, make_error(fusion_errc::bad_config, std::string("cannot write checkpoint: ") + e.what()));
     }
-    s.train.last_checkpoint = path + " at step " + std::to_string(s.train.step);
+    s.train.last_checkpoint = written + " at step " + std::to_string(s.train.step);
     done();
   });
 }
@@ -485,12 +488,13 @@ void write_run_record(coord_ptr self) {
               {"optim.beta1", o.beta1}, {"optim.beta2", o.beta2}, {"optim.eps", o.eps},
               {"optim.weight-decay", o.weight_decay}, {"optim.momentum", o.momentum},
               {"optim.grad-clip", o.grad_clip}, {"output.checkpoint", c.checkpoint_file},
-              {"output.checkpoint-every", c.checkpoint_every}, {"runtime.threads", c.threads},
+              {"output.checkpoint-every", c.checkpoint_every},
+              {"output.keep-checkpoints", c.keep_checkpoints}, {"runtime.threads", c.threads},
               {"runtime.blas-threads", c.blas_threads}, {"runtime.device", c.device},
               {"runtime.precision", c.precision},
               {"runtime.cpu-ops", c.cpu_ops}, {"runtime.step-timeout", c.step_timeout_s},
               {"runtime.scheduler", c.scheduler}, {"cluster.file", c.cluster_file},
-              {"flow.transport", c.transport}, {"flow.window", c.flow.window}, {"flow.chunk-bytes", c.flow.chunk_bytes},
+              {"flow.transport", c.transport}, {"flow.window", c.flow.window}, {"flow.chunk-kib", c.flow.chunk_bytes >> 10},
               {"scheduler.enabled", c.rebalance.enabled}, {"scheduler.every", c.rebalance.every},
               {"scheduler.min-gain", c.rebalance.min_gain}, {"scheduler.horizon", c.rebalance.horizon},
               {"scheduler.confirmations", c.rebalance.confirmations}};

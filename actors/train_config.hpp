@@ -8,6 +8,7 @@
 #include <memory>
 #include <string>
 
+#include "core/metrics_record.hpp"
 #include "core/wire.hpp"
 #include "ops/optim.hpp"
 #include "scheduler/compression_plan.hpp"
@@ -36,8 +37,10 @@ struct train_config {
   int64_t eval_batches = 8;                ///< validation batches per evaluation (0: none)
   int64_t log_every = 10;                  ///< progress line every N steps
   std::string metrics_file;                ///< JSON lines; empty: none
-  std::string checkpoint_file;             ///< written every checkpoint_every steps and at the end
+  std::string checkpoint_file;             ///< checkpoint directory, or one ".ckpt" file (core/checkpoint_dir.hpp);
+                                           ///< written every checkpoint_every steps and at the end
   int64_t checkpoint_every = 0;
+  int64_t keep_checkpoints = 3;            ///< newest step files kept in a checkpoint directory (0: all)
   std::string resume_from;                 ///< checkpoint to start from
   int threads = 0;                         ///< actor scheduler threads (0: one per core)
   int blas_threads = 1;                    ///< OpenBLAS threads inside each op call
@@ -80,6 +83,9 @@ struct train_config {
   std::string admin_host = "127.0.0.1";    ///< address the admin actor listens on
   /// Called once the admin actor listens, with its port (tests connect fusion-admin from here).
   std::function<void(uint16_t port)> on_admin_listening;
+  /// Called on the coordinator after every step with its record and the seconds since training
+  /// started (fusion-train's Prometheus endpoint); must be quick.
+  std::function<void(const step_record& rec, double elapsed_s)> on_step;
   /// Called once the coordinator listens, with its port (tests start their nodes from here).
   std::function<void(uint16_t port)> on_listening;
   /// When set (e.g. by a SIGINT handler) the run stops in whatever phase it is: while nodes

@@ -79,6 +79,7 @@ std::string render_status(const json& r) {
       {"cluster", text(r, "cluster")},
   };
   if (auto f = text(r, "failure"); f != "-") rows.push_back({"failure", f});
+  if (auto v = text(r, "scheduler"); v != "-") rows.push_back({"scheduler", v});  // the last verdict
   return format_table({}, rows);
 }
 

@@ -15,6 +15,7 @@
 #include <sstream>
 
 #include "core/graph_names.hpp"
+#include "core/log.hpp"
 #include "core/wire.hpp"
 
 #ifndef FUSION_VERSION
@@ -46,6 +47,31 @@ const char* kind_name(ini_option::kind k) {
 }
 
 std::string key_of(const option_row& r) { return std::string(r.category) + "." + r.name; }
+
+/// " (default: VALUE)" from the row's target before parsing, "" when it has none (an empty text).
+std::string default_of(const option_row& r) {
+  std::string v = std::visit(
+      [](auto* p) -> std::string {
+        using T = std::remove_pointer_t<decltype(p)>;
+        if constexpr (std::is_same_v<T, bool>) return *p ? "true" : "false";
+        else if constexpr (std::is_same_v<T, std::string>) return p->empty() ? "" : "\"" + *p + "\"";
+        else if constexpr (std::is_same_v<T, double>) return format_number(*p);
+        else return std::to_string(*p);
+      },
+      r.target);
+  return v.empty() ? "" : " (default: " + v + ")";
+}
+
+/// What an option's value must look like, in words: "takes a whole number, e.g. 100".
+std::string expected_value(const option_row& r) {
+  switch (r.target.index()) {
+    case 0: return "is true or false";
+    case 1: return "takes a whole number, e.g. 100 (no exponent, no quotes)";
+    case 2: return "takes a whole number of at least 0, e.g. 1337 (no sign, exponent or quotes)";
+    case 3: return "takes a number, e.g. 0.001 or 1.0e-3";
+    default: return "takes a text; put it in double quotes when it holds spaces or quotes";
+  }
+}
 
 /// The command line, sorted out: what goes to CAF's parser and what this file handles itself.
 struct parsed_args {
@@ -138,6 +164,12 @@ void override_args(parsed_args& out, const std::vector<option_row>& rows, const 
       continue;
     }
     take_value("a value");
+    // The INI rule holds here too (core/ini_check.hpp): a real needs a decimal point or an
+    // exponent, so that a value means the same on the command line and in a config file.
+    if (std::holds_alternative<double*>(row->target) && !value.empty() &&
+        value.find_first_not_of("+-0123456789") == std::string::npos)
+      throw usage_error("bad value in '" + a + "': " + key + " takes a real number with a decimal point, e.g. " +
+                        value + ".0 (as in INI files)");
     // CAF rejects "--key=" outright; an empty string option must be spelled --key="". A string
     // is passed raw (CAF keeps it as written) unless it is already quoted.
     bool is_string = alias_string || std::holds_alternative<std::string*>(row->target);
@@ -146,26 +178,34 @@ void override_args(parsed_args& out, const std::vector<option_row>& rows, const 
   }
 }
 
-/// CAF reports "parser_error(not_an_option, ({"argument" = "--x=1"}))"; say it in our words and
-/// suggest the closest known option.
+/// CAF reports "parser_error(not_an_option, ({"argument" = "--x=1"}))" or the name of its parser's
+/// state ("trailing_character"); say it in our words, from the option's type, and suggest the
+/// closest known option.
 void report_cli_error(const char* program, const table_config& cfg, const std::vector<std::string>& args,
                       const std::string& caf_text) {
   std::string bad;
   for (auto& a : args)
     if (caf_text.find("\"" + a + "\"") != std::string::npos) bad = a;
+  // CAF escapes a quote inside the value ("--x=5\""), so the exact match fails: take the option
+  // whose key it names.
+  for (auto& a : args)
+    if (bad.empty() && a.find('=') != std::string::npos &&
+        caf_text.find("\"" + a.substr(0, a.find('=') + 1)) != std::string::npos)
+      bad = a;
   std::string key = bad.substr(0, bad.find('='));
   std::vector<std::string> known;
-  for (auto& r : cfg.rows()) known.push_back("--" + key_of(r));
+  const option_row* row = nullptr;
+  for (auto& r : cfg.rows()) {
+    known.push_back("--" + key_of(r));
+    if ("--" + key_of(r) == key) row = &r;
+  }
   if (bad.empty()) {
-    std::cerr << program << ": bad command line: " << caf_text << "\n";
-  } else if (caf_text.find("not_an_option") != std::string::npos) {
+    std::cerr << program << ": bad command line (see --help)\n";
+  } else if (caf_text.find("not_an_option") != std::string::npos || !row) {
     std::cerr << program << ": unknown option '" << key << "'" << did_you_mean(key, known) << " (see --help)\n";
   } else {
-    auto open = caf_text.find('('), comma = caf_text.find(',');
-    std::string reason =
-        open < comma && comma != std::string::npos ? caf_text.substr(open + 1, comma - open - 1) : caf_text;
-    std::replace(reason.begin(), reason.end(), '_', ' ');
-    std::cerr << program << ": bad value in '" << bad << "': " << reason << " (see --help for the option's type)\n";
+    std::cerr << program << ": bad value in '" << bad << "': " << key.substr(2) << " " << expected_value(*row)
+              << " (see --help)\n";
   }
 }
 
@@ -214,7 +254,7 @@ load_result load_options(const char* program, const std::string& usage, table_co
     std::cout << usage << "\noptions (--category.key=value or --category.key value; a bool alone means true):\n";
     for (auto& r : cfg.rows()) {
       std::string key = "--" + key_of(r) + "=<" + (r.is_path ? "path" : kind_name(kind_of(r))) + ">";
-      std::printf("  %-36s %s\n", key.c_str(), r.help);
+      std::printf("  %-36s %s%s\n", key.c_str(), r.help, default_of(r).c_str());
     }
     std::printf("  %-36s %s\n", "--version", "print the version and exit");
     std::cout << std::flush;

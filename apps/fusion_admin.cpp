@@ -3,6 +3,7 @@
 //   fusion-admin HOST:PORT                       interactive prompt (stdin a terminal) or a script on stdin
 //   fusion-admin HOST:PORT -c "status; nodes"    run the commands and exit
 //   fusion-admin HOST:PORT -c status --json      one raw JSON object per reply
+//   fusion-admin HOST:PORT watch [SECONDS]       status, nodes and links redrawn in place
 //
 // It connects to the admin actor fusion-train publishes on admin.port. Exit codes: 0 fine, 1 a
 // command failed (in -c or script mode), the coordinator cannot be reached or went away, 2 bad
@@ -21,6 +22,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <future>
 #include <iostream>
 #include <mutex>
@@ -45,11 +47,17 @@ using namespace fusion;
 const char* usage =
     "usage: fusion-admin HOST:PORT [-c \"COMMAND; COMMAND ...\"] [--json] [--timeout SECONDS]\n"
     "                    [--security.certs DIR | --security.mode off] [--security.ca|certificate|key FILE]\n"
+    "       fusion-admin HOST:PORT watch [SECONDS] [--security.* ...]\n"
     "       fusion-admin --help | --version\n\n"
     "Connects to a running fusion-train's admin shell (fusion-train --admin.port=PORT) and asks it\n"
     "about the run: status, nodes, placement, ops, links ('help' lists every command). With -c the\n"
     "commands run and the program exits; otherwise commands are read at a prompt (a terminal) or\n"
-    "line by line from stdin (a script). See docs/admin.md.\n\n"
+    "line by line from stdin (a script). `watch` redraws the run's status (with the scheduler's last\n"
+    "verdict), nodes and links every SECONDS (default 2) in place, like top; plain frames one after\n"
+    "the other when stdout is not a terminal. It ends with the run (exit 0) or on Ctrl-C. See docs/admin.md.\n\n"
+    "examples:\n"
+    "  fusion-admin 127.0.0.1:7070 --security.certs=runs/char-tiny/admin-certs -c \"status; nodes\"\n"
+    "  fusion-admin 127.0.0.1:7070 --security.certs=runs/char-tiny/admin-certs watch 1\n\n"
     "options:\n"
     "  -c, --command TEXT   run these commands (separated by ';') and exit\n"
     "  --json               print each reply as one raw JSON object per line\n"
@@ -70,6 +78,8 @@ struct options {
   std::string address, host, commands;
   uint16_t port = 0;
   bool have_commands = false, json = false;
+  bool watch = false;       ///< `watch [SECONDS]`
+  double watch_s = 2;
   double timeout_s = 10;
   security::security_settings security;
 };
@@ -105,11 +115,23 @@ int parse_args(int argc, char** argv, options& o) {
       return 0;
     }
     if (version) {
-      std::cout << "fusion-admin (FusionLLM), wire protocol " << wire_protocol_version << ", CAF "
+      std::cout << "fusion-admin " << FUSION_VERSION << " (wire protocol " << wire_protocol_version << "), CAF "
                 << CAF_MAJOR_VERSION << "." << CAF_MINOR_VERSION << "." << CAF_PATCH_VERSION << "\n";
       return 0;
     }
-    if (auto extra = app.remaining(); !extra.empty()) {
+    auto extra = app.remaining();
+    if (!extra.empty() && extra.front() == "watch") {
+      o.watch = true;
+      if (extra.size() > 1 && !(extra[1].size() > 1 && extra[1][0] == '-')) {
+        char* end = nullptr;
+        o.watch_s = std::strtod(extra[1].c_str(), &end);
+        if (*end || !(o.watch_s >= 0.1) || o.watch_s > 3600)
+          throw usage_error("watch " + extra[1] + ": expected seconds between redraws, 0.1 to 3600, e.g. watch 2");
+        extra.erase(extra.begin());
+      }
+      extra.erase(extra.begin());
+    }
+    if (!extra.empty()) {
       const std::string& a = extra.front();
       if (a.size() > 1 && a[0] == '-') {
         auto key = cli::flag_of(a);
@@ -117,6 +139,7 @@ int parse_args(int argc, char** argv, options& o) {
       }
       throw usage_error("one coordinator address expected, got '" + o.address + "' and '" + a + "'");
     }
+    if (o.watch && !commands.empty()) throw usage_error("watch and -c cannot be combined: one or the other");
     for (auto& c : commands) o.commands += (o.have_commands ? "; " : "") + c;
     o.have_commands = !commands.empty();
     if (app.count("--timeout") > 0) {
@@ -386,6 +409,56 @@ std::string connect_error(const options& o, const caf::error& e, bool tls) {
   return out;
 }
 
+/// `watch [SECONDS]`: status (with the scheduler's last verdict), nodes and links, redrawn in
+/// place on a terminal (plain frames one after another otherwise) until the run ends (0), the
+/// coordinator stops answering (1) or Ctrl-C.
+int run_watch(caf::actor_system& sys, const admin_actor& admin, const options& o) {
+  const bool tty = ::isatty(STDOUT_FILENO);
+  caf::scoped_actor self{sys};
+  auto timeout = std::chrono::duration_cast<caf::timespan>(std::chrono::duration<double>(o.timeout_s));
+  for (int frame = 1;; ++frame) {
+    std::string text;
+    std::string failed;
+    for (const char* topic : {"status", "nodes", "links"}) {
+      std::string reply;
+      caf::error err;
+      self->request(admin, timeout, query_atom::value, std::string(topic))
+          .receive([&](std::string& r) { reply = std::move(r); }, [&](caf::error& e) { err = std::move(e); });
+      if (err) {
+        if (peer_gone(err) || the_watch->gone) break;
+        failed = std::string(topic) + ": " + describe(err);
+        break;
+      }
+      auto j = nlohmann::json::parse(reply, nullptr, false);
+      if (j.is_discarded() || !j.is_object()) {
+        failed = std::string(topic) + ": the coordinator's answer is not a JSON object";
+        break;
+      }
+      text += std::string("-- ") + topic + "\n" + admin::render(topic, j);
+      if (std::string(topic) == "status" && j.value("scheduler", std::string()).empty())
+        text += "scheduler  no verdict yet (the live scheduler re-plans OP-Fence cluster runs)\n";
+    }
+    if (the_watch->gone) {
+      std::cout << "fusion-admin: " << the_watch->why() << "\n" << std::flush;
+      return 0;
+    }
+    if (!failed.empty()) {
+      std::cerr << "fusion-admin: watch: " << failed << "\n";
+      return 1;
+    }
+    std::time_t now = std::time(nullptr);
+    char clock[16];
+    std::strftime(clock, sizeof clock, "%H:%M:%S", std::localtime(&now));
+    // Home and clear-to-end on a terminal: the frame is redrawn where it was, like top.
+    std::cout << (tty ? "\33[H\33[2J" : (frame > 1 ? "\n" : "")) << "fusion-admin watch " << o.address << "  " << clock
+              << "  every " << o.watch_s << " s (Ctrl-C to stop)\n"
+              << text << std::flush;
+    // Sleeps, but wakes at once when the coordinator goes away.
+    pollfd p{the_watch->pipe_fds[0], POLLIN, 0};
+    ::poll(&p, 1, static_cast<int>(o.watch_s * 1000));
+  }
+}
+
 void run_interactive(shell& sh) {
   rl_readline_name = "fusion-admin";
   rl_getc_function = admin_getc;
@@ -457,6 +530,11 @@ int run(int argc, char** argv) {
     return {[](int32_t) {}};  // a behavior keeps the actor alive until the down message
   });
 
+  if (o.watch) {
+    int code = run_watch(sys, *admin, o);
+    caf::anon_send_exit(watcher, caf::exit_reason::user_shutdown);
+    return code;
+  }
   mode m = o.have_commands ? mode::one_shot : ::isatty(STDIN_FILENO) ? mode::interactive : mode::script;
   int code = 0;
   {

@@ -1,13 +1,13 @@
 // fusion-probe: link throughput probe over the bulk data channel (no CAF).
 //
-//   fusion-probe serve [--host H] [--port P] [--certs DIR --name NODE]
+//   fusion-probe serve [--host H] [--port P] [--security.certs DIR --node.name NODE]
 //                                                     prints "port=<bound port>", serves until killed
 //   fusion-probe measure HOST:PORT [--seconds S] [--warmup S] [--frame-kib K]
-//                        [--certs DIR --name NODE --peer NODE]
+//                        [--security.certs DIR --node.name NODE --peer NODE]
 //                                                     prints "mbit=<value>" and a human line
 //
 // Used by the multi-site tests (network namespaces + tc) to compare measured link rates with
-// the cluster file's configured ones. Plaintext unless --certs names a directory made by
+// the cluster file's configured ones. Plaintext unless --security.certs names a directory made by
 // `fusion-cluster certs`: then TLS 1.3 as node NODE, exactly as between the nodes of a run.
 #include <csignal>
 #include <cstdio>
@@ -18,6 +18,7 @@
 #include <string>
 
 #include "apps/cli.hpp"
+#include "core/graph_names.hpp"
 #include "core/wire.hpp"
 #include "net/frame_channel.hpp"
 #include "net/link_probe.hpp"
@@ -26,14 +27,31 @@
 
 namespace {
 
+const char* usage_text =
+    "usage: fusion-probe serve [--host H] [--port P] [--security.certs DIR --node.name NODE]\n"
+    "       fusion-probe measure HOST:PORT [--seconds S] [--warmup S] [--frame-kib K]\n"
+    "                            [--security.certs DIR --node.name NODE --peer NODE]\n"
+    "       fusion-probe --help | --version\n\n"
+    "Measures a link's throughput over the data channel of a run (docs/transport.md). Plaintext\n"
+    "unless --security.certs names a directory made by `fusion-cluster certs`: then TLS 1.3 with\n"
+    "the certificate of node NODE; measure checks that the server is node --peer.\n\n"
+    "options:\n"
+    "  --host H             serve: address to listen on (default: 0.0.0.0)\n"
+    "  --port P             serve: port, 0 for any free one (default: 0)\n"
+    "  --seconds S          measure: seconds measured (default: 2)\n"
+    "  --warmup S           measure: seconds sent before measuring (default: 0.5)\n"
+    "  --frame-kib K        measure: KiB per frame (default: 256)\n"
+    "  --security.certs DIR the run's certificates (--certs: the old spelling)\n"
+    "  --node.name NODE     whose certificate this program uses (--name: the old spelling)\n"
+    "  --peer NODE          measure: the node the server must prove to be\n\n"
+    "examples:\n"
+    "  fusion-probe serve --port 7799\n"
+    "  fusion-probe measure 10.77.0.2:7799 --seconds 2 --security.certs runs/sites/certs --node.name a1 --peer b1\n\n"
+    "exit codes: 0 done; 1 the link or the server failed; 2 bad usage\n";
+
 int usage(const char* why) {
-  if (why && *why) std::cerr << "fusion-probe: " << why << "\n";
-  std::cerr << "usage: fusion-probe serve [--host H] [--port P] [--certs DIR --name NODE]\n"
-               "       fusion-probe measure HOST:PORT [--seconds S] [--warmup S] [--frame-kib K]\n"
-               "                            [--certs DIR --name NODE --peer NODE]\n"
-               "       fusion-probe --version\n"
-               "Plaintext unless --certs names a directory made by `fusion-cluster certs`: then TLS 1.3\n"
-               "with the certificate of node NODE; measure checks that the server is node --peer.\n";
+  if (why && *why) std::cerr << "fusion-probe: " << why << " (see --help)\n";
+  else std::cerr << usage_text;
   return 2;
 }
 
@@ -55,8 +73,8 @@ struct tls_options {
   fusion::result<std::shared_ptr<const fusion::net::tls_context>> load(bool need_peer) const {
     if (certs.empty() && name.empty() && peer.empty()) return std::shared_ptr<const fusion::net::tls_context>();
     if (certs.empty() || name.empty() || (need_peer && peer.empty()))
-      return fusion::fail(need_peer ? "TLS needs --certs, --name and --peer together"
-                                    : "TLS needs --certs and --name together");
+      return fusion::fail(need_peer ? "TLS needs --security.certs, --node.name and --peer together"
+                                    : "TLS needs --security.certs and --node.name together");
     return fusion::net::tls_context::load(fusion::security::files_in(certs, fusion::security::role::node, name));
   }
 };
@@ -166,8 +184,8 @@ static int run(int argc, char** argv) {
   add(measure_cmd, "--frame-kib", a.frame_kib);
   add(measure_cmd, "--peer", a.tls.peer);
   for (auto* cmd : {serve_cmd, measure_cmd}) {
-    add(cmd, "--certs", a.tls.certs);
-    add(cmd, "--name", a.tls.name);
+    add(cmd, "--security.certs,--certs", a.tls.certs);
+    add(cmd, "--node.name,--name", a.tls.name);
     // The commands have no --help (only the program has); unknown options, --help among them,
     // and stray arguments are reported below.
     cmd->set_help_flag();
@@ -181,7 +199,10 @@ static int run(int argc, char** argv) {
   } catch (const fusion::usage_error& e) {
     return usage(e.what());
   }
-  if (help) return usage("") == 2 ? 0 : 0;  // the usage on stderr, as before
+  if (help) {
+    std::cout << usage_text;
+    return 0;
+  }
   if (auto extra = app.remaining(); !extra.empty())
     return usage(("unknown command '" + extra.front() + "'").c_str());
   if (version) {
@@ -191,8 +212,12 @@ static int run(int argc, char** argv) {
   }
   auto* cmd = serve_cmd->parsed() ? serve_cmd : measure_cmd->parsed() ? measure_cmd : nullptr;
   if (!cmd) return usage("");
-  if (auto extra = cmd->remaining(); !extra.empty())
-    return usage(("unknown option " + fusion::cli::flag_of(extra.front())).c_str());
+  if (auto extra = cmd->remaining(); !extra.empty()) {
+    auto flag = fusion::cli::flag_of(extra.front());
+    if (flag.size() > 1 && flag[0] == '-')
+      return usage(("unknown option " + flag + fusion::did_you_mean(flag, fusion::cli::option_names(*cmd))).c_str());
+    return usage(("unexpected argument '" + extra.front() + "'").c_str());
+  }
   for (const auto* opt : cmd->get_options())
     if (opt->count() > 0)
       for (auto& n : opt->get_lnames()) a.given.insert("--" + n);

@@ -27,7 +27,11 @@
 
 #include "actors/trainer.hpp"
 #include "apps/app_options.hpp"
+#include "apps/prometheus.hpp"
+#include "apps/run_outputs.hpp"
+#include "core/cluster.hpp"
 #include "core/data.hpp"
+#include "core/graph_names.hpp"
 #include "core/log.hpp"
 #include "ops/optim.hpp"
 
@@ -80,8 +84,11 @@ struct train_app_config : table_config {
   /// abandoned (to be mapped onto the session's config by the coordinator work).
   double stop_grace_s = 10;
   bool quiet = false;
+  bool force = false;  ///< [output] force: start over an earlier run's checkpoints and metrics
   uint64_t window = 0, chunk_kib = 0;
   uint64_t admin_port = 0;  ///< [admin] port, 0..65535 (train_config::admin_port)
+  uint64_t metrics_port = 0;             ///< [metrics] port: Prometheus endpoint (0: off)
+  std::string metrics_host = "127.0.0.1";  ///< [metrics] host
   security::security_settings security;  ///< [security] (train_config::credentials)
   /// [compression] mode, values, block (train_config::compression, checked in check_settings).
   std::string compression_mode = "none", compression_values = "f16";
@@ -127,9 +134,15 @@ struct train_app_config : table_config {
         {"optim", "momentum", "SGD momentum", &o.momentum},
         {"optim", "grad-clip", "max global gradient norm (0: off)", &o.grad_clip},
         path_option("output", "metrics", "JSON-lines metrics file", &run.metrics_file),
-        path_option("output", "checkpoint", "checkpoint file (written at the end and every checkpoint-every steps)",
+        path_option("output", "checkpoint",
+                    "checkpoint directory: step-numbered files and a `latest` pointer, written at the end and every "
+                    "checkpoint-every steps (a name ending in .ckpt: one file, replaced each time)",
                     &run.checkpoint_file),
         {"output", "checkpoint-every", "checkpoint interval in steps (0: at the end only)", &run.checkpoint_every},
+        {"output", "keep-checkpoints", "newest checkpoints kept in the checkpoint directory (0: all)",
+         &run.keep_checkpoints},
+        {"output", "force",
+         "start over where an earlier run left checkpoints or metrics, removing them; --force for short", &force},
         {"output", "sample-chars", "characters generated after training (0: none)", &sample.after_training},
         {"sample", "count", "generate N characters from the checkpoint and exit; --sample N for short",
          &sample.count},
@@ -196,6 +209,10 @@ struct train_app_config : table_config {
          &run.rebalance.confirmations},
         {"admin", "port", "publish the admin actor on this port for fusion-admin (0: off)", &admin_port, 65535},
         {"admin", "host", "address the admin actor listens on", &run.admin_host},
+        {"metrics", "port",
+         "serve the live figures in Prometheus' text format at http://HOST:PORT/metrics (0: off)", &metrics_port,
+         65535},
+        {"metrics", "host", "address the Prometheus endpoint listens on", &metrics_host},
     });
     add_rows(security_rows(security));
     o.total_steps = 0;
@@ -216,104 +233,90 @@ const char* usage =
     "Ctrl-C lets the step in flight finish and writes the checkpoint; a second Ctrl-C exits at once.\n"
     "Exit status: see docs/training.md, section \"Exit status\". See also docs/cluster.md.\n";
 
-// Whether `path` (output.checkpoint) can be written at the end of training; fails saying what
-// stops it, in words. The checkpoint is written only after training, so what can be known
-// now is checked now, without creating or truncating the file: it is not a directory, and the
-// nearest existing directory above it (the run creates the missing ones below) is writable.
-status checkpoint_path_writable(const std::string& path) {
-  namespace fs = std::filesystem;
-  std::error_code ec;
-  const fs::path p(path);
-  if (fs::is_directory(p, ec))
-    return fail(path + " is a directory: name a file in it, e.g. " + (p / "model.ckpt").string());
-  if (!p.has_filename()) return fail(path + " names a directory, not a file");
-  fs::path dir = p.parent_path();
-  while (!dir.empty() && !fs::exists(dir, ec)) {
-    if (!dir.has_relative_path()) break;  // "/" itself
-    dir = dir.parent_path();
-  }
-  if (dir.empty()) dir = ".";
-  if (!fs::is_directory(dir, ec)) return fail(path + " cannot be written: " + dir.string() + " is not a directory");
-  // W_OK and X_OK: creating a file (and the temporary one renamed over it) needs both.
-  if (::access(dir.c_str(), W_OK | X_OK) != 0)
-    return fail(path + " cannot be written: directory " + dir.string() + " is not writable (" + std::strerror(errno) +
-                ")");
-  return {};
-}
-
 // Settings that are wrong whatever the model and data: reported as usage errors (exit 2)
-// before anything is loaded. Throws usage_error.
+// before anything is loaded, all of them at once (one per line). Throws usage_error.
 void check_settings(const train_app_config& cfg) {
   const train_config& r = cfg.run;
-  if (r.model_file.empty()) throw usage_error("no model file: set [model] file in the config or pass --model FILE");
-  if (r.batch < 1) throw usage_error("train.batch must be at least 1, got " + std::to_string(r.batch));
+  std::vector<std::string> problems;
+  if (r.model_file.empty()) problems.push_back("no model file: set [model] file in the config or pass --model FILE");
+  if (r.batch < 1) problems.push_back("train.batch must be at least 1, got " + std::to_string(r.batch));
   if (r.micro_batches < 1 || r.batch % r.micro_batches != 0)
-    throw usage_error("train.micro-batches (" + std::to_string(r.micro_batches) + ") must be at least 1 and divide "
+    problems.push_back("train.micro-batches (" + std::to_string(r.micro_batches) + ") must be at least 1 and divide "
                       "train.batch (" + std::to_string(r.batch) + ")");
-  if (r.steps < 0) throw usage_error("train.steps must be at least 0, got " + std::to_string(r.steps));
+  if (r.steps < 0) problems.push_back("train.steps must be at least 0, got " + std::to_string(r.steps));
   if (!(r.val_fraction >= 0 && r.val_fraction < 1))
-    throw usage_error("data.val-fraction must be at least 0 and below 1, got " + format_number(r.val_fraction));
+    problems.push_back("data.val-fraction must be at least 0 and below 1, got " + format_number(r.val_fraction));
   if (r.crop_padding < 0 || r.crop_padding > 64)
-    throw usage_error("data.crop-padding must be between 0 (off) and 64 pixels, got " + std::to_string(r.crop_padding));
+    problems.push_back("data.crop-padding must be between 0 (off) and 64 pixels, got " + std::to_string(r.crop_padding));
   if (r.eval_batches < 0)
-    throw usage_error("train.eval-batches must be at least 0 (0: no validation), got " +
+    problems.push_back("train.eval-batches must be at least 0 (0: no validation), got " +
                       std::to_string(r.eval_batches));
   if (r.eval_every < 0)
-    throw usage_error("train.eval-every must be at least 0 (0: at the end only), got " + std::to_string(r.eval_every));
+    problems.push_back("train.eval-every must be at least 0 (0: at the end only), got " + std::to_string(r.eval_every));
   if (r.checkpoint_every < 0)
-    throw usage_error("output.checkpoint-every must be at least 0 (0: at the end only), got " +
+    problems.push_back("output.checkpoint-every must be at least 0 (0: at the end only), got " +
                       std::to_string(r.checkpoint_every));
   if (cfg.sample.after_training < 0)
-    throw usage_error("output.sample-chars must be at least 0 (0: none), got " +
+    problems.push_back("output.sample-chars must be at least 0 (0: none), got " +
                       std::to_string(cfg.sample.after_training));
   if (cfg.sample.count < 0)
-    throw usage_error("sample.count must be at least 0, got " + std::to_string(cfg.sample.count));
+    problems.push_back("sample.count must be at least 0, got " + std::to_string(cfg.sample.count));
   if (!(cfg.sample.temperature >= 0))
-    throw usage_error("sample.temperature must be at least 0 (0: greedy), got " +
+    problems.push_back("sample.temperature must be at least 0 (0: greedy), got " +
                       format_number(cfg.sample.temperature));
   const bool training = cfg.sample.count == 0;  // --sample reads the checkpoint and never evaluates
   // Training would run every step and then fail at the final evaluation, with nothing saved.
   if (training && r.val_fraction == 0 && r.eval_batches > 0)
-    throw usage_error("train.eval-batches is " + std::to_string(r.eval_batches) +
+    problems.push_back("train.eval-batches is " + std::to_string(r.eval_batches) +
                       " but data.val-fraction is 0, so there is no validation text: set train.eval-batches=0 to "
                       "train without validation, or hold out a data.val-fraction above 0 (e.g. 0.1)");
-  if (training && !r.checkpoint_file.empty())
-    if (auto writable = checkpoint_path_writable(r.checkpoint_file); !writable)
-      throw usage_error("output.checkpoint: " + writable.error());
+  if (r.keep_checkpoints < 0)
+    problems.push_back("output.keep-checkpoints must be at least 0 (0: keep all), got " +
+                      std::to_string(r.keep_checkpoints));
   if (!(cfg.step_timeout_s > 0))
-    throw usage_error("runtime.step-timeout must be more than 0 seconds, got " + format_seconds(cfg.step_timeout_s));
+    problems.push_back("runtime.step-timeout must be more than 0 seconds, got " + format_seconds(cfg.step_timeout_s));
   if (!(cfg.stop_grace_s >= 0))
-    throw usage_error("runtime.stop-grace must be at least 0 seconds, got " + format_seconds(cfg.stop_grace_s));
+    problems.push_back("runtime.stop-grace must be at least 0 seconds, got " + format_seconds(cfg.stop_grace_s));
   try {
     check_optim_config(r.optim);
   } catch (const std::invalid_argument& e) {
-    throw usage_error(e.what());
+    problems.push_back(e.what());
+  }
+  if (!r.policy.empty() && !find_placement_policy(r.policy)) {
+    std::string names;
+    for (auto& n : placement_policy_names()) names += (names.empty() ? "" : ", ") + n;
+    problems.push_back("cluster.policy must be one of " + names + ", got \"" + r.policy + "\"" +
+                       did_you_mean(r.policy, placement_policy_names()));
   }
   codec_kind mode;
   if (!parse_codec_kind(cfg.compression_mode, mode))
-    throw usage_error("compression.mode must be " + codec_names() + ", got \"" + cfg.compression_mode + "\"");
+    problems.push_back("compression.mode must be " + codec_names() + ", got \"" + cfg.compression_mode + "\"");
   value_type values;
   if (!parse_value_type(cfg.compression_values, values))
-    throw usage_error("compression.values must be " + value_type_names() + ", got \"" + cfg.compression_values +
+    problems.push_back("compression.values must be " + value_type_names() + ", got \"" + cfg.compression_values +
                       "\"");
   const auto& c = r.compression;
   auto ratio_ok = [](double x) { return x > 0 && x <= 1; };
   if (!ratio_ok(c.ratio))
-    throw usage_error("compression.ratio must be above 0 and at most 1, got " + format_number(c.ratio));
+    problems.push_back("compression.ratio must be above 0 and at most 1, got " + format_number(c.ratio));
   if (!ratio_ok(c.adaptive.floor_activations))
-    throw usage_error("compression.floor-activations must be above 0 and at most 1, got " +
+    problems.push_back("compression.floor-activations must be above 0 and at most 1, got " +
                       format_number(c.adaptive.floor_activations));
   if (!ratio_ok(c.adaptive.floor_gradients))
-    throw usage_error("compression.floor-gradients must be above 0 and at most 1, got " +
+    problems.push_back("compression.floor-gradients must be above 0 and at most 1, got " +
                       format_number(c.adaptive.floor_gradients));
   if (cfg.compression_block < 1 || cfg.compression_block > codec_max_block)
-    throw usage_error("compression.block must be 1 to " + std::to_string(codec_max_block) + ", got " +
+    problems.push_back("compression.block must be 1 to " + std::to_string(codec_max_block) + ", got " +
                       std::to_string(cfg.compression_block));
-  if (c.every < 1) throw usage_error("compression.every must be at least 1 step, got " + std::to_string(c.every));
-  if (!(c.adaptive.band >= 0)) throw usage_error("compression.band must be at least 0, got " + format_number(c.adaptive.band));
+  if (c.every < 1) problems.push_back("compression.every must be at least 1 step, got " + std::to_string(c.every));
+  if (!(c.adaptive.band >= 0)) problems.push_back("compression.band must be at least 0, got " + format_number(c.adaptive.band));
   if (cfg.compression_confirm < 1 || cfg.compression_confirm > 1000)
-    throw usage_error("compression.confirm must be 1 to 1000, got " + std::to_string(cfg.compression_confirm));
-  if (auto in_range = r.rebalance.check(); !in_range) throw usage_error(in_range.error());
+    problems.push_back("compression.confirm must be 1 to 1000, got " + std::to_string(cfg.compression_confirm));
+  if (auto in_range = r.rebalance.check(); !in_range) problems.push_back(in_range.error());
+  if (problems.empty()) return;
+  std::string all = problems.front();
+  for (size_t i = 1; i < problems.size(); ++i) all += "\nfusion-train: " + problems[i];
+  throw usage_error(all);
 }
 
 // [compression] strings and unsigned keys onto train_config::compression (after check_settings).
@@ -340,7 +343,8 @@ int run(int argc, char** argv) {
                                                     {"--resume", "train.resume", true},
                                                     {"--steps", "train.steps", false},
                                                     {"--cluster", "cluster.file", true},
-                                                    {"--profile", "cluster.profile", true}};
+                                                    {"--profile", "cluster.profile", true},
+                                                    {"--force", "output.force", false}};
   switch (load_options("fusion-train", usage, cfg, argc, argv, aliases)) {
     case load_result::exit_ok: return exit_done;
     case load_result::exit_usage: return exit_usage;
@@ -357,14 +361,28 @@ int run(int argc, char** argv) {
   cfg.run.flow = flow_config{static_cast<uint32_t>(std::min<uint64_t>(cfg.window, UINT32_MAX)), cfg.chunk_kib << 10}
                      .clamped();
   cfg.run.admin_port = static_cast<uint16_t>(cfg.admin_port);
-  // Only a run that opens a port (nodes, admin shell) needs an identity.
+  // Only a run that opens a port (nodes, admin shell) needs an identity. A one-process run whose
+  // admin shell was given no certificates makes its own (loopback only).
+  const bool no_security = cfg.security.mode == "tls" && cfg.security.certs.empty() && cfg.security.files.ca.empty() &&
+                           cfg.security.files.certificate.empty() && cfg.security.files.key.empty();
+  if (cfg.run.admin_port != 0 && cfg.run.cluster_file.empty() && no_security && cfg.sample.count == 0)
+    cfg.security.certs = make_admin_certs(cfg.run);
   if (!cfg.run.cluster_file.empty() || cfg.run.admin_port != 0)
     cfg.run.credentials = load_security("fusion-train", cfg.security, security::role::coordinator);
+  if (cfg.run.admin_port != 0) {
+    // The exact command to attach with, printed once the port is open.
+    std::string admin = (std::filesystem::path(argv[0]).parent_path() / "fusion-admin").string();
+    if (!std::filesystem::exists(admin)) admin = "fusion-admin";
+    cfg.run.on_admin_listening = [admin, host = cfg.run.admin_host, sec = cfg.security](uint16_t port) {
+      std::fprintf(stderr, "fusion-train: attach the admin shell with: %s\n",
+                   admin_command(admin, host, port, sec).c_str());
+      std::fprintf(stderr, "fusion-train: or watch the run live with: %s watch\n",
+                   admin_command(admin, host, port, sec).c_str());
+    };
+  }
 
   if (cfg.sample.count > 0) {
-    if (cfg.run.resume_from.empty()) cfg.run.resume_from = cfg.run.checkpoint_file;
-    if (cfg.run.resume_from.empty())
-      throw usage_error("--sample needs a checkpoint: set [output] checkpoint or pass --resume FILE");
+    cfg.run.resume_from = sample_checkpoint(cfg.run);
     cfg.run.metrics_file.clear();
     cfg.run.eval_batches = 0;  // sampling never evaluates: a corpus without validation text is fine
     settle_vocabulary(cfg.run);
@@ -380,7 +398,21 @@ int run(int argc, char** argv) {
     return exit_done;
   }
 
+  settle_run_outputs(cfg.run, cfg.force);
   settle_vocabulary(cfg.run);
+  std::unique_ptr<prometheus_server> prometheus;
+  if (cfg.metrics_port != 0) {
+    try {
+      prometheus = std::make_unique<prometheus_server>(
+          cfg.metrics_host, static_cast<uint16_t>(cfg.metrics_port),
+          prometheus_run_info{std::filesystem::path(cfg.run.model_file).stem().string(), "tokens", cfg.run.steps});
+    } catch (const std::runtime_error& e) {
+      throw usage_error(e.what());
+    }
+    std::fprintf(stderr, "fusion-train: Prometheus metrics at http://%s:%u/metrics\n", cfg.metrics_host.c_str(),
+                 static_cast<unsigned>(prometheus->port()));
+    cfg.run.on_step = [p = prometheus.get()](const step_record& rec, double elapsed_s) { p->update(rec, elapsed_s); };
+  }
   cfg.run.stop_flag = &stop_requested;
   graceful_stop.store(true);
   memory_hint = "the whole corpus is held in memory; otherwise try a smaller train.batch, more "
@@ -395,18 +427,21 @@ int run(int argc, char** argv) {
                cfg.run.model_file.c_str(), static_cast<long long>(s.param_count()), s.actor_count(),
                static_cast<long long>(cfg.run.batch), static_cast<long long>(cfg.run.micro_batches));
   std::fprintf(stderr, "fusion-train: data: %s\n", s.describe_data().c_str());
+  if (prometheus) prometheus->set_items(s.is_text() ? "tokens" : "images");
   if (s.step() > 0) std::fprintf(stderr, "fusion-train: resumed at step %lld\n", static_cast<long long>(s.step()));
   train_result r = s.train();
   if (r.interrupted) {
-    std::fprintf(stderr, "fusion-train: interrupted at step %lld%s\n", static_cast<long long>(s.step()),
-                 cfg.run.checkpoint_file.empty() ? " (no checkpoint configured)"
-                                                 : (", checkpoint written to " + cfg.run.checkpoint_file).c_str());
+    std::fprintf(stderr, "fusion-train: interrupted at step %lld\n", static_cast<long long>(s.step()));
+    print_run_outputs(cfg.run);
     return exit_interrupted;
   }
   std::fprintf(stderr, "fusion-train: %lld steps in %.1f s, %.0f %s/s, peak RSS %.0f MiB",
                static_cast<long long>(r.steps_run), r.seconds, r.tokens_per_s, s.item_name().c_str(), r.peak_rss_mb);
   if (!r.val_losses.empty()) std::fprintf(stderr, ", val_loss %.4f", r.val_losses.back().second);
-  if (!r.val_accuracies.empty()) std::fprintf(stderr, ", test accuracy %.2f%%", 100 * r.val_accuracies.back().second);
+  // An image model evaluates on its test split, a text model on the corpus's validation tail.
+  if (!r.val_accuracies.empty())
+    std::fprintf(stderr, ", %s accuracy %.2f%%", s.is_text() ? "validation" : "test",
+                 100 * r.val_accuracies.back().second);
   if (s.is_text()) std::fprintf(stderr, " (unigram entropy %.4f)", s.unigram_entropy());
   std::fputc('\n', stderr);
   doing = "sampling";
@@ -416,6 +451,7 @@ int run(int argc, char** argv) {
               << s.sample(static_cast<int>(cfg.sample.after_training), cfg.sample.prompt, cfg.sample.temperature,
                           cfg.run.seed)
               << "\n--------------" << std::endl;
+  print_run_outputs(cfg.run);
   return exit_done;
 }
 

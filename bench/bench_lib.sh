@@ -1,11 +1,24 @@
 # Shell pieces the benchmarks share (bench/train_bench.sh, bench/resnet_bench.sh,
 # bench/cluster_bench.sh, bench/tls_bench.sh); sourced, not run. Each takes the calling script's name for messages.
 
-# require_torch NAME: stops NAME unless Debian's /usr/bin/python3 can import torch.
-require_torch() {
-  /usr/bin/python3 -c 'import torch' 2>/dev/null ||
-    { echo "$1: /usr/bin/python3 cannot import torch: run FUSION_SETUP_BENCH=1 scripts/setup.sh (installs python3-torch)" >&2; exit 1; }
+# The python that runs the PyTorch peers: Debian's, unless FUSION_TORCH_PYTHON names another.
+torch_python=${FUSION_TORCH_PYTHON:-/usr/bin/python3}
+
+# have_torch: whether $torch_python can import torch.
+have_torch() { "$torch_python" -c 'import torch' 2>/dev/null; }
+
+# torch_skip_reason: why the PyTorch part is skipped, in one line.
+torch_skip_reason() {
+  echo "skipped: $torch_python cannot import torch (FUSION_SETUP_BENCH=1 scripts/setup.sh installs python3-torch)"
 }
+
+# require_torch NAME: stops NAME unless $torch_python can import torch.
+require_torch() {
+  have_torch || { echo "$1: $(torch_skip_reason)" >&2; exit 1; }
+}
+
+# smoke_note NAME: the line a --smoke run starts with: its numbers only show that it runs.
+smoke_note() { echo "$1: --smoke: a few steps, one round: the numbers only show that the benchmark runs"; }
 
 # ini_get SECTION KEY DEFAULT: a value from the run config "$config", quotes and comments
 # stripped; DEFAULT when the config leaves the key out.

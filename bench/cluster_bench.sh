@@ -9,8 +9,9 @@
 # plaintext (security.mode=off), whose ratio is what TLS costs.
 #
 #   bench/cluster_bench.sh [--steps 15] [--warmup 3] [--repeats 3] [--micro-batches 4]
-#                          [--node-threads N] [--build build]
+#                          [--node-threads N] [--build build] [--smoke]
 #
+# --smoke: 2 steps after 1 warm-up, one round (the ctest bench_smoke_cluster_bench).
 # Rounds alternate the order of the set-ups. tokens/s counts only the steps after the
 # warm-up, from the elapsed_s of the JSON-lines metrics. The table shows medians over rounds.
 set -euo pipefail
@@ -25,7 +26,8 @@ while [[ $# -gt 0 ]]; do
     --micro-batches) micro=$2; shift 2 ;;
     --node-threads) node_threads=$2; shift 2 ;;
     --build) build=$2; shift 2 ;;
-    -h|--help) sed -n '2,11p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    --smoke) steps=2 warmup=1 repeats=1; smoke_note cluster_bench; shift ;;
+    -h|--help) sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "cluster_bench: unknown option '$1' (try --help)" >&2; exit 2 ;;
   esac
 done
@@ -40,8 +42,11 @@ common=(--config configs/runs/char-small.ini --steps "$total" --train.micro-batc
 rate() {
   python3 - "$1" "$warmup" <<'PY'
 import json, sys
-rows = [json.loads(l) for l in open(sys.argv[1]) if '"elapsed_s"' in l]
-w = int(sys.argv[2]); a, b = rows[w - 1], rows[-1]
+rows = [r for r in map(json.loads, open(sys.argv[1])) if r.get("type") == "step"]
+w = max(int(sys.argv[2]), 1)
+if len(rows) <= w:
+    sys.exit("cluster_bench: %s has %d step records, too few after the warm-up" % (sys.argv[1], len(rows)))
+a, b = rows[w - 1], rows[-1]
 print("%.1f" % ((b["step"] - a["step"]) * 16 * 128 / (b["elapsed_s"] - a["elapsed_s"])))
 PY
 }
@@ -98,4 +103,7 @@ if [[ -n ${results[admin]:-} ]]; then
   printf "admin polling cost: %s of the 3-node tokens/s\n" \
     "$(awk -v a="$(median "${results[admin]}")" -v b="$(median "${results[three]}")" 'BEGIN { printf "%.3f", a / b }')"
 fi
+result="RESULT"
+for s in "${setups[@]}"; do result+=" ${s}_tokens_per_s=$(median "${results[$s]}")"; done
+echo "$result"
 echo "logs: $work"

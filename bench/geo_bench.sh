@@ -13,6 +13,7 @@
 #   bench/geo_bench.sh [--rounds 2] [--steps 30] [--warmup 5] [--topologies sites-3,sites-4-pairs,sites-6-tiers]
 #                      [--configs even+none,opfence+none] [--slow MBIT,...]
 #                      [--run configs/runs/char-sites.ini] [--build build] [--out runs/geo/STAMP]
+#                      [--smoke]   (1 round, 4 steps, sites-3, even and OP-Fence: the ctest bench_smoke_geo_bench)
 #
 # From each run's metrics (JSON lines, type "step"), over the steps after the first --warmup:
 # tokens/s = tokens of those steps / their wall time (elapsed_s), and where the steps carry
@@ -37,6 +38,7 @@ while [[ $# -gt 0 ]]; do
     --run) run=$2; shift 2 ;;
     --build) build=$2; shift 2 ;;
     --out) out=$2; shift 2 ;;
+    --smoke) rounds=1 steps=4 warmup=1 topologies=sites-3 configs=even+none,opfence+none smoke=1; shift ;;
     -h|--help) sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "geo_bench: unknown option '$1' (try --help)" >&2; exit 2 ;;
   esac
@@ -73,6 +75,7 @@ if ! why=$(scripts/sites.sh check 2>&1); then
   echo "geo_bench: refusing to run: $why" >&2
   echo "geo_bench: the topologies exist only as network namespaces with tc-shaped links (root);" \
        "on loopback every link is unshaped and even vs OP-Fence would measure nothing" >&2
+  ((${smoke:-0})) && exit 77  # ctest: skipped, with the reason above
   exit 3
 fi
 if [[ -f /sys/fs/cgroup/cgroup.controllers ]]; then
@@ -215,6 +218,7 @@ done
   done
   echo
   echo "tokens/s against ${confs[0]} (mean of the per-round ratios):"
+  result_line="RESULT"
   for k in "${cases[@]}"; do
     line=$(printf "  %-20s" "$k")
     for p in "${confs[@]:1}"; do
@@ -228,9 +232,11 @@ done
       ((${#ratios[@]})) && mean=$(printf '%s\n' "${ratios[@]}" |
         awk '$1 != "n/a" { s += $1; n++ } END { if (n) printf "%.2fx", s / n; else print "n/a" }')
       line+=$(printf "  %s %-8s" "$p" "$mean")
+      result_line+=" ${k}_${p}_ratio=${mean%x}"
     done
     echo "$line"
   done
+  echo "$result_line"
   ((marked == 0)) || echo "* other processes took more than 10% of the CPUs during that run: not valid"
   ((uncapped == 0)) || echo "u the nodes' CPU caps were NOT enforced in that run (see its log)"
   echo "runs: $out"

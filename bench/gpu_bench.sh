@@ -14,10 +14,12 @@
 # tensors) and PyTorch under torch.autocast(bfloat16) (bf16 matmuls and activations).
 # --peak-tflops is the dense peak used for MFU (H100 SXM and H200: 67 fp32, 989 bf16; the default
 # follows --precision); say which one you used when recording results. Needs a CUDA build and a
-# GPU; exits 3 with a message when there is none.
+# GPU; exits 3 with a message when there is none (77 with --smoke: ctest's skipped).
+# --smoke: 2 steps after 1 warm-up at batch 2 (the ctest bench_smoke_gpu_bench). Without PyTorch
+# its rows read "skipped" with the reason and the ratios are left out.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-steps=20 warmup=3 batch=8 micro=1 peak="" precision=fp32 build=${BUILD_DIR:-build} work=""
+steps=20 warmup=3 batch=8 micro=1 peak="" precision=fp32 build=${BUILD_DIR:-build} work="" smoke=0
 while [[ $# -gt 0 ]]; do
   case $1 in
     --steps) steps=$2; shift 2 ;;
@@ -28,7 +30,8 @@ while [[ $# -gt 0 ]]; do
     --precision) precision=$2; shift 2 ;;
     --build) build=$2; shift 2 ;;
     --out) work=$2; shift 2 ;;
-    -h|--help) sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    --smoke) steps=2 warmup=1 batch=2 smoke=1; shift ;;
+    -h|--help) sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "gpu_bench: unknown option '$1' (try --help)" >&2; exit 2 ;;
   esac
 done
@@ -37,7 +40,8 @@ case $precision in
   bf16) peak=${peak:-989} ;;
   *) echo "gpu_bench: --precision must be fp32 or bf16, not '$precision'" >&2; exit 2 ;;
 esac
-command -v nvidia-smi >/dev/null && nvidia-smi -L || { echo "gpu_bench: no GPU here (nvidia-smi missing)" >&2; exit 3; }
+command -v nvidia-smi >/dev/null && nvidia-smi -L ||
+  { echo "gpu_bench: no GPU here (nvidia-smi missing)" >&2; ((smoke)) && exit 77; exit 3; }
 if [[ -n $work ]]; then mkdir -p "$work"; else work=$(mktemp -d /tmp/fusion-gpu-bench.XXXX); fi
 # The PyTorch peer runs under the python3 on PATH (GPU images keep torch in their own venv).
 python=${PYTHON:-python3}
@@ -52,7 +56,7 @@ flops=$("$build/bench/fusion-bench-flops" configs/models/gpt2-124m.pbtxt | sed -
   --output.metrics="$work/fusion.jsonl" --runtime.quiet 2>"$work/fusion.log" || { cat "$work/fusion.log"; exit 1; }
 ours=$(python3 - "$work/fusion.jsonl" "$warmup" "$batch" "$T" <<'PY'
 import json, sys
-rows = [json.loads(l) for l in open(sys.argv[1]) if '"elapsed_s"' in l]
+rows = [r for r in map(json.loads, open(sys.argv[1])) if r.get("type") == "step"]
 w, B, T = int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
 a, b = rows[w - 1], rows[-1]
 print("%.1f" % ((b["step"] - a["step"]) * B * T / (b["elapsed_s"] - a["elapsed_s"])))
@@ -64,21 +68,29 @@ torch_rate() {  # ATTENTION: tokens/s of the PyTorch peer, or "-" when it cannot
     --precision "$precision" 2>"$work/torch-$1.log" |
     sed -n 's/^RESULT tokens_per_s=\([0-9.]*\).*/\1/p' | grep . || echo "-"
 }
-theirs=$(torch_rate spelled)
-fused=$(torch_rate sdpa)
+if "$python" -c 'import torch' 2>/dev/null; then
+  theirs=$(torch_rate spelled)
+  fused=$(torch_rate sdpa)
+else
+  theirs="skipped: $python cannot import torch" fused=$theirs
+fi
 echo
 echo "gpt2-124m, batch $batch x $T, $precision, $steps steps after $warmup warm-up; MFU against $peak TFLOP/s"
 printf "%-34s %12s %8s %8s\n" "trainer" "tokens/s" "ratio" "MFU"
 for row in "PyTorch eager (reference):$theirs" "PyTorch eager, fused SDPA:$fused" "fusion-train, all ops cuda:$ours"; do
   name=${row%%:*} v=${row##*:}
-  printf "%-34s %12s %8s %8s\n" "$name" "$v" "$(awk -v a="$v" -v b="$theirs" 'BEGIN{ if (a == "-" || b == "-") print "-"; else printf "%.2f", a/b }')" \
-    "$(awk -v t="$v" -v f="$flops" -v p="$peak" 'BEGIN{ if (f == "" || t == "-") print "-"; else printf "%.3f", t*f/(p*1e12) }')"
+  printf "%-34s %12s %8s %8s\n" "$name" "$v" "$(awk -v a="$v" -v b="$theirs" 'BEGIN{ if (a + 0 == 0 || b + 0 == 0) print "-"; else printf "%.2f", a/b }')" \
+    "$(awk -v t="$v" -v f="$flops" -v p="$peak" 'BEGIN{ if (f == "" || t + 0 == 0) print "-"; else printf "%.3f", t*f/(p*1e12) }')"
 done
+result="RESULT ours_tokens_per_s=$ours"
+[[ $theirs =~ ^[0-9.]+$ ]] && result+=" torch_tokens_per_s=$theirs ratio=$(awk -v a="$ours" -v b="$theirs" 'BEGIN { printf "%.3f", a / b }')"
+[[ $fused =~ ^[0-9.]+$ ]] && result+=" torch_sdpa_tokens_per_s=$fused"
+echo "$result"
 echo
 echo "where fusion-train's step goes: ms per step by op kind (median over the timed steps, summed over layers)"
 python3 - "$work/fusion.jsonl" "$warmup" "$build/apps/fusion-train" <<'PY'
 import json, re, statistics, sys
-rows = [json.loads(l) for l in open(sys.argv[1]) if '"ops"' in l and '"elapsed_s"' in l][int(sys.argv[2]):]
+rows = [r for r in map(json.loads, open(sys.argv[1])) if r.get("type") == "step" and "ops" in r][int(sys.argv[2]):]
 if not rows:
     sys.exit("  (no step record carries per-op times)")
 kinds = {}

@@ -7,8 +7,10 @@
 # state transfer over the data channel, re-wiring); the table sets them against the time the
 # bytes alone need at the link's rate.
 #
-#   bench/migration_bench.sh [--model char-small|gpt2] [--rates "1000 100 8"] [--build DIR]
+#   bench/migration_bench.sh [--model char-small|gpt2] [--rates "1000 100 8"] [--build DIR] [--smoke]
 #
+# --smoke: char-small at 100 Mbit/s only (the ctest bench_smoke_migration_bench; skipped, 77,
+# without root).
 # char-small: configs/models/gpt-char-small.pbtxt (one block: 0.79 M parameters, 9.5 MB of
 # state with the two Adam moments); gpt2: configs/models/gpt2-124m.pbtxt at batch 1 (one block:
 # 7.1 M parameters, 85 MB), for which the first step alone takes minutes on a 2-core machine.
@@ -16,13 +18,14 @@
 set -Eeuo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 cd "$repo"
-model=char-small rates="1000 100 8" build=$repo/build
+model=char-small rates="1000 100 8" build=$repo/build smoke=0
 while [[ $# -gt 0 ]]; do
   case $1 in
     --model) model=$2; shift 2 ;;
     --rates) rates=$2; shift 2 ;;
     --build) build=$2; shift 2 ;;
-    -h|--help) sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    --smoke) model=char-small rates=100 smoke=1; shift ;;
+    -h|--help) sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "migration_bench.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -31,7 +34,7 @@ case $model in
   gpt2) file=configs/models/gpt2-124m.pbtxt layers=12 train=(--train.batch=1 --train.micro-batches=1) ;;
   *) echo "migration_bench.sh: --model is char-small or gpt2, got '$model'" >&2; exit 2 ;;
 esac
-[[ $(id -u) -eq 0 ]] || { echo "migration_bench.sh: needs root (network namespaces and tc)" >&2; exit 1; }
+[[ $(id -u) -eq 0 ]] || { echo "migration_bench.sh: needs root (network namespaces and tc)" >&2; ((smoke)) && exit 77; exit 1; }
 work=$(mktemp -d /tmp/fusion-migration-bench.XXXXXX)
 tag=fmb port=$((20000 + RANDOM % 20000))
 half=$((layers / 2)) block="h$((layers / 2 - 1)).*"
@@ -60,12 +63,13 @@ run=$!
 trap 'pkill -TERM -P $run -x fusion-train 2>/dev/null; wait $run 2>/dev/null || true' EXIT
 echo "migration_bench: $model, moving $block between sites a and b; logs in $work" >&2
 for _ in $(seq 3600); do
-  step=$(admin status 2>/dev/null | sed -n 's/.*"step":\([0-9]*\).*/\1/p' || true)
+  step=$(admin status 2>/dev/null | python3 -c 'import json, sys; print(json.load(sys.stdin)["step"])' 2>/dev/null || true)
   [[ -n $step && $step -ge 2 ]] && break
   kill -0 $run 2>/dev/null || { echo "migration_bench: the run ended early, see $work/run.log" >&2; tail -5 "$work/run.log" >&2; exit 1; }
   sleep 1
 done
 admin pause >/dev/null
+result=""
 printf "%-8s %-7s %10s %10s %12s %14s\n" "Mbit/s" "move" "state MB" "seconds" "bytes-only s" "effective Mbit"
 for rate in $rates; do
   scripts/sites.sh shape a b "$rate" --tag "$tag" >/dev/null
@@ -78,5 +82,7 @@ r = json.loads(sys.argv[1]); rate = float(sys.argv[2])
 b, s = r["state_bytes"], r["seconds"]
 print("%-8g %-7s %10.1f %10.2f %12.2f %14.1f" % (rate, sys.argv[3], b / 1e6, s, b * 8 / rate / 1e6, b * 8 / s / 1e6))
 PY
+    result+=" mbit${rate}_$1_to_$2_seconds=$(python3 -c 'import json, sys; print(json.loads(sys.argv[1])["seconds"])' "$reply")"
   done
 done
+echo "RESULT state_mb=$(python3 -c 'import json, sys; print(json.loads(sys.argv[1])["state_bytes"] / 1e6)' "$reply")$result"

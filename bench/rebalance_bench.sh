@@ -9,8 +9,10 @@
 # tokens/s timeline goes to a plot (scripts/plot.sh; migrations marked).
 #
 #   bench/rebalance_bench.sh [--steps N] [--slow-at S] [--restore-at S] [--every N]
-#                            [--confirmations K] [--plot OUT.png] [--build DIR]
+#                            [--confirmations K] [--plot OUT.png] [--build DIR] [--smoke]
 #
+# --smoke: 60 steps, throttle at 25, restore at 45, every 2 steps, 1 confirmation (the ctest
+# bench_smoke_rebalance_bench; skipped, 77, without root).
 # Defaults: 200 steps, throttle at 40, restore at 120, scheduler.every=5, confirmations=2 (the
 # run's defaults, 10 and 3, react in 30 steps, too slow to show in a short run), plot
 # bench/rebalance_timeline.png. Needs root (namespaces, tc, cgroups). Logs in a temporary directory.
@@ -27,15 +29,29 @@ while [[ $# -gt 0 ]]; do
     --confirmations) confirmations=$2; shift 2 ;;
     --plot) plot=$2; shift 2 ;;
     --build) build=$2; shift 2 ;;
-    -h|--help) sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    --smoke) steps=60 slow_at=25 restore_at=45 every=2 confirmations=1 smoke=1 plot=/tmp/rebalance_smoke.png; shift ;;
+    -h|--help) sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "rebalance_bench.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
-[[ $(id -u) -eq 0 ]] || { echo "rebalance_bench.sh: needs root (network namespaces, tc, cgroups)" >&2; exit 1; }
+[[ $(id -u) -eq 0 ]] || { echo "rebalance_bench.sh: needs root (network namespaces, tc, cgroups)" >&2; ((${smoke:-0})) && exit 77; exit 1; }
 work=$(mktemp -d /tmp/fusion-rebalance-bench.XXXXXX)
 tag=frb port=$((20000 + RANDOM % 20000)) metrics=$work/metrics.jsonl
 admin() { "$build/apps/fusion-admin" "127.0.0.1:$port" --security.certs="$work/certs" --json --timeout 60 -c "$1"; }
-last_step() { grep -o '"type": "step", "step": [0-9]*' "$metrics" 2>/dev/null | tail -1 | grep -o '[0-9]*$' || echo 0; }
+# The last step record of the metrics, read as JSON (a line still being written is left out).
+last_step() {
+  tail -n 4 "$metrics" 2>/dev/null | python3 -c '
+import json, sys
+step = 0
+for line in sys.stdin:
+    try:
+        r = json.loads(line)
+    except ValueError:
+        continue
+    if r.get("type") == "step":
+        step = r["step"]
+print(step)' || echo 0
+}
 FUSION_BIN=$build/apps scripts/run-sites.sh --cluster configs/clusters/sites-3.pbtxt --run configs/runs/char-sites.ini \
   --tag "$tag" --subnet 10.79.0 --logs "$work" --certs "$work/certs" -- \
   --train.steps="$steps" --train.eval-every=0 --output.checkpoint= --output.metrics="$metrics" \
@@ -105,6 +121,8 @@ for m in back:
 if not back:
     last_v = [v for v in verdicts if v["step"] >= restore_at]
     print("after the restore: no migration; last verdict: %s" % (last_v[-1]["reason"] if last_v else "none"))
+print("RESULT before_tokens_per_s=%.1f throttled_tokens_per_s=%.1f after_restore_tokens_per_s=%.1f migrations=%d"
+      % (tps(slow_at - 20, slow_at), tps(slow_at + 1, end_throttled + 1), tps(a, max(steps) + 1), len(migs)))
 print("verdicts: %s" % " ".join("%d:%s" % (v["step"], v["verdict"]) for v in verdicts))
 PY
 scripts/plot.sh "$metrics" "$plot" >&2

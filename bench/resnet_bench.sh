@@ -14,7 +14,9 @@
 #   runtime.threads, 0 = one per core). --eval-batches: test batches of `batch` images evaluated
 #   at the end by both (default: the config's train.eval-batches; resnet50-small evaluates slowly,
 #   minutes on 2 cores). --quick: a smoke test (10 steps of resnet-fmnist, 2 of the others, first
-#   step untimed, 1 test batch). Builds nothing: expects $build/apps/fusion-train (scripts/build.sh).
+#   step untimed, 1 test batch). --smoke: --quick on resnet-fmnist alone, 3 steps (the ctest
+#   bench_smoke_resnet_bench). Without PyTorch its part is skipped with the reason, and the table
+#   and RESULT lines have our figures only. Builds nothing: expects $build/apps/fusion-train (scripts/build.sh).
 # --shared-start: PyTorch starts from our initial weights (fusion-train --train.steps=0 writes
 #   them to $out/MODEL.init.ckpt) and trains on our batches, image for image (core/image_source's
 #   shuffle and augmentation for train.seed), so the two runs differ only in floating-point
@@ -40,6 +42,7 @@ while [[ $# -gt 0 ]]; do
     --eval-batches) need_value "$@"; eval_batches=$2; shift 2 ;;
     --out) need_value "$@"; out=$2; shift 2 ;;
     --quick) quick=1; shift ;;
+    --smoke) quick=1 models=resnet-fmnist steps=${steps:-3} out=$(mktemp -d /tmp/resnet-bench-smoke.XXXXXX); shift ;;
     --shared-start) shared=1; shift ;;
     --config) need_value "$@"; config=$2; shift 2 ;;
     --build) need_value "$@"; build=$2; shift 2 ;;
@@ -57,8 +60,10 @@ done
 train_bin=$build/apps/fusion-train
 [[ -x $train_bin ]] || { echo "resnet_bench: $train_bin is missing: build first (scripts/build.sh, or pass --build DIR); this script builds nothing" >&2; exit 1; }
 [[ -f $config ]] || { echo "resnet_bench: config $config not found" >&2; exit 1; }
-source bench/bench_lib.sh  # require_torch, ini_get
-require_torch resnet_bench
+source bench/bench_lib.sh  # have_torch, ini_get
+torch=1
+have_torch || { torch=0; echo "resnet_bench: PyTorch $(torch_skip_reason)"; }
+((shared && !torch)) && { echo "resnet_bench: --shared-start compares with PyTorch: $(torch_skip_reason)" >&2; exit 1; }
 
 # Defaults as in ops/optim.hpp and docs/training.md where the config leaves a key out.
 batch=$(ini_get train batch 16) micro_batches=$(ini_get train micro-batches 1)
@@ -177,7 +182,7 @@ for m in "${model_list[@]}"; do
   echo "== $m: $n steps (batch $batch), $(date -u +%H:%M:%S) UTC"
 
   # ---- ours ----
-  rm -f "$out/$m.metrics.jsonl"
+  rm -f "$out/$m.metrics.jsonl" "$out/$m.torch.json"
   if ((shared)); then
     init=("$train_bin" --config "$config" --model.file="\"configs/models/$m.pbtxt\"" --train.steps=0
           --train.eval-batches=0 --output.metrics="\"\"" --output.checkpoint="\"$out/$m.init.ckpt\"" "${extra[@]}")
@@ -215,7 +220,9 @@ for m in "${model_list[@]}"; do
   [[ -n $time_v ]] && ours_others=$(others_pct "$b0" "$s0" "$t0" "$(child_cpu_s "$out/$m.ours.time")" | cut -d' ' -f1)
 
   # ---- PyTorch ----
-  torch_cmd=(/usr/bin/python3 bench/resnet_torch.py --model "$m" --batch "$batch" --micro-batches "$micro_batches"
+  torch_others=n/a
+  if ((torch)); then
+  torch_cmd=("$torch_python" bench/resnet_torch.py --model "$m" --batch "$batch" --micro-batches "$micro_batches"
              --steps "$n" --skip "$skip" --threads "$torch_threads" --lr "$lr" --min-lr "$min_lr"
              --warmup-steps "$warmup_steps" --total-steps "$total_steps" --weight-decay "$weight_decay"
              --beta1 "$beta1" --beta2 "$beta2" --eps "$eps" --grad-clip "$grad_clip"
@@ -232,12 +239,12 @@ for m in "${model_list[@]}"; do
   if ! OMP_WAIT_POLICY=PASSIVE run_logged torch "$out/$m.torch" "${torch_cmd[@]}"; then
     echo "resnet_bench: resnet_torch.py failed on $m (log: $out/$m.torch.err)" >&2; exit 1
   fi
-  torch_others=n/a
   [[ -n $time_v ]] && torch_others=$(others_pct "$b0" "$s0" "$t0" "$(child_cpu_s "$out/$m.torch.time")" | cut -d' ' -f1)
+  fi
 
   # ---- both results: one TSV row ----
   /usr/bin/python3 - "$m" "$n" "$skip" "$batch" "$out" "$ours_others" "$torch_others" >>"$out/results.tsv" <<'EOF'
-import json, re, sys
+import json, os, re, sys
 m, n, skip, batch, out, ours_others, torch_others = sys.argv[1:]
 n, skip, batch = int(n), int(skip), int(batch)
 steps, evals, params = {}, [], None
@@ -260,22 +267,31 @@ if not evals or "val_accuracy" not in evals[-1]:
     sys.exit(f"resnet_bench: {out}/{m}.metrics.jsonl has no test accuracy (eval line with val_accuracy)")
 ours_acc, ours_loss = evals[-1]["val_accuracy"], evals[-1]["val_loss"]
 g = re.search(r"([0-9.]+) images/s", err)  # the final line's average, evaluation excluded, for the log
-t = json.load(open(f"{out}/{m}.torch.json"))
-print("\t".join(str(x) for x in [m, n, f"{ours_ips:.1f}", f"{t['images_per_s']:.1f}", f"{ours_acc:.6f}",
-      f"{t['test_accuracy']:.6f}", f"{ours_loss:.6f}", f"{t['test_loss']:.6f}", params, t["parameters"],
+# Without PyTorch (its part skipped) the torch columns hold "-".
+tf = f"{out}/{m}.torch.json"
+t = json.load(open(tf)) if os.path.exists(tf) else {k: "-" for k in
+    ["images_per_s", "test_accuracy", "test_loss", "parameters", "eval_images"]}
+fmt = lambda v, f: v if v == "-" else format(v, f)
+print("\t".join(str(x) for x in [m, n, f"{ours_ips:.1f}", fmt(t['images_per_s'], ".1f"), f"{ours_acc:.6f}",
+      fmt(t['test_accuracy'], ".6f"), f"{ours_loss:.6f}", fmt(t['test_loss'], ".6f"), params, t["parameters"],
       ours_others, torch_others, g.group(1) if g else "n/a", t["eval_images"]]))
 EOF
   IFS=$'\t' read -r _ _ oi ti oa ta _ _ op tp _ _ <<<"$(tail -1 "$out/results.tsv")"
+  if ((torch)); then
   echo "  $m: ours $oi images/s, test accuracy $(awk -v a="$oa" 'BEGIN { printf "%.2f%%", 100 * a }');" \
        "PyTorch $ti images/s, test accuracy $(awk -v a="$ta" 'BEGIN { printf "%.2f%%", 100 * a }');" \
        "other processes took ${ours_others}% / ${torch_others}% of the CPUs"
-  [[ $op == "$tp" ]] || echo "resnet_bench: WARNING: $m has $op parameters in fusion-train but $tp in PyTorch: the models differ" >&2
+  else
+  echo "  $m: ours $oi images/s, test accuracy $(awk -v a="$oa" 'BEGIN { printf "%.2f%%", 100 * a }'); PyTorch skipped"
+  fi
+  ((!torch)) || [[ $op == "$tp" ]] || echo "resnet_bench: WARNING: $m has $op parameters in fusion-train but $tp in PyTorch: the models differ" >&2
   if ((shared)); then compare_losses "$m"; fi
 done
 load_after=$(cut -d' ' -f1-3 /proc/loadavg)
 
 # ---- table ---------------------------------------------------------------------------------------
-torch_version=$(/usr/bin/python3 -c 'import torch; print(torch.__version__)')
+torch_version=skipped
+((torch)) && torch_version=$("$torch_python" -c 'import torch; print(torch.__version__)')
 echo
 echo "ResNets on Fashion-MNIST ($config): batch $batch in $micro_batches micro-batches; images/s over the steps after" \
      "the first $skip, evaluation excluded; test accuracy on $((eval_batches * batch)) test images after the last step"
@@ -285,6 +301,7 @@ echo
 awk -F'\t' '
   BEGIN { printf "| model | parameters | steps | ours images/s | torch images/s | ratio ours/torch | ours test acc | torch test acc | diff (points) | ours / torch test loss | others CPU %% |\n"
           printf "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n" }
+  $4 == "-" { printf "| %s | %s | %d | %.0f | %s |\n", $1, $9, $2, $3, "PyTorch skipped: not installed"; next }
   { busy = ($11 + 0 > 10 || $12 + 0 > 10)
     if (busy) warn = 1
     printf "| %s | %s%s | %d | %.0f | %.0f | %.2fx | %.2f%% | %.2f%% | %+.2f | %.4f / %.4f | %s / %s%s |\n",
@@ -292,6 +309,7 @@ awk -F'\t' '
       $7, $8, $11, $12, (busy ? " *" : "") }
   END { if (warn) print "\n* other processes took > 10% of the CPUs during that run: its numbers are not valid" }' "$out/results.tsv"
 echo
-awk -F'\t' '{ printf "RESULT model=%s steps=%d ours_images_per_s=%s torch_images_per_s=%s ratio=%.3f ours_test_accuracy=%s torch_test_accuracy=%s ours_test_loss=%s torch_test_loss=%s parameters=%s torch_parameters=%s\n",
+awk -F'\t' '$4 == "-" { printf "RESULT model=%s steps=%d ours_images_per_s=%s ours_test_accuracy=%s ours_test_loss=%s parameters=%s\n", $1, $2, $3, $5, $7, $9; next }
+  { printf "RESULT model=%s steps=%d ours_images_per_s=%s torch_images_per_s=%s ratio=%.3f ours_test_accuracy=%s torch_test_accuracy=%s ours_test_loss=%s torch_test_loss=%s parameters=%s torch_parameters=%s\n",
   $1, $2, $3, $4, $3 / $4, $5, $6, $7, $8, $9, $10 }' "$out/results.tsv"
 echo "commands and logs: $out/MODEL.{ours,torch}.{cmd,err,out}, metrics $out/MODEL.metrics.jsonl, PyTorch JSON $out/MODEL.torch.json"

@@ -5,8 +5,10 @@
 #
 #   bench/soak_bench.sh [--steps 1000] [--warmup W] [--window R] [--every 1] [--limit 5]
 #                       [--config configs/runs/char-small.ini] [--build build] [--out DIR]
-#                       [--analyze RSS_CSV] [-- EXTRA fusion-train ARGS]
+#                       [--analyze RSS_CSV] [--smoke] [-- EXTRA fusion-train ARGS]
 #
+# --smoke: 60 steps of configs/runs/char-tiny.ini (unless --config is given), RSS every 0.2 s,
+# limit 50%: what the ctest bench_smoke_soak_bench runs; it only shows that the script works.
 # The reference command (gpt-char-small, 1,000 steps, about 8 minutes on 2 quiet cores):
 #
 #   bench/soak_bench.sh --steps 1000
@@ -28,7 +30,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 steps=1000 warmup="" window="" every=1 limit=5 config=configs/runs/char-small.ini build=${BUILD_DIR:-build} out=""
-analyze=""
+analyze="" smoke=0 config_given=0
 extra=()
 usage() { sed -n '2,26p' "$0" | sed 's/^# \{0,1\}//'; }
 need_value() { [[ $# -ge 2 && -n "$2" ]] || { echo "soak_bench: $1 needs a value" >&2; exit 2; }; }
@@ -39,15 +41,20 @@ while [[ $# -gt 0 ]]; do
     --window) need_value "$@"; window=$2; shift 2 ;;
     --every) need_value "$@"; every=$2; shift 2 ;;
     --limit) need_value "$@"; limit=$2; shift 2 ;;
-    --config) need_value "$@"; config=$2; shift 2 ;;
+    --config) need_value "$@"; config=$2; config_given=1; shift 2 ;;
     --build) need_value "$@"; build=$2; shift 2 ;;
     --out) need_value "$@"; out=$2; shift 2 ;;
+    --smoke) smoke=1; shift ;;
     --analyze) need_value "$@"; analyze=$2; shift 2 ;;
     -h|--help) usage; exit 0 ;;
     --) shift; extra=("$@"); break ;;
     *) echo "soak_bench: unknown option '$1' (try --help)" >&2; exit 2 ;;
   esac
 done
+if ((smoke)); then
+  steps=60 every=0.2 limit=50 warmup=10 window=15
+  ((config_given)) || config=configs/runs/char-tiny.ini
+fi
 [[ $steps =~ ^[1-9][0-9]*$ ]] || { echo "soak_bench: --steps wants a positive integer, got '$steps'" >&2; exit 2; }
 [[ -f $config ]] || { echo "soak_bench: config $config not found" >&2; exit 1; }
 # The first evaluation and checkpoint allocate what they keep (evaluation batches, checkpoint
@@ -94,6 +101,8 @@ report() {
       growth = 100 * (after - ref) / ref
       printf "\n  growth after warm-up: %+.1f%% (max), %+.1f%% (end window), %d samples\n", growth, 100 * (endmax - ref) / ref, n
       verdict = growth <= limit ? "PASS" : "FAIL"
+      printf "\nRESULT reference_rss_mib=%.1f end_rss_mib=%.1f max_after_rss_mib=%.1f growth_pct=%.1f samples=%d\n", \
+        ref / mib, endmax / mib, after / mib, growth, n
       printf "  %s: RSS after warm-up stays within %s%% of the warm-up peak\n", verdict, limit
       exit verdict == "PASS" ? 0 : 1
     }' "$1"
@@ -114,6 +123,7 @@ out=${out:-$(mktemp -d "${TMPDIR:-/tmp}/soak_bench.XXXXXX")}
 mkdir -p "$out"
 csv=$out/rss.csv metrics=$out/metrics.jsonl log=$out/train.log
 rm -f "$metrics"
+((smoke)) && smoke_note soak_bench
 echo "soak_bench: $config, $steps steps, RSS every $every s; $(nproc) cores, load average" \
      "$(cut -d' ' -f1-3 /proc/loadavg); output in $out"
 
@@ -121,11 +131,21 @@ echo "soak_bench: $config, $steps steps, RSS every $every s; $(nproc) cores, loa
 # step they follow, so only "type": "step" lines count.
 last_step() {
   [[ -s $metrics ]] || { echo 0; return; }
-  tail -n 4 "$metrics" | grep -o '"type": "step", "step": [0-9]*' | tail -n 1 | grep -o '[0-9]*$' || echo 0
+  tail -n 4 "$metrics" | python3 -c '
+import json, sys
+step = 0
+for line in sys.stdin:
+    try:
+        r = json.loads(line)
+    except ValueError:
+        continue  # the line being written
+    if r.get("type") == "step":
+        step = r["step"]
+print(step)'
 }
 
 "$train_bin" --config "$config" --train.steps="$steps" --output.metrics="$metrics" \
-  --output.checkpoint="$out/model.ckpt" --output.sample-chars=0 "${extra[@]}" >"$log" 2>&1 &
+  --output.checkpoint="$out/checkpoints" --force --output.sample-chars=0 "${extra[@]}" >"$log" 2>&1 &
 pid=$!
 trap 'kill "$pid" 2>/dev/null || true' INT TERM EXIT
 echo "elapsed_s,step,rss_kib" >"$csv"

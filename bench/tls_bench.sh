@@ -5,8 +5,9 @@
 # the same session, rounds alternating the order. Prints tokens/s of each and the ratio
 # TLS / plaintext (the issue's target: at least 0.95).
 #
-#   bench/tls_bench.sh [--steps 40] [--warmup 5] [--repeats 3] [--build build] [--loopback]
+#   bench/tls_bench.sh [--steps 40] [--warmup 5] [--repeats 3] [--build build] [--loopback] [--smoke]
 #
+# --smoke: 2 steps after 1 warm-up, one round, on loopback (the ctest bench_smoke_tls_bench).
 # tokens/s counts the steps after the warm-up, from the elapsed_s of the JSON-lines metrics;
 # evaluation, sampling and checkpoints are off so that only training steps are timed.
 set -euo pipefail
@@ -20,7 +21,8 @@ while [[ $# -gt 0 ]]; do
     --repeats) repeats=$2; shift 2 ;;
     --build) build=$2; shift 2 ;;
     --loopback) where=(--loopback); shift ;;
-    -h|--help) sed -n '2,11p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    --smoke) steps=2 warmup=1 repeats=1 where=(--loopback); smoke_note tls_bench; shift ;;
+    -h|--help) sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "tls_bench: unknown option '$1' (try --help)" >&2; exit 2 ;;
   esac
 done
@@ -29,15 +31,16 @@ cluster=configs/clusters/sites-3.pbtxt
 "$build/apps/fusion-cluster" certs "$cluster" --out "$work/certs" >/dev/null
 tokens_per_step=$((16 * 128))  # char-sites.ini: batch 16 of gpt-char-small's context 128
 
-rate() {  # rate METRICS: tokens/s after the warm-up
-  awk -v w="$warmup" -v t="$tokens_per_step" '
-    /"elapsed_s"/ {
-      match($0, /"step": *[0-9]+/); s = substr($0, RSTART, RLENGTH); sub(/.*: */, "", s)
-      match($0, /"elapsed_s": *[0-9.]+/); e = substr($0, RSTART, RLENGTH); sub(/.*: */, "", e)
-      s += 0; e += 0
-      if (s == w) { s0 = s; e0 = e } last_s = s; last_e = e
-    }
-    END { if (last_e > e0 && e0 > 0) printf "%.1f\n", (last_s - s0) * t / (last_e - e0); else print "nan" }' "$1"
+rate() {  # rate METRICS: tokens/s after the warm-up, from the step records read as JSON
+  python3 - "$1" "$warmup" "$tokens_per_step" <<'PY'
+import json, sys
+steps = [r for r in map(json.loads, open(sys.argv[1])) if r.get("type") == "step"]
+w, t = int(sys.argv[2]), int(sys.argv[3])
+if len(steps) <= max(w, 1):
+    sys.exit("tls_bench: %s has %d step records, too few after %d warm-up steps" % (sys.argv[1], len(steps), w))
+a, b = steps[max(w, 1) - 1], steps[-1]
+print("%.1f" % ((b["step"] - a["step"]) * t / (b["elapsed_s"] - a["elapsed_s"])))
+PY
 }
 
 run_setup() {  # run_setup tls|plain ROUND
@@ -57,5 +60,7 @@ echo
 echo "main job (sites-3, gpt-char-small, batch 16), $steps steps after $warmup warm-up, median of $repeats rounds"
 printf "%-28s %12s\n" "set-up" "tokens/s"
 printf "%-28s %12s\n" "mutual TLS (default)" "$tls" "plaintext (mode=off)" "$plain"
-printf "TLS / plaintext: %s\n" "$(awk -v a="$tls" -v b="$plain" 'BEGIN { printf "%.3f", a / b }')"
+ratio=$(awk -v a="$tls" -v b="$plain" 'BEGIN { printf "%.3f", a / b }')
+printf "TLS / plaintext: %s\n" "$ratio"
+echo "RESULT tls_tokens_per_s=$tls plaintext_tokens_per_s=$plain ratio=$ratio"
 echo "logs: $work"

@@ -6,8 +6,11 @@
 #   bench/train_bench.sh [--steps 40] [--warmup 5] [--repeats 3] [--micro-batches M]
 #                        [--threads N] [--blas-threads K] [--torch-threads P]
 #                        [--config configs/runs/char-small.ini] [--data FILE] [--build build]
-#                        [-- EXTRA fusion-train ARGS]
+#                        [--smoke] [-- EXTRA fusion-train ARGS]
 #
+# --smoke: 2 steps after 1 warm-up, one round, configs/runs/char-tiny.ini (unless --config is
+# given): what the ctest bench_smoke_train_bench runs. Without PyTorch the PyTorch part is skipped
+# with the reason and the table has our row only.
 # Each repeat is one round: sgemm rate, then our trainer and PyTorch (order alternates between
 # rounds, so slow drift of the machine does not favour either). Every trainer runs
 # warmup + steps optimizer steps; tokens/s counts only the last `steps`. The table reports
@@ -17,7 +20,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 steps=40 warmup=5 repeats=3 micro_batches="" threads="" blas_threads="" torch_threads=""
-config=configs/runs/char-small.ini build=${BUILD_DIR:-build} data_override=""
+config="" build=${BUILD_DIR:-build} data_override="" smoke=0
 extra=()
 usage() { sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'; }
 need_value() { [[ $# -ge 2 && -n "$2" ]] || { echo "train_bench: $1 needs a value" >&2; exit 2; }; }
@@ -33,11 +36,16 @@ while [[ $# -gt 0 ]]; do
     --config) need_value "$@"; config=$2; shift 2 ;;
     --build) need_value "$@"; build=$2; shift 2 ;;
     --data) need_value "$@"; data_override=$2; shift 2 ;;
+    --smoke) smoke=1; shift ;;
     -h|--help) usage; exit 0 ;;
     --) shift; extra=("$@"); break ;;
     *) echo "train_bench: unknown option '$1' (try --help)" >&2; exit 2 ;;
   esac
 done
+if ((smoke)); then
+  steps=2 warmup=1 repeats=1 config=${config:-configs/runs/char-tiny.ini}
+fi
+config=${config:-configs/runs/char-small.ini}
 for v in steps repeats; do
   [[ ${!v} =~ ^[1-9][0-9]*$ ]] || { echo "train_bench: --$v wants a positive integer, got '${!v}'" >&2; exit 2; }
 done
@@ -49,8 +57,10 @@ for b in "$train_bin" "$sgemm_bin" "$flops_bin"; do
   [[ -x $b ]] || { echo "train_bench: $b is missing: build first: scripts/build.sh (or pass --build DIR)" >&2; exit 1; }
 done
 [[ -f $config ]] || { echo "train_bench: config $config not found" >&2; exit 1; }
-source bench/bench_lib.sh  # require_torch, ini_get
-require_torch train_bench
+source bench/bench_lib.sh  # have_torch, ini_get
+torch=1
+have_torch || torch=0
+((smoke)) && smoke_note train_bench
 
 model=$(ini_path model file "") data=${data_override:-$(ini_path data file data/kjv.txt)} batch=$(ini_get train batch 16)
 lr=$(ini_get optim lr 1e-3) min_lr=$(ini_get optim min-lr 1e-4) lr_warmup=$(ini_get optim warmup-steps 0)
@@ -155,7 +165,8 @@ PY
 }
 
 run_torch() {  # $1 round
-  local cmd=(/usr/bin/python3 bench/torch_char_gpt.py --steps "$steps" --warmup "$warmup" --threads "$torch_threads"
+  ((torch)) || return 0
+  local cmd=("$torch_python" bench/torch_char_gpt.py --steps "$steps" --warmup "$warmup" --threads "$torch_threads"
              --data "$data" --batch "$batch" --context "$context" --lr "$lr" --min-lr "$min_lr" --lr-warmup "$lr_warmup")
   [[ -n $time_v ]] && cmd=("$time_v" -v -o "$tmp/torch_time$1.txt" "${cmd[@]}")
   echo "OMP_WAIT_POLICY=PASSIVE ${cmd[*]}" >"$tmp/torch_cmd.txt"
@@ -190,14 +201,19 @@ median() { awk -v c="$2" '{ print $c }' "$1" | sort -g | awk '{ v[NR] = $1 } END
 # runs_list FILE: tokens/s of each run in round order, "*" after runs other processes disturbed.
 runs_list() { awk '{ printf "%s%.0f%s", (NR > 1 ? " " : ""), $1, ($4 + 0 > 10 ? "*" : "") }' "$1"; }
 # Paired per-round ratios (ours / torch of the same round): robust to drift between rounds.
-round_ratios=$(paste "$tmp/ours_runs" "$tmp/torch_runs" | awk '{ printf "%s%.2f", (NR > 1 ? " " : ""), $1 / $5 }')
 ours_tps=$(median "$tmp/ours_runs" 1) ours_loss=$(median "$tmp/ours_runs" 2) ours_rss=$(median "$tmp/ours_runs" 3)
-torch_tps=$(median "$tmp/torch_runs" 1) torch_loss=$(median "$tmp/torch_runs" 2) torch_rss=$(median "$tmp/torch_runs" 3)
 sgemm_peak=$(median "$tmp/sgemm_peak" 1)
-torch_version=$(/usr/bin/python3 -c 'import torch; print(torch.__version__)')
+if ((torch)); then
+  round_ratios=$(paste "$tmp/ours_runs" "$tmp/torch_runs" | awk '{ printf "%s%.2f", (NR > 1 ? " " : ""), $1 / $5 }')
+  torch_tps=$(median "$tmp/torch_runs" 1) torch_loss=$(median "$tmp/torch_runs" 2) torch_rss=$(median "$tmp/torch_runs" 3)
+  torch_version=$("$torch_python" -c 'import torch; print(torch.__version__)')
+  torch_runs=$(runs_list "$tmp/torch_runs")
+else
+  round_ratios="" torch_tps=0 torch_loss=0 torch_rss=0 torch_version="" torch_runs=""
+fi
 
 echo
-echo "gpt-char-small, batch $batch x $context, $warmup warm-up + $steps timed steps, median of $repeats rounds"
+echo "$(basename "$model" .pbtxt), batch $batch x $context, $warmup warm-up + $steps timed steps, median of $repeats rounds"
 others_max=$( [[ -s $tmp/others ]] && sort -g "$tmp/others" | tail -1 || echo "n/a")
 echo "load average before $load_before, after $load_after; other processes took at most ${others_max}% of the CPUs during a run"
 if [[ $others_max != n/a ]] && ((others_max > 10)); then
@@ -205,10 +221,18 @@ if [[ $others_max != n/a ]] && ((others_max > 10)); then
 fi
 echo
 awk -v ot="$ours_tps" -v ol="$ours_loss" -v orss="$ours_rss" -v oruns="$(runs_list "$tmp/ours_runs")" \
-    -v tt="$torch_tps" -v tl="$torch_loss" -v trss="$torch_rss" -v truns="$(runs_list "$tmp/torch_runs")" \
+    -v tt="$torch_tps" -v tl="$torch_loss" -v trss="$torch_rss" -v truns="$torch_runs" -v skip="$( ((torch)) || torch_skip_reason)" \
     -v tv="$torch_version" -v rr="$round_ratios" -v rr_csv="${round_ratios// /,}" -v fpt="$flops_per_token" -v peak="$sgemm_peak" -v tthreads="$torch_threads" 'BEGIN {
   printf "| system | tokens/s (median) | runs | peak RSS MiB | loss at end |\n|---|---:|---|---:|---:|\n"
   printf "| FusionLLM fusion-train | %.0f | %s | %.0f | %.4f |\n", ot, oruns, orss, ol
+  if (skip != "") {
+    printf "(* = other processes took > 10%% of the CPUs during that run)\nPyTorch: %s\n\n", skip
+    printf "FLOPs per token (fusion-bench-flops, fwd+bwd): %.4g\n", fpt
+    printf "our achieved: %.1f GFLOP/s = %.2f of peak sgemm %.1f GFLOP/s (same run)\n", ot * fpt / 1e9, ot * fpt / 1e9 / peak, peak
+    printf "\nRESULT ours_tokens_per_s=%.1f our_gflops=%.2f sgemm_peak_gflops=%.1f fraction_of_peak=%.3f ours_peak_rss_mib=%.0f\n", \
+      ot, ot * fpt / 1e9, peak, ot * fpt / 1e9 / peak, orss
+    exit
+  }
   printf "| PyTorch %s (%d threads) | %.0f | %s | %.0f | %.4f |\n", tv, tthreads, tt, truns, trss, tl
   printf "(* = other processes took > 10%% of the CPUs during that run)\n\n"
   printf "ratio ours/PyTorch: %.2fx (target >= 1.5x: %s); per round: %s\n", ot / tt, (ot / tt >= 1.5 ? "met" : "NOT met"), rr
@@ -219,5 +243,5 @@ awk -v ot="$ours_tps" -v ol="$ours_loss" -v orss="$ours_rss" -v oruns="$(runs_li
     ot, tt, ot / tt, ot * fpt / 1e9, peak, ot * fpt / 1e9 / peak, orss, trss, rr_csv
 }'
 echo "commands: $(cat "$tmp/ours_cmd.txt")"
-echo "          $(cat "$tmp/torch_cmd.txt")"
+((torch)) && echo "          $(cat "$tmp/torch_cmd.txt")"
 echo "logs: $tmp"

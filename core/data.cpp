@@ -272,7 +272,12 @@ double unigram_entropy(std::span<const int32_t> tokens, int vocab) {
 std::string read_text_file(const std::string& path) {
   std::unique_ptr<std::FILE, int (*)(std::FILE*)> f(std::fopen(path.c_str(), "rb"), &std::fclose);
   if (!f) {
-    if (errno == ENOENT) throw std::runtime_error("corpus file " + path + " not found: run scripts/get-data.sh");
+    if (errno == ENOENT) {
+      // Only the shipped corpus comes from scripts/get-data.sh; a user's own file is simply missing.
+      const bool shipped = path.size() >= 11 && path.compare(path.size() - 11, 11, "data/kjv.txt") == 0;
+      throw std::runtime_error("corpus file " + path + " not found" +
+                               (shipped ? ": run scripts/get-data.sh" : ": check data.file (or --data.file)"));
+    }
     throw std::runtime_error("corpus file " + path + ": cannot open: " + std::strerror(errno));
   }
   std::string text;

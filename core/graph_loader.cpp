@@ -46,6 +46,17 @@ constexpr int64_t max_repeat = 10000;
 // under ASan before any error (found by tests/fuzz/fuzz_model.cpp); the largest real models
 // (configs/models) have about 600 nodes.
 constexpr size_t max_nodes = size_t{1} << 16;
+// Longest node name after block expansion: its parameters are saved as "NAME/param.m" and so on,
+// and a checkpoint's tensor names hold at most 4096 bytes (core/checkpoint.hpp). Refused here,
+// at load, rather than after training when the checkpoint would fail.
+constexpr size_t max_node_name_bytes = 1024;
+
+// "the name of N bytes is longer than ...": the reason, with the name cut for the message.
+std::string long_name_problem(const std::string& name) {
+  return "its name has " + std::to_string(name.size()) + " bytes, more than " + std::to_string(max_node_name_bytes) +
+         " (a checkpoint could not hold its parameters, saved as NAME/param): shorten it";
+}
+std::string short_name(const std::string& name) { return name.size() > 64 ? name.substr(0, 64) + "..." : name; }
 
 // A user-chosen node, input or block name: letters, digits, '_' and '-', not starting with a
 // digit or '-'. '.' is reserved for block instances and '$' for "$in".
@@ -135,9 +146,10 @@ class loader {
   }
 
   void add_input(const pb::model_input& in, int line) {
-    std::string who = "input '" + in.name() + "'";
+    std::string who = "input '" + short_name(in.name()) + "'";
     if (!is_node_name(in.name()))
       fail(line, who, "bad name (use letters, digits, '_' and '-', starting with a letter or '_')");
+    if (in.name().size() > max_node_name_bytes) fail(line, who, long_name_problem(in.name()));
     pending_node n;
     n.name = in.name();
     n.kind = "input";
@@ -170,7 +182,8 @@ class loader {
     n.name = prefix + src.name();
     n.kind = src.op();
     n.line = line;
-    std::string who = "node '" + n.name + "'";
+    std::string who = "node '" + short_name(n.name) + "'";
+    if (n.name.size() > max_node_name_bytes) fail(line, who, long_name_problem(n.name));
     if (nodes_.size() >= max_nodes)
       fail(line, who, "the model has more than " + std::to_string(max_nodes) +
                           " nodes after expanding blocks; see \"Limits\" in docs/model-format.md");

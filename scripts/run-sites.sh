@@ -21,6 +21,8 @@
 # of the logs (fusion-cluster certs --force) for this run; --certs DIR uses the ones in DIR, making
 # them there first if DIR holds no ca.pem. --plaintext runs everything with security.mode=off
 # (unauthenticated; warned), e.g. to measure what TLS costs.
+# The admin shell opens on a free loopback port (unless the fusion-train args give --admin.port)
+# and fusion-train prints the fusion-admin command that attaches to it, certificates included.
 #
 # CPU caps: a node with cpu_share S runs in the cgroup fusion-TAG-NODE with a CFS quota of S cores
 # (S x 100 ms per 100 ms period, at least 1 ms): cgroup v1 /sys/fs/cgroup/cpu/fusion-TAG-NODE
@@ -208,7 +210,13 @@ while read -r kind name site device share; do
   echo "run-sites: node $name (site $site, $device$cap_note) started, log $logs/$name.log" >&2
 done <<<"$plan"
 
+# The admin shell (docs/admin.md) on a free loopback port, unless the command line names one;
+# fusion-train prints the exact fusion-admin command to attach with once it listens.
+admin=()
+if [[ " $* " != *" --admin.port"* ]]; then
+  admin=(--admin.port="$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')")
+fi
 status=0
-"$bin/fusion-train" --config "$run" --cluster "$cluster" --cluster.listen="$coord:$port" "${security[@]}" "$@" ||
+"$bin/fusion-train" --config "$run" --cluster "$cluster" --cluster.listen="$coord:$port" "${security[@]}" "${admin[@]}" "$@" ||
   status=$?
 exit "$status"

@@ -14,6 +14,8 @@ packages=(
   zlib1g-dev libxxhash-dev
   bible-kjv bible-kjv-text dataset-fashion-mnist
   iproute2 procps
+  tmux  # tests/apps/admin_watch_test.cpp: fusion-admin watch on a terminal
+  libcpp-httplib-dev curl  # fusion-train metrics.port (Prometheus) and its test
   gnuplot-nox
   # scripts/fuzz.sh: clang with libFuzzer and the sanitizer runtimes (docs/security.md)
   clang libclang-rt-14-dev

@@ -231,7 +231,9 @@ TEST_CASE("apps/options: fusion-probe, fusion-cluster and fusion-admin name the 
       {"fusion-probe measure", "measure needs HOST:PORT"},
       {"fusion-probe measure nohost", "bad endpoint 'nohost' (expected HOST:PORT)"},
       {"fusion-probe measure 127.0.0.1:1 --seconds x", "--seconds expects a non-negative number, got 'x'"},
-      {"fusion-probe measure 127.0.0.1:1 --certs /nonexistent", "TLS needs --certs, --name and --peer together"},
+      {"fusion-probe measure 127.0.0.1:1 --certs /nonexistent", "TLS needs --security.certs, --node.name and --peer together"},
+      {"fusion-probe measure 127.0.0.1:1 --security.certs /nonexistent --node.name a1", "TLS needs --security.certs, --node.name and --peer together"},
+      {"fusion-probe serve --prot 1", "unknown option --prot (did you mean '--port'?)"},
       {"fusion-cluster", "missing command (check, plan, netns or certs)"},
       {"fusion-cluster nope", "unknown command 'nope'"},
       {"fusion-cluster netns configs/clusters/sites-3.pbtxt --model x", "unknown option '--model' for netns"},
@@ -287,10 +289,14 @@ TEST_CASE("apps/fusion-train: paths in a config are relative to its directory, o
   CHECK(contains(r.output, "resumed at step 2"));
   CHECK(fs::exists(dir / "elsewhere/rel.jsonl"));
   CHECK_FALSE(fs::exists(dir / "cfg/rel.jsonl"));
-  // The same config from its own directory and by an absolute path.
+  // The same config from its own directory and by an absolute path (--force: over the first
+  // run's metrics, which are found there, so the path resolved to the same file).
   r = run_in(dir / "cfg", cmd("fusion-train") + " --config run.ini --output.checkpoint=");
+  CHECK(r.status == 2);
+  CHECK(contains(r.output, "an earlier run left the metrics file ../out/m.jsonl"));
+  r = run_in(dir / "cfg", cmd("fusion-train") + " --config run.ini --output.checkpoint= --force");
   CHECK(r.status == 0);
-  r = run_in("/", cmd("fusion-train") + " --config " + (dir / "cfg/run.ini").string() + " --output.checkpoint=");
+  r = run_in("/", cmd("fusion-train") + " --config " + (dir / "cfg/run.ini").string() + " --output.checkpoint= --force");
   CHECK(r.status == 0);
   // The shipped configs work from any directory (they reach data/kjv.txt as ../../data/kjv.txt).
   if (fs::exists(src("data/kjv.txt"))) {

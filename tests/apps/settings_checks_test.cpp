@@ -144,30 +144,37 @@ TEST_CASE("settings: optim.grad-clip below 0 and optim.min-lr above optim.lr are
   CHECK(message(c).empty());  // a frozen run is allowed
 }
 
-TEST_CASE("settings: an output.checkpoint that is a directory or cannot be written is refused before training") {
+TEST_CASE("settings: an output.checkpoint or output.metrics that cannot be written is refused before training") {
   scratch_dir dir("ckpt");
   write_run_ini(dir);
-  fs::create_directories(dir / "out");
+  fs::create_directories(dir / "out/x.ckpt");
   write_file(dir / "plain.txt", "not a directory\n");
   struct bad_path {
+    std::string option;
     std::string path;
     std::string says;
   };
   std::vector<bad_path> bad = {
-      {"out", "output.checkpoint: out is a directory: name a file in it, e.g. out/model.ckpt"},
-      {"out/", "output.checkpoint: out/ is a directory"},
-      {"plain.txt/c.ckpt", "output.checkpoint: plain.txt/c.ckpt cannot be written: plain.txt is not a directory"},
-      {"plain.txt/sub/c.ckpt", "plain.txt is not a directory"},
+      {"output.checkpoint", "out/x.ckpt", "output.checkpoint: out/x.ckpt is a directory: name a file in it, e.g. out/x.ckpt/model.ckpt"},
+      {"output.checkpoint", "plain.txt",
+       "output.checkpoint: plain.txt is a file, not a checkpoint directory: name a directory (or a file ending in .ckpt)"},
+      {"output.checkpoint", "plain.txt/c.ckpt",
+       "output.checkpoint: plain.txt/c.ckpt cannot be written: plain.txt is not a directory"},
+      {"output.checkpoint", "plain.txt/sub/c.ckpt", "plain.txt is not a directory"},
+      {"output.checkpoint", "plain.txt/sub", "output.checkpoint: plain.txt/sub cannot be written: plain.txt is not a directory"},
+      {"output.metrics", "out", "output.metrics: out is a directory: name a file in it, e.g. out/metrics.jsonl"},
+      {"output.metrics", "plain.txt/m.jsonl", "output.metrics: plain.txt/m.jsonl cannot be written: plain.txt is not a directory"},
   };
   // Permission bits do not stop root: the unwritable directory is checked for other users only.
   if (::geteuid() != 0) {
     fs::create_directories(dir / "locked");
     fs::permissions(dir / "locked", fs::perms::owner_read | fs::perms::owner_exec);
-    bad.push_back({"locked/c.ckpt", "directory locked is not writable"});
+    bad.push_back({"output.checkpoint", "locked/c.ckpt", "directory locked is not writable"});
+    bad.push_back({"output.metrics", "locked/m.jsonl", "directory locked is not writable"});
   }
   for (auto& b : bad) {
-    auto r = fusion::test::run_in(dir.path.string(), train_cmd() + " --config run.ini --output.checkpoint=" + b.path);
-    INFO(b.path << "\n" << r.output);
+    auto r = fusion::test::run_in(dir.path.string(), train_cmd() + " --config run.ini --" + b.option + "=" + b.path);
+    INFO(b.option << "=" << b.path << "\n" << r.output);
     CHECK(r.status == 2);
     CHECK(contains(r.output, b.says));
     CHECK_FALSE(contains(r.output, "step 1/"));  // before training

@@ -240,7 +240,10 @@ TEST_CASE("core/data: read_text_file reads bytes and explains a missing corpus")
   CHECK(read_text_file(path.string()) == content);
   fs::remove(path);
   auto msg = error_of([&] { read_text_file(path.string()); });
-  CHECK(contains(msg, "corpus file " + path.string() + " not found: run scripts/get-data.sh"));
+  // A user's own file: no advice to fetch the shipped corpus.
+  CHECK(contains(msg, "corpus file " + path.string() + " not found: check data.file (or --data.file)"));
+  msg = error_of([&] { read_text_file("/nonexistent/data/kjv.txt"); });
+  CHECK(contains(msg, "corpus file /nonexistent/data/kjv.txt not found: run scripts/get-data.sh"));
 }
 
 TEST_CASE("core/data: the KJV corpus, when present, matches its documented statistics") {

@@ -191,3 +191,32 @@ TEST_CASE("graph limits: a block that would expand past 65536 nodes is refused b
 
 }  // namespace
 }  // namespace fusion
+
+namespace fusion {
+namespace {
+
+TEST_CASE("graph limits: a node name too long for a checkpoint is refused at load, not after training") {
+  // The issue's model: a node name over 4096 bytes loaded and trained, then the checkpoint of its
+  // parameters failed ("tensor name ... must have 1..4096 bytes") and the run was lost.
+  const std::string long_name(5000, 'h');
+  std::string text = chain("8", "4", "16", "4");
+  auto at = text.find("\"head\"");
+  text.replace(at, 6, "\"" + long_name + "\"");
+  at = text.find("in: \"head\"");
+  text.replace(at + 4, 6, "\"" + long_name + "\"");
+  at = text.find("logits: \"head\"");
+  text.replace(at + 8, 6, "\"" + long_name + "\"");
+  CHECK_REFUSED(text, "m.pbtxt:10: node 'hhhh", "its name has 5000 bytes, more than 1024",
+                "a checkpoint could not hold its parameters");
+  // At the limit it loads.
+  std::string ok = chain("8", "4", "16", "4");
+  const std::string name_1024(1024, 'h');
+  for (auto [from, to] : {std::pair<const char*, std::string>{"name: \"head\"", "name: \"" + name_1024 + "\""},
+                          {"in: \"head\"", "in: \"" + name_1024 + "\""},
+                          {"logits: \"head\"", "logits: \"" + name_1024 + "\""}})
+    ok.replace(ok.find(from), std::string(from).size(), to);
+  CHECK_NOTHROW(parse_graph(ok, "m.pbtxt", 2));
+}
+
+}  // namespace
+}  // namespace fusion
