@@ -133,7 +133,7 @@ void remove_old_shards(const std::string& dir, const std::string& name) {
 size_t write_shards(const std::string& dir, const std::string& name, const char* kind, const std::vector<int32_t>& tokens,
                     int64_t per_shard, int width) {
   size_t count = 0;
-  for (size_t from = 0; from < tokens.size() || (count == 0 && !tokens.empty()); ++count) {
+  for (size_t from = 0; from < tokens.size(); ++count) {
     const size_t n = std::min<size_t>(static_cast<size_t>(per_shard), tokens.size() - from);
     char file[64];
     std::snprintf(file, sizeof file, "_%s_%06zu.bin", kind, count);
@@ -278,24 +278,14 @@ int run(int argc, char** argv) {
     std::cout << usage_text;
     return 0;
   }
-  if (auto extra = app.remaining(); !extra.empty()) {
-    if (extra.front() == "help") {
-      std::cout << usage_text;
-      return 0;
-    }
-    throw usage_error("unknown command '" + extra.front() + "' (train-bpe, tokenize or check)");
-  }
-  if (version) {
-    std::cout << "fusion-data " << FUSION_VERSION << "\n";
+  const std::string cmd = cli::chosen_command(app, commands, "train-bpe, tokenize or check", version);
+  if (cmd == "help") {
+    std::cout << usage_text;
     return 0;
   }
-  auto chosen = std::find_if(commands.begin(), commands.end(), [](CLI::App* c) { return c->parsed(); });
-  if (chosen == commands.end()) throw usage_error("missing command (train-bpe, tokenize or check)");
-  const std::string cmd = (*chosen)->get_name();
-  if (auto extra = (*chosen)->remaining(); !extra.empty()) {
-    const std::string& x = extra.front();
-    if (x.size() > 1 && x[0] == '-') throw usage_error("unknown option '" + cli::flag_of(x) + "' for " + cmd);
-    throw usage_error("unexpected argument '" + x + "'");
+  if (cmd == "--version") {
+    std::cout << "fusion-data " << FUSION_VERSION << "\n";
+    return 0;
   }
   if (cmd == "train-bpe") return run_train_bpe(a);
   if (cmd == "tokenize") return run_tokenize(a);

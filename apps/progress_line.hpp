@@ -33,9 +33,10 @@ class progress_line {
     const double s = std::chrono::duration<double>(now - start_).count();
     const int width = 30, filled = static_cast<int>(frac * width);
     std::string bar = "[" + std::string(static_cast<size_t>(filled), '#') + std::string(static_cast<size_t>(width - filled), '.') + "]";
-    std::fprintf(stderr, "%s%s %s %3.0f%% %.1f/%.1f %s, %.2f %s/s%s", tty_ ? "\r\33[K" : "", label_.c_str(), bar.c_str(),
-                 100 * frac, done / scale_, total_ / scale_, unit_.c_str(), s > 0 ? done / scale_ / s : 0.0, unit_.c_str(),
-                 tty_ ? "" : "\n");
+    const int decimals = scale_ > 1 ? 1 : 0;  // "2.1/4.1 MB", "5568/7935 merges"
+    std::fprintf(stderr, "%s%s %s %3.0f%% %.*f/%.*f %s, %.*f %s/s%s", tty_ ? "\r\33[K" : "", label_.c_str(), bar.c_str(),
+                 100 * frac, decimals, done / scale_, decimals, total_ / scale_, unit_.c_str(), decimals + 1,
+                 s > 0 ? done / scale_ / s : 0.0, unit_.c_str(), tty_ ? "" : "\n");
   }
   /// Ends the line (on a terminal).
   void finish() {

@@ -296,8 +296,7 @@ std::vector<int32_t> bpe_tokenizer::encode_piece(std::string_view piece) const {
   return syms;
 }
 
-void bpe_tokenizer::encode_into(std::string_view text, pretokenizer& pre,
-                                std::unordered_map<std::string, std::vector<int32_t>>& cache,
+void bpe_tokenizer::encode_into(std::string_view text, pretokenizer& pre, piece_cache& cache,
                                 std::vector<int32_t>& out) const {
   pre.split(text, [&](std::string_view piece) {
     if (piece.size() == 1) {
@@ -309,12 +308,10 @@ void bpe_tokenizer::encode_into(std::string_view text, pretokenizer& pre,
       out.insert(out.end(), ids.begin(), ids.end());
       return;
     }
-    // A transparent lookup would avoid this string; the cache hit rate makes it cheap enough.
-    std::string key(piece);
-    auto it = cache.find(key);
+    auto it = cache.find(piece);
     if (it == cache.end()) {
       if (cache.size() >= cache_entries) cache.clear();
-      it = cache.emplace(std::move(key), encode_piece(piece)).first;
+      it = cache.emplace(std::string(piece), encode_piece(piece)).first;
     }
     out.insert(out.end(), it->second.begin(), it->second.end());
   });
@@ -323,7 +320,7 @@ void bpe_tokenizer::encode_into(std::string_view text, pretokenizer& pre,
 std::vector<int32_t> bpe_tokenizer::encode(std::string_view text) const {
   if (!pre_) throw std::logic_error("encode on an empty tokenizer");
   pretokenizer pre = pre_->clone();
-  std::unordered_map<std::string, std::vector<int32_t>> cache;
+  piece_cache cache;
   std::vector<int32_t> out;
   out.reserve(text.size() / 3);
   encode_into(text, pre, cache, out);
@@ -354,7 +351,7 @@ std::vector<std::vector<int32_t>> bpe_tokenizer::encode_parallel(const std::vect
   std::vector<job> jobs;
   for (size_t t = 0; t < texts.size(); ++t) {
     size_t from = 0;
-    for (size_t end : chunk_ends(texts[t], 1 << 20)) {
+    for (size_t end : chunk_ends(texts[t], 256 << 10)) {
       jobs.push_back({t, texts[t].substr(from, end - from), {}});
       from = end;
     }
@@ -365,7 +362,7 @@ std::vector<std::vector<int32_t>> bpe_tokenizer::encode_parallel(const std::vect
   auto work = [&](bool report) {
     try {
       pretokenizer pre = pre_->clone();
-      std::unordered_map<std::string, std::vector<int32_t>> cache;
+      piece_cache cache;
       for (size_t k; !failed && (k = next.fetch_add(1)) < jobs.size();) {
         jobs[k].ids.reserve(jobs[k].bytes.size() / 3);
         encode_into(jobs[k].bytes, pre, cache, jobs[k].ids);

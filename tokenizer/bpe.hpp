@@ -26,6 +26,15 @@ namespace fusion::tok {
 /// The token GPT-2 puts between documents.
 inline constexpr std::string_view end_of_text = "<|endoftext|>";
 
+/// Pieces already encoded, looked up by string_view without building a string.
+struct piece_hash {
+  using is_transparent = void;
+  // Not noexcept on purpose: libstdc++ then stores each node's hash, so a lookup does not
+  // rehash the strings of its bucket's chain (that took a sixth of the encoding time).
+  size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
+};
+using piece_cache = std::unordered_map<std::string, std::vector<int32_t>, piece_hash, std::equal_to<>>;
+
 /// A byte-level BPE vocabulary and its merges. Immutable once loaded; encode() may be called
 /// from several threads at once (each call uses its own pre-tokenizer and cache).
 class bpe_tokenizer {
@@ -65,9 +74,8 @@ class bpe_tokenizer {
   /// Token ids of `text` (any bytes). Thread-safe.
   std::vector<int32_t> encode(std::string_view text) const;
   /// Appends the ids of `text` to `out`, using `pre` (one per thread) and `cache` (pieces seen
-  /// before; cleared when it grows past a million entries).
-  void encode_into(std::string_view text, pretokenizer& pre, std::unordered_map<std::string, std::vector<int32_t>>& cache,
-                   std::vector<int32_t>& out) const;
+  /// before, one per thread; cleared when it grows past a million entries).
+  void encode_into(std::string_view text, pretokenizer& pre, piece_cache& cache, std::vector<int32_t>& out) const;
   /// Token ids of one pre-tokenized piece (no cache).
   std::vector<int32_t> encode_piece(std::string_view piece) const;
   /// Bytes of token ids; an id outside [0, size()) throws std::runtime_error naming it and its

@@ -30,7 +30,7 @@ piece_counts count_pieces(const std::vector<std::string_view>& texts, int thread
   size_t total = 0;
   for (auto t : texts) {
     size_t from = 0;
-    for (size_t end : chunk_ends(t, 1 << 20)) {
+    for (size_t end : chunk_ends(t, 256 << 10)) {
       chunks.push_back(t.substr(from, end - from));
       from = end;
     }

@@ -3,6 +3,7 @@
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
 
+#include <algorithm>
 #include <stdexcept>
 
 namespace fusion::tok {
@@ -68,9 +69,25 @@ void pretokenizer::split(std::string_view text, const std::function<void(std::st
   const auto* subject = reinterpret_cast<PCRE2_SPTR>(text.data());
   const size_t n = text.size();
   size_t start = 0;
+  size_t window = 256;
   while (start < n) {
-    int rc = code_->jit ? pcre2_jit_match(code_->re, subject, n, start, 0, matcher_->data, matcher_->context)
-                        : pcre2_match(code_->re, subject, n, start, 0, matcher_->data, matcher_->context);
+    int rc = 0;
+    if (code_->jit) {
+      rc = pcre2_jit_match(code_->re, subject, n, start, 0, matcher_->data, matcher_->context);
+    } else {
+      // The interpreter checks the UTF-8 of everything from `start` to the end of the subject on
+      // every call (PCRE2_MATCH_INVALID_UTF): quadratic over a long text. It matches in a
+      // window instead, grown until the match ends 4 bytes before the window's end (no cut
+      // character or look-ahead can have changed it) or the window reaches the end.
+      for (;;) {
+        const size_t end = std::min(n, start + window);
+        rc = pcre2_match(code_->re, subject, end, start, 0, matcher_->data, matcher_->context);
+        const bool settled = rc >= 0 && pcre2_get_ovector_pointer(matcher_->data)[1] + 4 <= end;
+        if (end == n || settled || (rc < 0 && rc != PCRE2_ERROR_NOMATCH)) break;
+        window *= 2;
+      }
+      window = std::max<size_t>(256, window / 2);
+    }
     if (rc == PCRE2_ERROR_NOMATCH) {
       fn(text.substr(start));  // trailing bytes that are not valid UTF-8
       return;

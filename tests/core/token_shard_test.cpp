@@ -17,8 +17,11 @@
 #include "core/data.hpp"
 #include "core/token_shard.hpp"
 #include "core/token_source.hpp"
+#include "tests/support/error_text.hpp"
 
 using namespace fusion;
+using fusion::test::contains;
+using fusion::test::error_of;
 namespace fs = std::filesystem;
 
 namespace {
@@ -53,17 +56,6 @@ std::string hand_shard(int32_t magic, int32_t version, int32_t count, const std:
 }
 
 void write(const std::string& path, const std::string& bytes) { std::ofstream(path, std::ios::binary) << bytes; }
-
-std::string error_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "";
-}
-
-bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
 
 std::vector<int32_t> read_all(const token_shard& s, int64_t vocab) {
   std::vector<int32_t> out(static_cast<size_t>(s.size()));

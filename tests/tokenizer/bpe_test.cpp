@@ -12,6 +12,7 @@
 #include "tokenizer/bpe_train.hpp"
 #include "tokenizer/byte_level.hpp"
 #include "tokenizer/pretokenize.hpp"
+#include "tests/support/error_text.hpp"
 
 namespace fusion::tok {
 // Reaches the two merge loops, which must agree.
@@ -24,19 +25,10 @@ struct bpe_test_access {
 }  // namespace fusion::tok
 
 using namespace fusion::tok;
+using fusion::test::contains;
+using fusion::test::error_of;
 
 namespace {
-
-std::string error_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "";
-}
-
-bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
 
 std::string random_bytes(std::mt19937& rng, size_t n, bool ascii_heavy) {
   std::string s(n, '\0');
@@ -76,9 +68,10 @@ TEST_CASE("tokenizer: GPT-2's pre-tokenization pieces") {
   CHECK(pre.pieces("").empty());
 }
 
-TEST_CASE("tokenizer: chunk cuts keep the pieces of the whole text") {
+TEST_CASE("tokenizer: chunk cuts and PCRE2's interpreter keep the pieces of the whole text") {
   std::mt19937 rng(7);
-  pretokenizer pre;
+  pretokenizer pre, interpreter(gpt2_pattern, false);
+  CHECK_FALSE(interpreter.jit());
   for (int round = 0; round < 20; ++round) {
     std::string text;
     for (int k = 0; k < 400; ++k) text += random_bytes(rng, rng() % 12, true) + (rng() % 3 ? "\n" : "\n\n");
@@ -92,7 +85,11 @@ TEST_CASE("tokenizer: chunk cuts keep the pieces of the whole text") {
       from = end;
     }
     REQUIRE(cut == whole);
+    // The interpreter matches in growing windows (pretokenize.cpp): the same pieces.
+    REQUIRE(interpreter.pieces(text) == whole);
   }
+  std::string spaces = "a" + std::string(5000, ' ') + "b\xff\xfe" + std::string(3000, 'x') + "\xc3";
+  CHECK(interpreter.pieces(spaces) == pre.pieces(spaces));
 }
 
 TEST_CASE("tokenizer: GPT-2's byte map") {
