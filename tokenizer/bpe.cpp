@@ -296,6 +296,47 @@ std::vector<int32_t> bpe_tokenizer::encode_piece(std::string_view piece) const {
   return syms;
 }
 
+bool piece_cache::find(std::string_view piece, uint64_t hash, std::span<const int32_t>& ids) const {
+  const size_t mask = slots_.size() - 1;
+  for (size_t i = hash & mask;; i = (i + 1) & mask) {
+    const slot& s = slots_[i];
+    if (!s.used) return false;
+    if (s.hash == hash && std::string_view(keys_.data() + s.key_at, s.key_len) == piece) {
+      ids = {ids_.data() + s.ids_at, s.ids_len};
+      return true;
+    }
+  }
+}
+
+void piece_cache::insert(std::string_view piece, uint64_t hash, std::span<const int32_t> ids) {
+  if (used_ + 1 > slots_.size() / 2) {  // half full: grow up to the cap, then start over
+    const size_t size = slots_.size() < cache_entries * 2 ? slots_.size() * 2 : slots_.size();
+    std::vector<slot> old(size);
+    old.swap(slots_);
+    if (size == old.size()) {
+      used_ = 0;
+      keys_.clear();
+      ids_.clear();
+    } else {
+      for (const slot& s : old)
+        if (s.used)
+          for (size_t i = s.hash & (size - 1);; i = (i + 1) & (size - 1))
+            if (!slots_[i].used) {
+              slots_[i] = s;
+              break;
+            }
+    }
+  }
+  const size_t mask = slots_.size() - 1;
+  size_t i = hash & mask;
+  while (slots_[i].used) i = (i + 1) & mask;
+  slots_[i] = {hash, static_cast<uint32_t>(keys_.size()), static_cast<uint32_t>(piece.size()),
+               static_cast<uint32_t>(ids_.size()), static_cast<uint32_t>(ids.size()), true};
+  keys_.append(piece);
+  ids_.insert(ids_.end(), ids.begin(), ids.end());
+  ++used_;
+}
+
 void bpe_tokenizer::encode_into(std::string_view text, pretokenizer& pre, piece_cache& cache,
                                 std::vector<int32_t>& out) const {
   pre.split(text, [&](std::string_view piece) {
@@ -308,12 +349,15 @@ void bpe_tokenizer::encode_into(std::string_view text, pretokenizer& pre, piece_
       out.insert(out.end(), ids.begin(), ids.end());
       return;
     }
-    auto it = cache.find(piece);
-    if (it == cache.end()) {
-      if (cache.size() >= cache_entries) cache.clear();
-      it = cache.emplace(std::string(piece), encode_piece(piece)).first;
+    const uint64_t h = std::hash<std::string_view>{}(piece);
+    std::span<const int32_t> hit;
+    if (cache.find(piece, h, hit)) {
+      out.insert(out.end(), hit.begin(), hit.end());
+      return;
     }
-    out.insert(out.end(), it->second.begin(), it->second.end());
+    auto ids = encode_piece(piece);
+    cache.insert(piece, h, ids);
+    out.insert(out.end(), ids.begin(), ids.end());
   });
 }
 

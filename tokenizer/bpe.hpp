@@ -26,14 +26,28 @@ namespace fusion::tok {
 /// The token GPT-2 puts between documents.
 inline constexpr std::string_view end_of_text = "<|endoftext|>";
 
-/// Pieces already encoded, looked up by string_view without building a string.
-struct piece_hash {
-  using is_transparent = void;
-  // Not noexcept on purpose: libstdc++ then stores each node's hash, so a lookup does not
-  // rehash the strings of its bucket's chain (that took a sixth of the encoding time).
-  size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
+/// Pieces already encoded and their ids, one cache per thread: an open-addressing table over
+/// two arenas (piece bytes, ids), so a lookup touches one slot and no list of nodes (a
+/// std::unordered_map of strings took a third of the encoding time). Emptied when full.
+class piece_cache {
+ public:
+  /// Whether `piece` (of hash `hash`) is cached; its ids in `ids` when it is (valid until the
+  /// next insert).
+  bool find(std::string_view piece, uint64_t hash, std::span<const int32_t>& ids) const;
+  /// Caches `ids` for `piece` (which find() just missed).
+  void insert(std::string_view piece, uint64_t hash, std::span<const int32_t> ids);
+
+ private:
+  struct slot {
+    uint64_t hash = 0;
+    uint32_t key_at = 0, key_len = 0, ids_at = 0, ids_len = 0;
+    bool used = false;
+  };
+  std::vector<slot> slots_ = std::vector<slot>(1 << 16);
+  size_t used_ = 0;
+  std::string keys_;
+  std::vector<int32_t> ids_;
 };
-using piece_cache = std::unordered_map<std::string, std::vector<int32_t>, piece_hash, std::equal_to<>>;
 
 /// A byte-level BPE vocabulary and its merges. Immutable once loaded; encode() may be called
 /// from several threads at once (each call uses its own pre-tokenizer and cache).

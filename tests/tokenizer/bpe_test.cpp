@@ -237,3 +237,23 @@ TEST_CASE("tokenizer: mismatched or malformed files are named with the line or o
   CHECK(contains(msg, "not one of GPT-2's byte characters"));
   CHECK(contains(error_of([] { bpe_tokenizer::load("/nonexistent-tokenizer-dir"); }), "/nonexistent-tokenizer-dir not found"));
 }
+
+TEST_CASE("tokenizer: the piece cache grows past its first table and gives the uncached ids") {
+  std::vector<std::string_view> texts = {corpus};
+  auto t = train_bpe(texts, 400);
+  // 50,000 distinct words: more than the cache's first table holds at half load (32,768).
+  std::string text;
+  for (int i = 0; i < 50000; ++i) {
+    std::string w = " ";
+    for (int v = i; v > 0 || w.size() == 1; v /= 26) w += static_cast<char>('a' + v % 26);
+    text += w;
+  }
+  text += text;  // the second half hits the cache
+  std::vector<int32_t> expected;
+  pretokenizer pre;
+  for (auto& p : pre.pieces(text)) {
+    auto ids = t.encode_piece(p);
+    expected.insert(expected.end(), ids.begin(), ids.end());
+  }
+  CHECK(t.encode(text) == expected);
+}
