@@ -1,6 +1,6 @@
 // The coordinator's evaluation and sampling passes: batches from the data source (or a sampling
 // window) fed through the op actors in evaluation or inference mode, losses and loss-op metrics
-// summed, logits read back one character at a time.
+// summed (and turned into bits per byte), logits read back one token at a time.
 #include <algorithm>
 #include <cmath>
 #include <random>
@@ -21,6 +21,11 @@ void next_eval_batch(coord_ptr self) {
     ++s.timer;
     eval_result r;
     r.loss = p.total / static_cast<double>(p.count * M);
+    try {
+      r.bits_per_byte = r.loss / (std::log(2.0) * s.in->data->eval_bytes_per_token(p.count, B));
+    } catch (const std::exception&) {
+      r.bits_per_byte = NAN;  // the batches were just read: this does not happen
+    }
     const auto names = s.in->model.nodes[s.in->model.loss_node].impl->metric_names();
     for (size_t k = 0; k < names.size() && 2 * k + 1 < p.metrics.size(); ++k)
       if (names[k] == "accuracy" && p.metrics[2 * k + 1] > 0) r.accuracy = p.metrics[2 * k] / p.metrics[2 * k + 1];
@@ -84,7 +89,7 @@ void begin_sample(coord_ptr self, int count, std::string prompt, double temperat
   st.train.pass = pass_ctx{};
   st.train.pass.count = count;
   st.train.pass.temperature = temperature;
-  st.train.pass.context = st.in->tokenizer.encode(prompt.empty() ? std::string("\n") : prompt);
+  st.train.pass.context = encode_text(*st.in, prompt.empty() ? std::string("\n") : prompt);
   st.train.pass.sample_done = std::move(done);
   st.train.sample_rng.seed(seed);
   st.act = activity::sample;
@@ -97,7 +102,7 @@ void on_output(coord_ptr self, tensor& logits) {
   auto& p = st.train.pass;
   const int64_t V = st.in->model.vocab, t = static_cast<int64_t>(p.got);
   const float* row = logits.f32() + (t - 1) * V;
-  int vocab = st.in->tokenizer.size();  // model rows beyond the corpus vocabulary are never sampled
+  int vocab = tokenizer_size(*st.in);  // model rows beyond the tokenizer's vocabulary are never sampled
   int next = 0;
   if (p.temperature <= 0) {
     next = static_cast<int>(std::max_element(row, row + vocab) - row);
@@ -108,7 +113,7 @@ void on_output(coord_ptr self, tensor& logits) {
     next = std::discrete_distribution<int>(w.begin(), w.end())(st.train.sample_rng);
   }
   p.context.push_back(next);
-  p.text += st.in->tokenizer.decode(std::span<const int32_t>(&p.context.back(), 1));
+  p.text += decode_tokens(*st.in, std::span<const int32_t>(&p.context.back(), 1));
   ++p.index;
   next_sample(self);
 }

@@ -178,7 +178,7 @@ caf::message_handler ready(coord_ptr self) {
       [=](eval_atom) -> caf::result<std::vector<double>> {
         auto& s = self->state;
         s.pending.pass_rp = self->make_response_promise();
-        begin_eval(self, [=](eval_result v) { self->state.pending.pass_rp.deliver(std::vector<double>{v.loss, v.accuracy}); });
+        begin_eval(self, [=](eval_result v) { self->state.pending.pass_rp.deliver(std::vector<double>{v.loss, v.accuracy, v.bits_per_byte}); });
         return s.pending.pass_rp;
       },
       [=](sample_atom, int32_t count, std::string& prompt, double temperature, uint64_t seed) -> caf::result<std::string> {

@@ -67,8 +67,11 @@ void record_eval(coord_ptr self, eval_result v) {
   auto& s = self->state;
   add_eval_record(s.in->result, s.train.step, v);
   log_metrics(s, eval_metrics_line(s.train.step, v, metrics_time()));
-  char extra[64] = "";
-  if (!std::isnan(v.accuracy)) std::snprintf(extra, sizeof extra, " | val_accuracy %.2f%%", 100 * v.accuracy);
+  char extra[96] = "";
+  int used = 0;
+  if (!std::isnan(v.bits_per_byte)) used = std::snprintf(extra, sizeof extra, " | val_bpb %.4f", v.bits_per_byte);
+  if (!std::isnan(v.accuracy))
+    std::snprintf(extra + used, sizeof extra - static_cast<size_t>(used), " | val_accuracy %.2f%%", 100 * v.accuracy);
   if (s.in->cfg.progress)
     std::fprintf(stderr, "%sstep %lld | val_loss %.4f%s\n", tty(s) ? "\r\33[K" : "", static_cast<long long>(s.train.step),
                  v.loss, extra);
@@ -349,6 +352,13 @@ void on_step_timeout(coord_ptr self) {
                                                   " (runtime.step-timeout)"));
 }
 
+// A BPE tokenizer as a checkpoint records it: its size and 64-bit fingerprint as three int32.
+static tensor tokenizer_identity(const tok::bpe_tokenizer& t) {
+  const uint64_t f = t.fingerprint();
+  const std::vector<int32_t> v = {t.size(), static_cast<int32_t>(static_cast<uint32_t>(f)), static_cast<int32_t>(f >> 32)};
+  return tensor::from_i32({3}, v);
+}
+
 void save_checkpoint_async(coord_ptr self, std::string path, std::function<void()> done,
                            std::function<void(const std::string&)> on_write_error) {
   auto& st = self->state;
@@ -365,7 +375,9 @@ void save_checkpoint_async(coord_ptr self, std::string path, std::function<void(
     ck.step = static_cast<uint64_t>(s.train.step);
     ck.model_name = s.in->model.name;
     ck.meta = "model_file=" + s.in->cfg.model_file + "\nseed=" + std::to_string(s.in->cfg.seed) + "\n";
-    if (s.in->model.is_text()) {
+    if (s.in->bpe) {
+      ck.tensors.emplace_back("@tokenizer", tokenizer_identity(*s.in->bpe));
+    } else if (s.in->model.is_text()) {
       std::vector<int32_t> vocab(s.in->tokenizer.chars().begin(), s.in->tokenizer.chars().end());
       ck.tensors.emplace_back("@vocab", tensor::from_i32({static_cast<int64_t>(vocab.size())}, vocab));
     }
@@ -401,7 +413,13 @@ void load_checkpoint_async(coord_ptr self, std::string path, std::function<void(
     if (ck.model_name != st.in->model.name)
       throw std::runtime_error("checkpoint " + path + " is for model '" + ck.model_name + "', not '" +
                                st.in->model.name + "'");
-    if (const tensor* v = find_tensor(ck, "@vocab")) {
+    const tensor* t = find_tensor(ck, "@tokenizer");
+    if (t || st.in->bpe) {
+      const tensor mine = st.in->bpe ? tokenizer_identity(*st.in->bpe) : tensor::from_i32({1}, std::vector<int32_t>{-1});
+      if (!t || t->numel() != mine.numel() || !std::equal(mine.i32(), mine.i32() + mine.numel(), t->i32()))
+        throw std::runtime_error("checkpoint " + path + " was trained with another tokenizer than this run's (" +
+                                 (st.in->bpe ? "data.tokenizer " + st.in->cfg.tokenizer_dir : "characters of " + st.in->cfg.data_file) + ")");
+    } else if (const tensor* v = find_tensor(ck, "@vocab")) {
       std::vector<int32_t> mine(st.in->tokenizer.chars().begin(), st.in->tokenizer.chars().end());
       if (v->numel() != static_cast<int64_t>(mine.size()) || !std::equal(mine.begin(), mine.end(), v->i32()))
         throw std::runtime_error("checkpoint " + path + " was trained on a corpus with another vocabulary than " +

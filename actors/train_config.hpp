@@ -24,6 +24,11 @@ struct train_config {
   std::string vocab_file;                  ///< character vocabulary: loaded if it exists, else built
                                            ///< from the corpus and written there; empty: built, not saved
   double val_fraction = 0.1;               ///< tail of the corpus held out for validation
+  /// What a text model reads: "text" (the characters of data_file) or "tokens" (the token
+  /// shards of shards_dir, llm.c's format, with the BPE tokenizer of tokenizer_dir).
+  std::string data_kind = "text";
+  std::string shards_dir;                  ///< data.kind = tokens: directory of *train*.bin, *val*.bin
+  std::string tokenizer_dir;               ///< data.kind = tokens: vocab.json + merges.txt
   // An image model (fed images and labels) reads an IDX dataset instead (core/image_source.hpp).
   std::string image_dir = "/usr/share/datasets/fashion-mnist";  ///< the four IDX files
   int64_t crop_padding = 0;                ///< random crops: pad by this many pixels (0: off)

@@ -21,6 +21,7 @@
 #include "core/cluster.hpp"
 #include "core/data.hpp"
 #include "core/image_source.hpp"
+#include "core/token_source.hpp"
 #include "core/graph.hpp"
 #include "ops/cpu/blas.hpp"
 
@@ -37,7 +38,16 @@ double peak_rss_mb() {
 // The data source the model's feeds ask for, checked against the model's inputs.
 void load_data(run_inputs& in) {
   const auto& cfg = in.cfg;
-  if (in.model.is_text()) {
+  if (in.model.is_text() && cfg.data_kind == "tokens") {
+    in.bpe = std::make_shared<const tok::bpe_tokenizer>(tok::bpe_tokenizer::load(cfg.tokenizer_dir));
+    if (in.bpe->size() > in.model.vocab)
+      throw std::runtime_error("tokenizer " + cfg.tokenizer_dir + " has " + std::to_string(in.bpe->size()) +
+                               " tokens but model " + cfg.model_file + " has vocabulary " + std::to_string(in.model.vocab));
+    std::vector<uint32_t> token_bytes(static_cast<size_t>(in.bpe->size()));
+    for (int32_t id = 0; id < in.bpe->size(); ++id) token_bytes[id] = static_cast<uint32_t>(in.bpe->token_bytes(id).size());
+    in.data = std::make_unique<token_source>(find_shards(cfg.shards_dir), in.model.context, in.model.vocab,
+                                             std::move(token_bytes), cfg.shards_dir);
+  } else if (in.model.is_text()) {
     std::string text = read_text_file(cfg.data_file);
     if (cfg.vocab_file.empty()) {
       in.tokenizer.build(text);
@@ -201,7 +211,7 @@ std::string session::describe_data() const { return impl_->in->data->describe();
 
 eval_result session::evaluate() {
   auto v = impl_->call<std::vector<double>>(eval_atom::value);
-  return {v.at(0), v.at(1)};
+  return {v.at(0), v.at(1), v.at(2)};
 }
 std::string session::sample(int n, const std::string& prompt, double temperature, uint64_t seed) {
   return impl_->call<std::string>(sample_atom::value, static_cast<int32_t>(n), prompt, temperature, seed);

@@ -35,10 +35,12 @@ class session {
 
   /// Trains from the current step up to cfg.steps.
   train_result train();
-  /// Mean loss (and accuracy, when the loss op reports it) over cfg.eval_batches evaluation
-  /// batches: the validation split of a corpus, the test split of an image dataset.
+  /// Mean loss (and accuracy, when the loss op reports it; bits per byte for text) over
+  /// cfg.eval_batches evaluation batches: the validation split of a corpus or of token shards,
+  /// the test split of an image dataset.
   eval_result evaluate();
-  /// Generates `n` characters after `prompt` (temperature <= 0: greedy).
+  /// Generates `n` tokens (characters, or BPE tokens of data.kind = tokens) after `prompt`, as
+  /// text (temperature <= 0: greedy).
   std::string sample(int n, const std::string& prompt, double temperature, uint64_t seed);
   void save_checkpoint(const std::string& path);
   void load_checkpoint(const std::string& path);

@@ -66,6 +66,29 @@ inline bool parse(CLI::App& app, int argc, char** argv, const needs_value_words&
   }
 }
 
+/// After parse() of a program of commands (`commands`, at most one of them given): "help" for
+/// `help` given as the command, "--version" for --version (`version`) with no stray word before
+/// it, else the name of the command given. Throws usage_error for an unknown command, no command,
+/// and an unknown option or extra argument of the command; `names` lists the commands for
+/// those messages ("check, plan or certs").
+inline std::string chosen_command(const CLI::App& app, const std::vector<CLI::App*>& commands, const std::string& names,
+                                  bool version) {
+  if (auto extra = app.remaining(); !extra.empty()) {
+    if (extra.front() == "help") return "help";
+    throw usage_error("unknown command '" + extra.front() + "' (" + names + ")");
+  }
+  if (version) return "--version";
+  auto chosen = std::find_if(commands.begin(), commands.end(), [](const CLI::App* c) { return c->parsed(); });
+  if (chosen == commands.end()) throw usage_error("missing command (" + names + ")");
+  const std::string cmd = (*chosen)->get_name();
+  if (auto extra = (*chosen)->remaining(); !extra.empty()) {
+    const std::string& x = extra.front();
+    if (x.size() > 1 && x[0] == '-') throw usage_error("unknown option '" + flag_of(x) + "' for " + cmd);
+    throw usage_error("unexpected argument '" + x + "'");
+  }
+  return cmd;
+}
+
 /// The long and short names of `app`'s options ("--json", "-c"), for a did-you-mean.
 inline std::vector<std::string> option_names(const CLI::App& app) {
   std::vector<std::string> out;

@@ -279,29 +279,20 @@ int run(int argc, char** argv) {
     std::cout << usage_text;
     return 0;
   }
-  if (auto extra = app.remaining(); !extra.empty()) {
-    if (extra.front() == "help") {
-      std::cout << usage_text;
-      return 0;
-    }
-    throw usage_error("unknown command '" + extra.front() + "' (check, plan, netns or certs)");
+  const std::string cmd = cli::chosen_command(app, commands, "check, plan, netns or certs", version);
+  if (cmd == "help") {
+    std::cout << usage_text;
+    return 0;
   }
-  if (version) {
+  if (cmd == "--version") {
     std::cout << "fusion-cluster " << FUSION_VERSION << " (wire protocol " << wire_protocol_version << ")\n";
     return 0;
   }
-  auto chosen = std::find_if(commands.begin(), commands.end(), [](CLI::App* c) { return c->parsed(); });
-  if (chosen == commands.end()) throw usage_error("missing command (check, plan, netns or certs)");
-  const std::string cmd = (*chosen)->get_name();
-  if (auto extra = (*chosen)->remaining(); !extra.empty()) {
-    const std::string& x = extra.front();
-    if (x.size() > 1 && x[0] == '-') throw usage_error("unknown option '" + cli::flag_of(x) + "' for " + cmd);
-    throw usage_error("unexpected argument '" + x + "'");
-  }
-  a.has_batch = (cmd == "check" || cmd == "plan") && (*chosen)->count("--batch") > 0;
-  a.has_micro_batches = cmd == "plan" && (*chosen)->count("--micro-batches") > 0;
-  a.has_days = cmd == "certs" && (*chosen)->count("--days") > 0;
-  a.has_compression = cmd == "plan" && (*chosen)->count("--compression") > 0;
+  const CLI::App* chosen = app.get_subcommand(cmd);
+  a.has_batch = (cmd == "check" || cmd == "plan") && chosen->count("--batch") > 0;
+  a.has_micro_batches = cmd == "plan" && chosen->count("--micro-batches") > 0;
+  a.has_days = cmd == "certs" && chosen->count("--days") > 0;
+  a.has_compression = cmd == "plan" && chosen->count("--compression") > 0;
   if (cmd == "plan") return run_plan(a);
   if (cmd == "certs") return run_certs(a);
   const std::string& cluster_file = a.cluster_file;

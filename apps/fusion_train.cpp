@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cmath>
 #include <csignal>
 #include <cstdio>
 #include <cstring>
@@ -107,6 +108,16 @@ struct train_app_config : table_config {
                     "when the corpus has characters it lacks",
                     &run.vocab_file),
         {"data", "val-fraction", "fraction of the corpus tail held out for validation", &run.val_fraction},
+        {"data", "kind",
+         "what a text model reads: text (the characters of data.file) or tokens (the token shards of data.shards, "
+         "docs/data.md)",
+         &run.data_kind},
+        path_option("data", "shards",
+                    "data.kind=tokens: directory of token shards (*train*.bin, *val*.bin; fusion-data tokenize or "
+                    "llm.c's scripts)",
+                    &run.shards_dir),
+        path_option("data", "tokenizer", "data.kind=tokens: directory of the BPE tokenizer (vocab.json, merges.txt)",
+                    &run.tokenizer_dir),
         path_option("data", "image-dir",
                     "image models: directory of the IDX files (train-images-idx3-ubyte[.gz], ...; default Debian's "
                     "dataset-fashion-mnist)",
@@ -246,6 +257,13 @@ void check_settings(const train_app_config& cfg) {
   if (r.steps < 0) problems.push_back("train.steps must be at least 0, got " + std::to_string(r.steps));
   if (!(r.val_fraction >= 0 && r.val_fraction < 1))
     problems.push_back("data.val-fraction must be at least 0 and below 1, got " + format_number(r.val_fraction));
+  if (r.data_kind != "text" && r.data_kind != "tokens")
+    problems.push_back("data.kind must be text or tokens, got \"" + r.data_kind + "\"");
+  const bool tokens = r.data_kind == "tokens";
+  if (tokens && r.shards_dir.empty())
+    problems.push_back("data.kind=tokens needs data.shards, the directory of token shards (fusion-data tokenize)");
+  if (tokens && r.tokenizer_dir.empty())
+    problems.push_back("data.kind=tokens needs data.tokenizer, the directory of vocab.json and merges.txt");
   if (r.crop_padding < 0 || r.crop_padding > 64)
     problems.push_back("data.crop-padding must be between 0 (off) and 64 pixels, got " + std::to_string(r.crop_padding));
   if (r.eval_batches < 0)
@@ -266,7 +284,7 @@ void check_settings(const train_app_config& cfg) {
                       format_number(cfg.sample.temperature));
   const bool training = cfg.sample.count == 0;  // --sample reads the checkpoint and never evaluates
   // Training would run every step and then fail at the final evaluation, with nothing saved.
-  if (training && r.val_fraction == 0 && r.eval_batches > 0)
+  if (training && !tokens && r.val_fraction == 0 && r.eval_batches > 0)
     problems.push_back("train.eval-batches is " + std::to_string(r.eval_batches) +
                       " but data.val-fraction is 0, so there is no validation text: set train.eval-batches=0 to "
                       "train without validation, or hold out a data.val-fraction above 0 (e.g. 0.1)");
@@ -335,6 +353,11 @@ void settle_vocabulary(train_config& run) {
   if (run.vocab_file.empty()) run.vocab_file = default_vocab_path(run.data_file);
 }
 
+// What the run reads, for the out-of-memory message.
+std::string data_words(const train_config& run) {
+  return run.data_kind == "tokens" ? "the token shards of " + run.shards_dir : "the corpus " + run.data_file;
+}
+
 int run(int argc, char** argv) {
   train_app_config cfg;
   static const std::vector<option_alias> aliases = {{"--model", "model.file", true},
@@ -387,7 +410,7 @@ int run(int argc, char** argv) {
     cfg.run.eval_batches = 0;  // sampling never evaluates: a corpus without validation text is fine
     settle_vocabulary(cfg.run);
     // The session reads the corpus first, then the model and the checkpoint.
-    doing = "reading the corpus " + cfg.run.data_file + ", then loading the model " + cfg.run.model_file +
+    doing = "reading " + data_words(cfg.run) + ", then loading the model " + cfg.run.model_file +
             " and the checkpoint " + cfg.run.resume_from;
     memory_hint = "the whole corpus is held in memory";
     session s(cfg.run);
@@ -417,7 +440,7 @@ int run(int argc, char** argv) {
   graceful_stop.store(true);
   memory_hint = "the whole corpus is held in memory; otherwise try a smaller train.batch, more "
                 "train.micro-batches or a smaller model";
-  doing = "reading the corpus " + cfg.run.data_file + ", then loading the model " + cfg.run.model_file +
+  doing = "reading " + data_words(cfg.run) + ", then loading the model " + cfg.run.model_file +
           " for train.batch " + std::to_string(cfg.run.batch) + " in " + std::to_string(cfg.run.micro_batches) +
           " micro-batches";
   session s(cfg.run);
@@ -442,7 +465,8 @@ int run(int argc, char** argv) {
   if (!r.val_accuracies.empty())
     std::fprintf(stderr, ", %s accuracy %.2f%%", s.is_text() ? "validation" : "test",
                  100 * r.val_accuracies.back().second);
-  if (s.is_text()) std::fprintf(stderr, " (unigram entropy %.4f)", s.unigram_entropy());
+  if (!r.val_bits_per_byte.empty()) std::fprintf(stderr, ", val_bpb %.4f", r.val_bits_per_byte.back().second);
+  if (s.is_text() && !std::isnan(s.unigram_entropy())) std::fprintf(stderr, " (unigram entropy %.4f)", s.unigram_entropy());
   std::fputc('\n', stderr);
   doing = "sampling";
   if (cfg.sample.after_training > 0 && s.is_text())

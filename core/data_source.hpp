@@ -4,7 +4,8 @@
 //
 //   feeds        source                                    tensors per batch of B rows
 //   tokens       text_source (a corpus, character tokens)  (B, T) i32, (B, T) i32 next tokens
-//   targets
+//   targets      or token_source (token shards, BPE;
+//                core/token_source.hpp)
 //   images       image_source (IDX files: Fashion-MNIST)   (B, 1, H, W) f32 normalised,
 //   labels                                                 (B) i32 class ids
 //
@@ -12,6 +13,7 @@
 // resumed run sees the batches of an uninterrupted one and every process agrees on them.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -50,6 +52,13 @@ class data_source {
   virtual int64_t eval_batches(int64_t B) const = 0;
   /// Fills evaluation batch `index` (0 <= index < eval_batches(B)); std::out_of_range otherwise.
   virtual void eval_batch(int64_t index, std::span<tensor* const> out) const = 0;
+  /// Text bytes per target token over the first `count` evaluation batches of B rows, so that
+  /// a loss in nats per token becomes bits per byte (loss / (ln 2 * this)), comparable between
+  /// tokenizers; 1 for characters, NaN where bytes mean nothing (images).
+  virtual double eval_bytes_per_token(int64_t count, int64_t B) const {
+    (void)count, (void)B;
+    return NAN;
+  }
 };
 
 class text_dataset;
@@ -69,6 +78,8 @@ class text_source final : public data_source {
   /// Throws std::runtime_error naming the corpus when the validation split cannot fill one batch.
   int64_t eval_batches(int64_t B) const override;
   void eval_batch(int64_t index, std::span<tensor* const> out) const override;
+  /// One byte per character token.
+  double eval_bytes_per_token(int64_t, int64_t) const override { return 1.0; }
 
  private:
   std::shared_ptr<const text_dataset> data_;

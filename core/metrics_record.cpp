@@ -121,6 +121,7 @@ std::string step_metrics_line(const step_record& rec, const graph& g, double ela
 std::string eval_metrics_line(int64_t step, const eval_result& v, const std::string& time) {
   json rec = {{"type", "eval"}, {"step", step}, {"val_loss", printed(v.loss, "%.6f")}};
   if (!std::isnan(v.accuracy)) rec["val_accuracy"] = printed(v.accuracy, "%.6f");
+  if (!std::isnan(v.bits_per_byte)) rec["val_bpb"] = printed(v.bits_per_byte, "%.6f");
   rec["time"] = time;
   return line_of(rec);
 }

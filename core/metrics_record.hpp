@@ -58,6 +58,7 @@ struct step_record {
 struct eval_result {
   double loss = NAN;       ///< mean loss over the evaluation batches
   double accuracy = NAN;   ///< correct / predictions, when the loss op reports "accuracy"
+  double bits_per_byte = NAN;  ///< text: loss in bits per byte of text, comparable across tokenizers
 };
 
 /// One change of a link's AdaTopK keep ratio (actors/coordinator_compress.cpp).
@@ -81,7 +82,7 @@ std::string metrics_time(std::chrono::system_clock::time_point t = std::chrono::
 /// id. `elapsed_s`: seconds of training so far; `time`: metrics_time().
 std::string step_metrics_line(const step_record& rec, const graph& g, double elapsed_s, const std::string& time);
 
-/// {"type": "eval", "step", "val_loss", "val_accuracy" (only when measured), "time"}.
+/// {"type": "eval", "step", "val_loss", "val_accuracy", "val_bpb" (each only when measured), "time"}.
 std::string eval_metrics_line(int64_t step, const eval_result& v, const std::string& time);
 
 /// {"type": "compression", "step", "link", "keep_before", "keep_after", "mbit", "dense_bytes",

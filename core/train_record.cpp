@@ -34,8 +34,10 @@ void add_step_record(train_result& r, step_record rec, size_t keep, size_t keep_
 void add_eval_record(train_result& r, int64_t step, const eval_result& v, size_t keep) {
   r.val_losses.emplace_back(step, v.loss);
   if (!std::isnan(v.accuracy)) r.val_accuracies.emplace_back(step, v.accuracy);
+  if (!std::isnan(v.bits_per_byte)) r.val_bits_per_byte.emplace_back(step, v.bits_per_byte);
   drop_oldest(r.val_losses, keep);
   drop_oldest(r.val_accuracies, keep);
+  drop_oldest(r.val_bits_per_byte, keep);
 }
 
 }  // namespace fusion

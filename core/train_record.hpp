@@ -23,6 +23,7 @@ struct train_result {
   int64_t steps_run = 0;                                ///< steps done by the call
   std::vector<std::pair<int64_t, double>> val_losses;  ///< (step, validation loss)
   std::vector<std::pair<int64_t, double>> val_accuracies;  ///< (step, accuracy), when reported
+  std::vector<std::pair<int64_t, double>> val_bits_per_byte;  ///< (step, bits per byte), text models
   double tokens_per_s = 0;                              ///< over the whole call (images/s for
                                                         ///< an image model: rows x row_items)
   double seconds = 0;
@@ -44,8 +45,8 @@ inline constexpr size_t measured_steps_kept = 8;
 void add_step_record(train_result& r, step_record rec, size_t keep = step_records_kept,
                      size_t keep_measured = measured_steps_kept);
 
-/// Appends an evaluation of step `step` (NaN accuracy: none reported) to r.val_losses and
-/// r.val_accuracies, keeping the last `keep` of each.
+/// Appends an evaluation of step `step` (NaN accuracy or bits per byte: none reported) to
+/// r.val_losses, r.val_accuracies and r.val_bits_per_byte, keeping the last `keep` of each.
 void add_eval_record(train_result& r, int64_t step, const eval_result& v, size_t keep = step_records_kept);
 
 }  // namespace fusion

@@ -15,7 +15,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 seconds=${1:-20}
 [[ "$seconds" =~ ^[0-9]+$ && "$seconds" -gt 0 ]] || { echo "usage: scripts/fuzz.sh [SECONDS_PER_TARGET]" >&2; exit 2; }
-read -r -a targets <<< "${FUZZ_TARGETS:-model cluster ini checkpoint wire preamble codec admin}"
+read -r -a targets <<< "${FUZZ_TARGETS:-model cluster ini checkpoint wire preamble codec admin tokenizer}"
 jobs=$(nproc 2>/dev/null || echo 2)
 
 command -v clang++ >/dev/null || { echo "fuzz: clang++ not found (scripts/setup.sh installs clang)" >&2; exit 1; }

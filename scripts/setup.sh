@@ -11,6 +11,7 @@ packages=(
   doctest-dev
   libopenblas-dev
   libedit-dev nlohmann-json3-dev libcli11-dev
+  libpcre2-dev
   zlib1g-dev libxxhash-dev
   bible-kjv bible-kjv-text dataset-fashion-mnist
   iproute2 procps
