@@ -235,13 +235,26 @@ std::vector<placement_row> describe_placement(const graph& g, const cluster_spec
   std::vector<double> flops = op_flops(g);
   double total = 0;
   for (double f : flops) total += f;
-  for (auto& n : g.nodes) {
-    int k = p.node_of_op.at(n.id);
-    if (k < 0 || k >= static_cast<int>(rows.size())) continue;
-    rows[k].ops.push_back(n.id);
-    rows[k].compute_ops += n.is_input() ? 0 : 1;
-    rows[k].flops += flops[n.id];
-  }
+  const double rows_of_routes = static_cast<double>(std::max<size_t>(p.routes.size(), 1));
+  std::vector<std::vector<int>> routed(p.stages.size());
+  for (size_t s = 0; s < p.stages.size(); ++s) routed[s] = routed_micro_batches(p, static_cast<int>(s));
+  for (auto& n : g.nodes)
+    for (int r = 0; r < p.replicas(n.id); ++r) {
+      int k = p.node_of(n.id, r);
+      if (k < 0 || k >= static_cast<int>(rows.size())) continue;
+      double fraction = 1;
+      if (!p.stages.empty()) {
+        const int s = p.stage_of(n.id);
+        rows[k].stage = s;
+        rows[k].replica = r;
+        rows[k].replicas = p.replicas(n.id);
+        rows[k].micro_batches = routed[s][r];
+        fraction = routed[s][r] / rows_of_routes;
+      }
+      rows[k].ops.push_back(n.id);
+      rows[k].compute_ops += n.is_input() ? 0 : 1;
+      rows[k].flops += flops[n.id] * fraction;
+    }
   for (auto& r : rows) r.share = total > 0 ? r.flops / total : 0;
   return rows;
 }
@@ -261,7 +274,11 @@ std::string format_placement(const graph& g, const cluster_spec& c, const placem
     std::string list = format_op_runs(g, r.ops);
     std::snprintf(line, sizeof line, "%-12s %-10s %-8s %5d %12s %6.1f%%  ", cn.name.c_str(), cn.site.c_str(),
                   cn.device.c_str(), r.compute_ops, human_flops(r.flops).c_str(), 100 * r.share);
-    out << line << (list.empty() ? "(idle)" : list) << "\n";
+    out << line << (list.empty() ? "(idle)" : list);
+    if (p.replicated() && r.stage >= 0)
+      out << " [stage " << r.stage << ", replica " << r.replica + 1 << " of " << r.replicas << ", " << r.micro_batches
+          << " of " << p.routes.size() << " micro-batches]";
+    out << "\n";
   }
   // Cross-node edges: what each step sends over which link (forward activations; backward
   // gradients of the same size come back).
