@@ -45,6 +45,13 @@ struct step_estimate {
   /// Per plan edge (same order as plan::edges): seconds per step on its link, all micro-batches.
   std::vector<double> edge_s;
   double feed_interval_s = 0;           ///< feed_interval_s() of the plan
+  /// Stage replicas: bytes the gradient all-reduce puts on the wire per step (every ring link),
+  /// the seconds it would take alone (per op: its bytes on the slowest ring link plus the
+  /// rounds' latency, summed), and the seconds of it the backward does not hide (the step waits
+  /// for them). 0 without replicas.
+  double allreduce_bytes = 0;
+  double allreduce_s = 0;
+  double allreduce_exposed_s = 0;
 };
 
 /// Costs of one graph on one cluster, from a profile, refined by measurements.
