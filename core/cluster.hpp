@@ -70,6 +70,11 @@ struct cluster_assign {
   int node_index = -1;          ///< index into cluster_spec::nodes
   std::vector<std::string> ops; ///< names or patterns
   std::vector<int> op_lines;    ///< line of each entry of `ops`
+  /// Further replicas of the same ops (stage replicas): node names, their indices into
+  /// cluster_spec::nodes and lines. Empty: `node` alone holds them.
+  std::vector<std::string> replicas;
+  std::vector<int> replica_indices;
+  std::vector<int> replica_lines;
   int line = 0;                 ///< line of the assign
 };
 

@@ -57,9 +57,9 @@ class explicit_placer : public placer {
  public:
   const char* name() const override { return "explicit"; }
 
-  // The cluster file says where every op goes; nothing measured changes that, so the profile is
-  // ignored.
-  placement place(const graph& g, const cluster_spec& c, const cluster_profile&) const override {
+  // The cluster file says where every op goes; nothing measured changes that. The profile only
+  // deals the micro-batches of replicated stages by speed and checks their memory.
+  placement place(const graph& g, const cluster_spec& c, const cluster_profile& profile) const override {
     const auto& assigns = c.placement.assigns;
     if (assigns.empty())
       throw placement_error(at(c, c.placement.line) + "explicit placement without assign entries");
@@ -104,7 +104,64 @@ class explicit_placer : public placer {
     std::vector<bool> fixed(g.nodes.size());
     for (size_t i = 0; i < fixed.size(); ++i) fixed[i] = owner[i] >= 0;
     place_inputs(g, p, fixed);
-    return p;
+    return with_replicas(g, c, profile, std::move(p));
+  }
+
+ private:
+  // The assigns with replica entries become replicated stages: routes dealt by each node's speed
+  // on the stage's ops, every replica checked against its memory.
+  static placement with_replicas(const graph& g, const cluster_spec& c, const cluster_profile& profile, placement p) {
+    bool any = false;
+    for (auto& as : c.placement.assigns) any = any || !as.replicas.empty();
+    if (!any) return p;
+    workload_estimator est(g, c, profile);
+    std::vector<stage_replicas> stages;
+    for (auto& as : c.placement.assigns) {
+      if (as.replicas.empty()) continue;
+      std::vector<int> ops;
+      for (auto& n : g.nodes)
+        if (p.node_of_op[n.id] == as.node_index) ops.push_back(n.id);
+      stage_replicas st;
+      st.nodes.push_back(as.node_index);
+      st.nodes.insert(st.nodes.end(), as.replica_indices.begin(), as.replica_indices.end());
+      for (int k : st.nodes) {
+        double s = 0;
+        for (int id : ops) s += est.forward_s(id, k) + est.backward_s(id, k);
+        st.weights.push_back(s > 0 ? 1 / s : 1.0);
+      }
+      stages.push_back(std::move(st));
+    }
+    placement out = replicate(std::move(p), std::move(stages), est.micro_batches());
+    // Memory per replica: parameters and optimizer state in full, activations of its micro-batches.
+    for (auto& as : c.placement.assigns) {
+      if (as.replicas.empty()) continue;
+      int s = 0;
+      for (size_t id = 0; id < out.node_of_op.size(); ++id)
+        if (out.node_of_op[id] == as.node_index) s = out.stage_of_op[id];
+      const std::vector<int> routed = routed_micro_batches(out, s);
+      for (size_t r = 0; r < out.stages[s].nodes.size(); ++r) {
+        const int k = out.stages[s].nodes[r];
+        const double have = static_cast<double>(profile.nodes[k].memory_bytes);
+        if (!(have > 0)) continue;
+        double need = 0;
+        for (auto& n : g.nodes) {
+          if (out.stage_of_op[n.id] != s || n.is_input()) continue;
+          need += est.memory_bytes(n.id) - 2.0 * (est.micro_batches() - routed[r]) * est.output_bytes(n.id);
+        }
+        if (need > have) {
+          char buf[160];
+          std::snprintf(buf, sizeof buf, "%.3g GiB, but node '%s' has %.3g GiB", need / double(1 << 30),
+                        c.nodes[k].name.c_str(), have / double(1 << 30));
+          const int line = r == 0 ? as.line : as.replica_lines[r - 1];
+          throw placement_error(at(c, line) + "the stage of node '" + as.node + "' does not fit in memory: replica " +
+                                std::to_string(r + 1) + " of " + std::to_string(out.stages[s].nodes.size()) +
+                                " takes " + std::to_string(routed[r]) + " of " + std::to_string(est.micro_batches()) +
+                                " micro-batches and needs " + buf +
+                                " (fewer ops in this stage, more replicas or fewer micro-batches need less)");
+        }
+      }
+    }
+    return out;
   }
 };
 
