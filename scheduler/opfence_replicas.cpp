@@ -147,7 +147,21 @@ placement group_placement(const workload_estimator& est, const std::vector<std::
     stage_replicas s;
     s.nodes = groups[k];
     for (int node : groups[k]) s.weights.push_back(speed_on(est, stage_ops[k], node));
-    stages.push_back(std::move(s));
+    // A replica the routes would give no micro-batch (more replicas than micro-batches, or one
+    // much slower than the rest) only pays for memory and the all-reduce: it stays idle.
+    for (bool dropped = true; dropped && s.nodes.size() > 1;) {
+      dropped = false;
+      const auto counts = deal_routes({s}, est.micro_batches());
+      std::vector<int> taken(s.nodes.size(), 0);
+      for (auto& row : counts) ++taken[row[0]];
+      for (size_t r = s.nodes.size(); r-- > 1;)
+        if (taken[r] == 0) {
+          s.nodes.erase(s.nodes.begin() + static_cast<long>(r));
+          s.weights.erase(s.weights.begin() + static_cast<long>(r));
+          dropped = true;
+        }
+    }
+    if (s.nodes.size() > 1) stages.push_back(std::move(s));
   }
   return replicate(std::move(p), std::move(stages), est.micro_batches());
 }
@@ -168,7 +182,8 @@ placement opfence_place(const workload_estimator& est, const opfence_options& op
   for (auto& chain : chains)
     for (bool span : {false, true})
       for (int width : options.replica_widths) {
-        if (width < 2 || width > static_cast<int>(chain.size())) continue;
+        // More replicas than micro-batches cannot all work.
+        if (width < 2 || width > static_cast<int>(chain.size()) || width > est.micro_batches()) continue;
         auto groups = replica_groups(chain, result.fences, width, span);
         if (groups.size() == chain.size() || !seen.insert(groups).second) continue;
         cut_problem problem = make_group_cut_problem(est, groups, true);
