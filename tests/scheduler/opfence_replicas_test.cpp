@@ -16,26 +16,16 @@
 #include "scheduler/opfence.hpp"
 #include "scheduler/plan.hpp"
 #include "scheduler/profile.hpp"
+#include "tests/scheduler/chain_model.hpp"
 
 namespace fusion {
 namespace {
 
 std::string src(const std::string& rel) { return std::string(FUSION_SOURCE_DIR) + "/" + rel; }
 
-// Four compute ops, each a 256 x 256 linear at 64 rows or its neighbours: arithmetic-bound, with
-// small parameters, so a pipeline cannot use more than four nodes and replicas pay off.
-const char* wide_model = R"(name: "wide"
-const { name: "V" value: 256 }
-const { name: "T" value: 64 }
-const { name: "C" value: 256 }
-input { name: "tokens"  shape: "B,T" dtype: I32 }
-input { name: "targets" shape: "B,T" dtype: I32 }
-node { name: "wte" op: "token_embedding" in: "tokens" attr { key: "vocab" value: "V" } attr { key: "dim" value: "C" } }
-node { name: "fc" op: "linear" in: "wte" attr { key: "out" value: "C" } attr { key: "bias" value: "false" } }
-node { name: "lm_head" op: "linear" in: "fc" attr { key: "out" value: "V" } attr { key: "bias" value: "false" } }
-node { name: "loss" op: "cross_entropy" in: "lm_head" in: "targets" }
-tokens: "tokens"  targets: "targets"  logits: "lm_head"  loss: "loss"
-)";
+// Four compute ops, 256 wide at 64 rows: arithmetic-bound, with small parameters, so a pipeline
+// cannot use more than four nodes and replicas pay off.
+const std::string wide_model = chain_model_text(256, 64, 256);
 
 cut_problem random_group_problem(std::mt19937& rng, bool skip) {
   std::uniform_int_distribution<int> k_dist(2, 4), n_dist(1, 7);

@@ -17,26 +17,16 @@
 #include "scheduler/placement.hpp"
 #include "scheduler/plan.hpp"
 #include "scheduler/profile.hpp"
+#include "tests/scheduler/chain_model.hpp"
 
 namespace fusion {
 namespace {
 
 std::string src(const std::string& rel) { return std::string(FUSION_SOURCE_DIR) + "/" + rel; }
 
-// Graph node ids: tokens 0, targets 1, wte 2, fc 3, lm_head 4, loss 5. Parameters: wte 512
-// bytes, fc 256, lm_head 512; activations between wte and lm_head 128 bytes at micro-batch 1.
-const char* chain_model = R"(name: "chain"
-const { name: "V" value: 16 }
-const { name: "T" value: 4 }
-const { name: "C" value: 8 }
-input { name: "tokens"  shape: "B,T" dtype: I32 }
-input { name: "targets" shape: "B,T" dtype: I32 }
-node { name: "wte" op: "token_embedding" in: "tokens" attr { key: "vocab" value: "V" } attr { key: "dim" value: "C" } }
-node { name: "fc" op: "linear" in: "wte" attr { key: "out" value: "C" } attr { key: "bias" value: "false" } }
-node { name: "lm_head" op: "linear" in: "fc" attr { key: "out" value: "V" } attr { key: "bias" value: "false" } }
-node { name: "loss" op: "cross_entropy" in: "lm_head" in: "targets" }
-tokens: "tokens"  targets: "targets"  logits: "lm_head"  loss: "loss"
-)";
+// Parameters: wte 512 bytes, fc 256, lm_head 512; activations between wte and lm_head 128 bytes
+// at micro-batch 1.
+const std::string chain_model = chain_model_text(16, 4, 8);
 
 // Nodes a0, a1 (site a), b0, b1 (site b), 100 Mbit/s between the sites.
 cluster_spec four_nodes() {
