@@ -30,14 +30,18 @@ TEST_CASE("apps/fusion-cluster: plan predicts a 48-GPU cluster, in JSON and as a
   CHECK(j["tokens_per_s"].get<double>() > 0);
   REQUIRE(!j["fences"].empty());
   CHECK(j["chain"].size() <= 48);
-  // Every op on exactly one stage; no stage beyond its node's stated memory.
+  // Every op on exactly one stage (a replica repeats its stage's ops); no stage beyond its node's
+  // stated memory.
   std::set<std::string> ops;
   size_t count = 0;
   for (auto& s : j["stages"]) {
+    CHECK(s["memory_bytes"].get<double>() <= s["capacity_bytes"].get<double>());
+    if (s["replica"].get<int>() > 0) continue;
     for (auto& op : s["ops"]) ops.insert(op.get<std::string>());
     count += s["ops"].size();
-    CHECK(s["memory_bytes"].get<double>() <= s["capacity_bytes"].get<double>());
   }
+  CHECK(j["nodes_used"].get<int>() == static_cast<int>(j["stages"].size()));
+  CHECK(j["pipeline_step_s"].get<double>() >= j["step_s"].get<double>());
   CHECK(count == ops.size());
   CHECK(ops.count("wte") == 1);
   CHECK(ops.count("loss") == 1);
