@@ -337,7 +337,7 @@ std::string format_placement(const graph& g, const cluster_spec& c, const placem
     std::snprintf(line, sizeof line, "%-12s %-10s %-8s %5d %12s %6.1f%%  ", cn.name.c_str(), cn.site.c_str(),
                   cn.device.c_str(), r.compute_ops, human_flops(r.flops).c_str(), 100 * r.share);
     out << line << (list.empty() ? "(idle)" : list);
-    if (p.replicated() && r.stage >= 0)
+    if (r.replicas > 1)
       out << " [stage " << r.stage << ", replica " << r.replica + 1 << " of " << r.replicas << ", " << r.micro_batches
           << " of " << p.routes.size() << " micro-batches]";
     out << "\n";
