@@ -43,7 +43,7 @@ check   validates the cluster file (format: docs/cluster.md) and prints its site
         edge: id, fwd/bwd, producer -> consumer, from -> to node, bytes per micro-batch, codec.
 plan    predicts a run without running it: places the model (loaded for micro-batches of B/M
         rows; defaults B=16, M=4) with the policy P (default: the cluster file's; opfence,
-        opfence-pipeline, even or explicit) from the profile FILE that fusion-train measured
+        opfence-replicas, even or explicit) from the profile FILE that fusion-train measured
         (--cluster.profile), or else from the rates the cluster file states (gflops,
         memory_gib, link mbit), and prints per stage the node, its ops, predicted compute per
         step and memory (a replicated stage: one line per replica, "2.1/3" is replica 1 of
@@ -152,7 +152,7 @@ nlohmann::json plan_json(const workload_estimator& est, const plan_report& r, co
     out["candidates"] = fence->candidates;
     out["refined_moves"] = fence->refined_moves;
     out["dp_step_s"] = fence->dp_step_s;
-    if (est.cluster().placement.policy == placement_policy::opfence) {
+    if (est.cluster().placement.policy == placement_policy::opfence_replicas) {
       out["pipeline_step_s"] = fence->pipeline_step_s;
       out["replica_candidates"] = fence->replica_candidates;
       out["replicated"] = fence->replicated;
@@ -188,7 +188,7 @@ int run_plan(const command_args& a) {
   cluster_spec c = load_cluster(cluster_file);
   if (!policy.empty()) {
     auto chosen = find_placement_policy(policy);
-    if (!chosen) throw usage_error("unknown --policy '" + policy + "' (opfence, opfence-pipeline, even or explicit)");
+    if (!chosen) throw usage_error("unknown --policy '" + policy + "' (opfence, opfence-replicas, even or explicit)");
     c.placement.policy = *chosen;
   }
   cluster_profile prof = profile_file.empty() ? profile_from_cluster(c) : load_profile(profile_file, c);
@@ -226,7 +226,7 @@ int run_plan(const command_args& a) {
       std::cout << "; the simulator moved cuts " << fence.refined_moves << " time(s): predicted step " << fence.dp_step_s
                 << " s -> " << fence.estimate.step_s << " s";
     std::cout << ")\n";
-    if (c.placement.policy == placement_policy::opfence) {
+    if (c.placement.policy == placement_policy::opfence_replicas) {
       std::cout << "replicas: " << fence.replica_candidates << " plans with replica groups simulated; ";
       if (fence.replicated)
         std::cout << "groups of up to " << std::max_element(fence.groups.begin(), fence.groups.end(), [](auto& x, auto& y) {

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Geo-distributed placement and compression: placement policies (even, OP-Fence with stage
-# replicas "opfence", pipeline-only OP-Fence "opfence-pipeline", explicit) and edge codecs
+# Geo-distributed placement and compression: placement policies (even, pipeline-only OP-Fence
+# "opfence", OP-Fence with stage replicas "opfence-replicas", explicit) and edge codecs
 # (none, topk, adatopk) on emulated sites, with the link rates and CPU caps of the cluster files
 # (configs/clusters/sites-3, sites-4-pairs, sites-6-tiers, sites-2x3: network namespaces and tc from
 # scripts/sites.sh, cgroup CPU quotas from scripts/run-sites.sh). Each run trains
@@ -23,8 +23,9 @@
 # trains the whole model alone (a one-node copy of the cluster file, its site and cap) for the
 # same steps; every node's alone rate is that rate scaled by its cpu_share over the first node's
 # (uncapped nodes: n/a). --no-alone skips that run and the column. Example, replicas against
-# pipeline-only OP-Fence where replicas should matter:
-#   bench/geo_bench.sh --topologies sites-2x3,sites-3 --configs opfence-pipeline+none,opfence+none
+# pipeline-only OP-Fence where replicas should matter (once the runtime executes replicas: until
+# then fusion-train refuses every opfence-replicas run whose plan has them, docs/scheduler.md):
+#   bench/geo_bench.sh --topologies sites-2x3,sites-3 --configs opfence+none,opfence-replicas+none
 # The table has one row per run and, per topology (and slow rate), each config's ratio of tokens/s
 # to the first config (the baseline): the mean of the per-round ratios. "others %" is the CPU that other
 # processes took during the run (machine busy time from /proc/stat minus the run's own CPU time
@@ -60,8 +61,8 @@ for t in "${topos[@]}"; do
 done
 IFS=, read -r -a confs <<<"$configs"
 for c in "${confs[@]}"; do
-  [[ $c =~ ^(even|opfence|opfence-pipeline|explicit)\+(none|topk|adatopk)$ ]] ||
-    { echo "geo_bench: config '$c' is not POLICY+MODE (policy even|opfence|opfence-pipeline|explicit," \
+  [[ $c =~ ^(even|opfence|opfence-replicas|explicit)\+(none|topk|adatopk)$ ]] ||
+    { echo "geo_bench: config '$c' is not POLICY+MODE (policy even|opfence|opfence-replicas|explicit," \
            "mode none|topk|adatopk)" >&2; exit 2; }
 done
 slows=("")

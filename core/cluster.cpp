@@ -25,7 +25,7 @@
 namespace fusion {
 
 const std::vector<std::string>& placement_policy_names() {
-  static const std::vector<std::string> names{"opfence", "even", "explicit", "opfence-pipeline"};
+  static const std::vector<std::string> names{"opfence", "even", "explicit", "opfence-replicas"};
   return names;
 }
 

@@ -47,15 +47,17 @@ struct cluster_link {
 /// How operators are placed on nodes. A new policy adds a value here, its name in
 /// placement_policy_names() and its placer in scheduler/placement.cpp.
 enum class placement_policy {
-  opfence,       ///< the default: fences of fast links, a chain, an exact DP over cut points, stage replicas (docs/scheduler.md)
+  opfence,       ///< the default: fences of fast links, a chain, an exact DP over cut points, one node per op (docs/scheduler.md)
   even,          ///< contiguous stages of equal estimated FLOPs, one per node, in file order
   explicit_ops,  ///< "explicit": the assign entries say which node runs which op
-  opfence_pipeline,  ///< "opfence-pipeline": OP-Fence without stage replicas (one node per op)
+  /// "opfence-replicas": OP-Fence that also plans stage replicas where they pay. fusion-cluster
+  /// plan and the estimator predict such plans; the runtime does not execute them yet.
+  opfence_replicas,
 };
 
 /// Whether `p` is OP-Fence, with or without replicas.
 inline bool is_opfence(placement_policy p) {
-  return p == placement_policy::opfence || p == placement_policy::opfence_pipeline;
+  return p == placement_policy::opfence || p == placement_policy::opfence_replicas;
 }
 
 /// The policy names accepted in `placement { policy: ... }`, indexed by placement_policy.

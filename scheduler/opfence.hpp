@@ -45,7 +45,7 @@ struct opfence_options {
   std::function<void(plan&)> prepare_plan;
   /// Stage replicas (scheduler/opfence_replicas.cpp): also try chains of node groups, each group
   /// holding one stage with one replica per node, and keep the fastest plan; the pipeline-only
-  /// plan stays when nothing beats it. Off: pipeline only (policy "opfence-pipeline").
+  /// plan stays when nothing beats it (policy "opfence-replicas"). Off: pipeline only (policy "opfence").
   bool replicas = false;
   /// Candidate chains tried with replica groups (the best first of candidate_chains).
   int replica_chains = 4;
@@ -160,13 +160,13 @@ std::vector<std::vector<int>> replica_groups(const std::vector<int>& chain, cons
 cut_problem make_group_cut_problem(const workload_estimator& est, const std::vector<std::vector<int>>& groups,
                                    bool allow_skip);
 
-/// The placer registered for placement_policy::opfence (options.replicas on) and
-/// placement_policy::opfence_pipeline (off): builds a workload_estimator from (g, c, profile)
+/// The placer registered for placement_policy::opfence (options.replicas off) and
+/// placement_policy::opfence_replicas (on): builds a workload_estimator from (g, c, profile)
 /// and calls opfence_place.
 class opfence_placer : public placer {
  public:
   explicit opfence_placer(opfence_options options = {}) : options_(options) {}
-  const char* name() const override { return options_.replicas ? "opfence" : "opfence-pipeline"; }
+  const char* name() const override { return options_.replicas ? "opfence-replicas" : "opfence"; }
   placement place(const graph& g, const cluster_spec& c, const cluster_profile& profile) const override;
 
  private:

@@ -192,12 +192,12 @@ void place_inputs(const graph& g, placement& p, const std::vector<bool>& fixed) 
 
 std::unique_ptr<placer> make_placer(placement_policy policy) {
   switch (policy) {
-    case placement_policy::opfence: {
+    case placement_policy::opfence: return std::make_unique<opfence_placer>();
+    case placement_policy::opfence_replicas: {
       opfence_options o;
       o.replicas = true;
       return std::make_unique<opfence_placer>(o);
     }
-    case placement_policy::opfence_pipeline: return std::make_unique<opfence_placer>();
     case placement_policy::even: return std::make_unique<even_placer>();
     case placement_policy::explicit_ops: return std::make_unique<explicit_placer>();
   }

@@ -87,6 +87,10 @@ std::vector<int> routed_micro_batches(const placement& p, int stage);
 /// elsewhere, or its first node holds no op.
 placement replicate(placement pipeline, std::vector<stage_replicas> stages, int micro_batches);
 
+/// The replicated stages of `p` for people: "ops h0.ln1 .. h0.res2 on nodes a1, a2, a3; ops ...
+/// on nodes b1, b2", one entry per stage of more than one replica; empty for a pipeline.
+std::string format_replicated_stages(const graph& g, const cluster_spec& c, const placement& p);
+
 /// One placement policy. A later policy (OP-Fence) derives from this and is returned by
 /// make_placer for its placement_policy value.
 class placer {

@@ -153,4 +153,19 @@ placement replicate(placement pipeline, std::vector<stage_replicas> stages, int 
   return pipeline;
 }
 
+std::string format_replicated_stages(const graph& g, const cluster_spec& c, const placement& p) {
+  std::string out;
+  for (size_t s = 0; s < p.stages.size(); ++s) {
+    const auto& nodes = p.stages[s].nodes;
+    if (nodes.size() < 2) continue;
+    std::vector<int> ops;
+    for (size_t op = 0; op < p.stage_of_op.size(); ++op)
+      if (p.stage_of_op[op] == static_cast<int>(s) && !g.nodes.at(op).is_input()) ops.push_back(static_cast<int>(op));
+    out += out.empty() ? "" : "; ";
+    out += "ops " + format_op_runs(g, ops) + " on nodes ";
+    for (size_t r = 0; r < nodes.size(); ++r) out += (r ? ", " : "") + c.nodes.at(nodes[r]).name;
+  }
+  return out;
+}
+
 }  // namespace fusion

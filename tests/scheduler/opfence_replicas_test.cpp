@@ -127,12 +127,13 @@ TEST_CASE("scheduler/opfence-replicas: more nodes than a pipeline can use become
   CHECK(b.estimate.step_s < 0.75 * a.estimate.step_s);
   // The report's step is the plan's.
   CHECK(est.simulate(make_plan(g, pb)).step_s == doctest::Approx(b.estimate.step_s));
-  // The policy names: "opfence" plans replicas, "opfence-pipeline" does not.
-  c.placement.policy = placement_policy::opfence;
+  // The policy names: "opfence-replicas" plans replicas, "opfence" (the default) does not.
+  c.placement.policy = placement_policy::opfence_replicas;
   CHECK(place_ops(g, c, prof).replicated());
-  c.placement.policy = placement_policy::opfence_pipeline;
+  c.placement.policy = placement_policy::opfence;
   CHECK(!place_ops(g, c, prof).replicated());
-  CHECK(find_placement_policy("opfence-pipeline") == placement_policy::opfence_pipeline);
+  CHECK(find_placement_policy("opfence-replicas") == placement_policy::opfence_replicas);
+  CHECK(!find_placement_policy("opfence-pipeline"));
 }
 
 TEST_CASE("scheduler/opfence-replicas: never predicted slower than pipeline-only, and deterministic") {
