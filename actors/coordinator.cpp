@@ -19,6 +19,7 @@
 #include "actors/secure_link.hpp"
 #include "core/log.hpp"
 #include "core/wire.hpp"
+#include "scheduler/placement.hpp"
 
 namespace fusion {
 
@@ -169,6 +170,24 @@ void spawn_ops(coord_ptr self, std::function<void()> done) {
   });
 }
 
+// Stage replicas are planned and predicted (fusion-cluster plan, the estimator) but the op
+// actors, edges and all-reduce of a replicated plan are not built yet: refuse the plan before
+// any op is spawned rather than run something else than what was planned.
+void refuse_replicas(const coordinator_state& st) {
+  const auto& where = st.exec.current.where;
+  if (!where.replicated()) return;
+  const auto& c = st.in->cluster;
+  const std::string stages = format_replicated_stages(st.in->model, c, where);
+  if (c.placement.policy == placement_policy::explicit_ops)
+    throw std::runtime_error("the replica entries of " + c.file + " make stage replicas (" + stages +
+                             "), which `fusion-cluster plan` predicts but this runtime does not execute yet; "
+                             "give each assign one node (no `replica` entries) or use cluster.policy=opfence");
+  throw std::runtime_error("cluster.policy " + placement_policy_names()[static_cast<int>(c.placement.policy)] +
+                           " planned stage replicas (" + stages +
+                           "), which `fusion-cluster plan` predicts but this runtime does not execute yet; "
+                           "use cluster.policy=opfence");
+}
+
 // Places the ops from st.exec.profile (cluster mode) and wires them.
 void place_and_wire(coord_ptr self) {
   auto& st = self->state;
@@ -177,6 +196,7 @@ void place_and_wire(coord_ptr self) {
   try {
     if (cluster_mode(st)) {
       plan_compression(self);
+      refuse_replicas(st);
     } else {
       st.exec.current = make_plan(g, placement{std::vector<int>(g.nodes.size(), 0)}, 1);
     }

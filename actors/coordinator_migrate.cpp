@@ -210,6 +210,14 @@ void migrate(coord_ptr self, placement where, std::string reason, std::function<
   m->reason = std::move(reason);
   m->done = std::move(done);
   m->t0 = clock_type::now();
+  // The scheduler re-plans pipeline-only (policy opfence); a replicated target could only come
+  // from a new caller, and the op actors cannot be replicated yet (refuse_replicas).
+  if (where.replicated())
+    return m->done(make_error(fusion_errc::bad_command,
+                              "the new placement has stage replicas (" +
+                                  format_replicated_stages(st.in->model, st.in->cluster, where) +
+                                  "), which this runtime does not execute yet: nothing moved"),
+                   {});
   try {
     m->next = replan(st.in->model, st.exec.current, std::move(where));
   } catch (const std::exception& e) {

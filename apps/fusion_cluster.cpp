@@ -42,12 +42,15 @@ check   validates the cluster file (format: docs/cluster.md) and prints its site
         cross-node edge), then the plan's edges, one line per direction of every cross-node
         edge: id, fwd/bwd, producer -> consumer, from -> to node, bytes per micro-batch, codec.
 plan    predicts a run without running it: places the model (loaded for micro-batches of B/M
-        rows; defaults B=16, M=4) with the policy P (default: the cluster file's; opfence, even
-        or explicit) from the profile FILE that fusion-train measured (--cluster.profile), or
-        else from the rates the cluster file states (gflops, memory_gib, link mbit), and prints
-        per stage the node, its ops, predicted compute per step and memory, per cut edge the
-        bytes and predicted transfer time, and the predicted step time and tokens/s. With
-        OP-Fence also its fences and chosen chain (docs/scheduler.md). --compression MODE
+        rows; defaults B=16, M=4) with the policy P (default: the cluster file's; opfence,
+        opfence-replicas, even or explicit) from the profile FILE that fusion-train measured
+        (--cluster.profile), or else from the rates the cluster file states (gflops,
+        memory_gib, link mbit), and prints per stage the node, its ops, predicted compute per
+        step and memory (a replicated stage: one line per replica, "2.1/3" is replica 1 of
+        stage 2's three, with its share of the micro-batches), per cut edge the bytes and
+        predicted transfer time, the predicted step time and tokens/s, the nodes used and the
+        gradient all-reduce of replicas. With OP-Fence also its fences and chosen chain, and
+        with opfence the pipeline-only prediction beside it (docs/scheduler.md). --compression MODE
         (none, topk or adatopk; docs/compression.md) predicts with that codec's default
         settings and lists every edge's codec and bytes on the wire. --json prints the
         prediction as one JSON object.
@@ -114,12 +117,17 @@ nlohmann::json plan_json(const workload_estimator& est, const plan_report& r, co
   const cluster_spec& c = est.cluster();
   nlohmann::json out = {{"model", g.name}, {"cluster", c.name}, {"micro_batches", est.micro_batches()},
                         {"micro_batch_rows", g.batch}, {"step_s", r.step_s}, {"pipeline_s", r.pipeline_s},
-                        {"optimizer_s", r.optimizer_s}, {"tokens_per_s", r.tokens_per_s}};
+                        {"optimizer_s", r.optimizer_s}, {"tokens_per_s", r.tokens_per_s},
+                        {"nodes_used", r.nodes_used}, {"stage_count", r.stage_count},
+                        {"allreduce_bytes", r.allreduce_bytes}, {"allreduce_s", r.allreduce_s},
+                        {"allreduce_exposed_s", r.allreduce_exposed_s}};
   out["stages"] = nlohmann::json::array();
   for (auto& s : r.stages) {
     nlohmann::json ops = nlohmann::json::array();
     for (int id : s.ops) ops.push_back(g.nodes[id].name);
-    out["stages"].push_back({{"node", c.nodes[s.node].name}, {"site", c.nodes[s.node].site},
+    out["stages"].push_back({{"stage", s.stage}, {"replica", s.replica}, {"replicas", s.replicas},
+                             {"micro_batches", s.micro_batches},
+                             {"node", c.nodes[s.node].name}, {"site", c.nodes[s.node].site},
                              {"device", c.nodes[s.node].device}, {"compute_s", s.compute_s},
                              {"memory_bytes", s.memory_bytes}, {"capacity_bytes", s.capacity_bytes}, {"ops", ops}});
   }
@@ -144,6 +152,11 @@ nlohmann::json plan_json(const workload_estimator& est, const plan_report& r, co
     out["candidates"] = fence->candidates;
     out["refined_moves"] = fence->refined_moves;
     out["dp_step_s"] = fence->dp_step_s;
+    if (est.cluster().placement.policy == placement_policy::opfence_replicas) {
+      out["pipeline_step_s"] = fence->pipeline_step_s;
+      out["replica_candidates"] = fence->replica_candidates;
+      out["replicated"] = fence->replicated;
+    }
   }
   return out;
 }
@@ -175,7 +188,7 @@ int run_plan(const command_args& a) {
   cluster_spec c = load_cluster(cluster_file);
   if (!policy.empty()) {
     auto chosen = find_placement_policy(policy);
-    if (!chosen) throw usage_error("unknown --policy '" + policy + "' (opfence, even or explicit)");
+    if (!chosen) throw usage_error("unknown --policy '" + policy + "' (opfence, opfence-replicas, even or explicit)");
     c.placement.policy = *chosen;
   }
   cluster_profile prof = profile_file.empty() ? profile_from_cluster(c) : load_profile(profile_file, c);
@@ -183,7 +196,7 @@ int run_plan(const command_args& a) {
   graph g = load_graph(model_file, batch / micro);
   workload_estimator est(g, c, prof);
   opfence_report fence;
-  bool is_fence = c.placement.policy == placement_policy::opfence;
+  bool is_fence = is_opfence(c.placement.policy);
   plan p = plan_compressed_run(est, prof, compression, 1, &fence);
   plan_report r = report_plan(est, p, static_cast<double>(batch * g.row_items));
   if (json) {
@@ -209,10 +222,21 @@ int run_plan(const command_args& a) {
     std::cout << "\nchain:";
     for (int k : fence.chain) std::cout << " " << c.nodes[k].name;
     std::cout << " (best of " << fence.candidates << " candidate plans";
-    if (fence.refined_moves > 0)
+    if (fence.refined_moves > 0 && !fence.replicated)
       std::cout << "; the simulator moved cuts " << fence.refined_moves << " time(s): predicted step " << fence.dp_step_s
                 << " s -> " << fence.estimate.step_s << " s";
     std::cout << ")\n";
+    if (c.placement.policy == placement_policy::opfence_replicas) {
+      std::cout << "replicas: " << fence.replica_candidates << " plans with replica groups simulated; ";
+      if (fence.replicated)
+        std::cout << "groups of up to " << std::max_element(fence.groups.begin(), fence.groups.end(), [](auto& x, auto& y) {
+                       return x.size() < y.size();
+                     })->size() << " nodes win: predicted step " << fence.estimate.step_s << " s against "
+                  << fence.pipeline_step_s << " s pipeline-only (" << fence.pipeline_step_s / fence.estimate.step_s
+                  << "x)\n";
+      else
+        std::cout << "none beats the pipeline-only plan (predicted step " << fence.pipeline_step_s << " s)\n";
+    }
   }
   std::cout << format_plan_report(est, r);
   if (compression.mode != codec_kind::none) std::cout << format_plan(g, c, p);

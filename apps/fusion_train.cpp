@@ -176,7 +176,8 @@ struct train_app_config : table_config {
                     &run.cluster_file),
         {"cluster", "listen", "HOST:PORT this coordinator listens on for nodes (default: the cluster file's)",
          &run.listen},
-        {"cluster", "policy", "placement policy overriding the cluster file's: opfence, even or explicit",
+        {"cluster", "policy", "placement policy overriding the cluster file's: opfence, even or explicit (opfence-replicas: "
+         "fusion-cluster plan predicts it; this runtime refuses a plan with replicas)",
          &run.policy},
         path_option("cluster", "profile",
                     "profile file: used instead of measuring the nodes and links when it exists, else written "

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Geo-distributed placement and compression: placement policies (even, OP-Fence) and edge codecs
+# Geo-distributed placement and compression: placement policies (even, pipeline-only OP-Fence
+# "opfence", OP-Fence with stage replicas "opfence-replicas", explicit) and edge codecs
 # (none, topk, adatopk) on emulated sites, with the link rates and CPU caps of the cluster files
-# (configs/clusters/sites-3, sites-4-pairs, sites-6-tiers: network namespaces and tc from
+# (configs/clusters/sites-3, sites-4-pairs, sites-6-tiers, sites-2x3: network namespaces and tc from
 # scripts/sites.sh, cgroup CPU quotas from scripts/run-sites.sh). Each run trains
 # configs/runs/char-sites.ini (gpt-char-small) for --steps steps through scripts/run-sites.sh with
 # --cluster.policy=POLICY --compression.mode=MODE for every POLICY+MODE of --configs; the order of
@@ -11,13 +12,21 @@
 # namespaces: on loopback the topologies would not exist, so it refuses.
 #
 #   bench/geo_bench.sh [--rounds 2] [--steps 30] [--warmup 5] [--topologies sites-3,sites-4-pairs,sites-6-tiers]
-#                      [--configs even+none,opfence+none] [--slow MBIT,...]
+#                      [--configs even+none,opfence+none] [--slow MBIT,...] [--no-alone]
 #                      [--run configs/runs/char-sites.ini] [--build build] [--out runs/geo/STAMP]
 #                      [--smoke]   (1 round, 4 steps, sites-3, even and OP-Fence: the ctest bench_smoke_geo_bench)
 #
 # From each run's metrics (JSON lines, type "step"), over the steps after the first --warmup:
 # tokens/s = tokens of those steps / their wall time (elapsed_s), and where the steps carry
 # step_s and predicted_step_s, their means and the mean of |predicted - measured| / measured.
+# Hardware efficiency ("hw eff %"): tokens/s over the sum, across every node of the cluster file,
+# of that node's own tokens/s alone under its cap. Once per topology the first node of the file
+# trains the whole model alone (a one-node copy of the cluster file, its site and cap) for the
+# same steps; every node's alone rate is that rate scaled by its cpu_share over the first node's
+# (uncapped nodes: n/a). --no-alone skips that run and the column. Example, replicas against
+# pipeline-only OP-Fence where replicas should matter (once the runtime executes replicas: until
+# then fusion-train refuses every opfence-replicas run whose plan has them, docs/scheduler.md):
+#   bench/geo_bench.sh --topologies sites-2x3,sites-3 --configs opfence+none,opfence-replicas+none
 # The table has one row per run and, per topology (and slow rate), each config's ratio of tokens/s
 # to the first config (the baseline): the mean of the per-round ratios. "others %" is the CPU that other
 # processes took during the run (machine busy time from /proc/stat minus the run's own CPU time
@@ -26,7 +35,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 rounds=2 steps=30 warmup=5 topologies=sites-3,sites-4-pairs,sites-6-tiers run=configs/runs/char-sites.ini
-configs=even+none,opfence+none slow="" build=${BUILD_DIR:-build} out=""
+configs=even+none,opfence+none slow="" build=${BUILD_DIR:-build} out="" alone=1
 while [[ $# -gt 0 ]]; do
   case $1 in
     --rounds) rounds=$2; shift 2 ;;
@@ -38,8 +47,9 @@ while [[ $# -gt 0 ]]; do
     --run) run=$2; shift 2 ;;
     --build) build=$2; shift 2 ;;
     --out) out=$2; shift 2 ;;
-    --smoke) rounds=1 steps=4 warmup=1 topologies=sites-3 configs=even+none,opfence+none smoke=1; shift ;;
-    -h|--help) sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    --smoke) rounds=1 steps=4 warmup=1 topologies=sites-3 configs=even+none,opfence+none smoke=1 alone=0; shift ;;
+    --no-alone) alone=0; shift ;;
+    -h|--help) sed -n '2,34p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "geo_bench: unknown option '$1' (try --help)" >&2; exit 2 ;;
   esac
 done
@@ -53,8 +63,9 @@ for t in "${topos[@]}"; do
 done
 IFS=, read -r -a confs <<<"$configs"
 for c in "${confs[@]}"; do
-  [[ $c =~ ^(even|opfence|explicit)\+(none|topk|adatopk)$ ]] ||
-    { echo "geo_bench: config '$c' is not POLICY+MODE (policy even|opfence|explicit, mode none|topk|adatopk)" >&2; exit 2; }
+  [[ $c =~ ^(even|opfence|opfence-replicas|explicit)\+(none|topk|adatopk)$ ]] ||
+    { echo "geo_bench: config '$c' is not POLICY+MODE (policy even|opfence|opfence-replicas|explicit," \
+           "mode none|topk|adatopk)" >&2; exit 2; }
 done
 slows=("")
 if [[ -n $slow ]]; then
@@ -124,12 +135,13 @@ PY
 }
 
 # ---- one run ---------------------------------------------------------------------------------
-# run_one TOPOLOGY CONFIG ROUND SLOW: prints "tokens/s predicted_s measured_s error% others%"
-# ("failed" when the run failed).
+# run_one TOPOLOGY CONFIG ROUND SLOW [CLUSTER_FILE]: prints "tokens/s predicted_s measured_s error%
+# others% caps" ("failed" when the run failed).
 run_one() {
   local name="$1${4:+-slow$4}-$2-r$3"
   local m="$out/$name.jsonl" log="$out/$name.log" tf="$out/$name.time"
-  local cmd=(scripts/run-sites.sh --cluster "$(cluster_file "$1" "$4")" --run "$run" --tag geo --subnet 10.78.0
+  local file=${5:-$(cluster_file "$1" "$4")}
+  local cmd=(scripts/run-sites.sh --cluster "$file" --run "$run" --tag geo --subnet 10.78.0
              --logs "$out/$name.nodes" -- --cluster.policy="${2%+*}" --compression.mode="${2#*+}"
              --train.steps="$steps" --train.eval-every=0
              --train.eval-batches=0 --output.sample-chars=0 --output.checkpoint= --output.metrics="$m" --runtime.quiet)
@@ -176,6 +188,64 @@ print(f(tps, "%.1f"), f(predicted, "%.4f"), f(measured, "%.4f"), f(err, "%.1f"),
 PY
 }
 
+# ---- hardware efficiency: every node's own tokens/s alone under its cap ---------------------------
+# alone_file TOPOLOGY: a copy of the cluster file with its first node only (its site, no links, no
+# placement section).
+alone_file() {
+  mkdir -p "$out/clusters"
+  local copy="$out/clusters/$1-alone.pbtxt"
+  python3 - "configs/clusters/$1.pbtxt" "$copy" <<'PY'
+import re, sys
+src, dst = sys.argv[1], sys.argv[2]
+text = open(src).read()
+def blocks(kind):  # (start, end) of every top-level "kind { ... }", nested braces included
+    out = []
+    for m in re.finditer(r'(?m)^\s*' + kind + r'\s*\{', text):
+        depth, i = 0, m.end() - 1
+        while True:
+            depth += {"{": 1, "}": -1}.get(text[i], 0)
+            i += 1
+            if depth == 0: break
+        out.append((m.start(), i))
+    return out
+nodes = blocks("node")
+first = text[nodes[0][0]:nodes[0][1]]
+site = re.search(r'site:\s*"([^"]+)"', first).group(1)
+drop = nodes[1:] + blocks("link") + blocks("placement")
+drop += [b for b in blocks("site") if re.search(r'name:\s*"([^"]+)"', text[b[0]:b[1]]).group(1) != site]
+for a, b in sorted(drop, reverse=True):
+    text = text[:a] + text[b:]
+open(dst, "w").write(text)
+PY
+  echo "$copy"
+}
+# node_rates TOPOLOGY ALONE_TPS: the sum over every node of ALONE_TPS x its cpu_share / the first
+# node's ("n/a" when a node is uncapped or the alone run failed).
+node_rates() {
+  "$build/apps/fusion-cluster" netns "configs/clusters/$1.pbtxt" | awk -v t="$2" '
+    $1 == "node" { n++; share[n] = $5 + 0 }
+    END {
+      if (t == "" || t == "failed" || n == 0) { print "n/a"; exit }
+      for (i = 1; i <= n; i++) if (share[i] <= 0) { print "n/a"; exit }
+      for (i = 1; i <= n; i++) s += t * share[i] / share[1]
+      printf "%.2f\n", s
+    }'
+}
+declare -A alone_sum=()
+if ((alone)); then
+  for t in "${topos[@]}"; do
+    echo "geo_bench: $t: the first node alone ($steps steps) ..." >&2
+    v=$(run_one "$t-alone" "even+none" 1 "" "$(alone_file "$t")")
+    alone_sum[$t]=$(node_rates "$t" "${v%% *}")
+    echo "geo_bench: $t: first node alone: $v; all nodes alone: ${alone_sum[$t]} tokens/s" >&2
+  done
+fi
+# efficiency TOPOLOGY TPS: "hw eff %" of a run.
+efficiency() {
+  local sum=${alone_sum[$1]:-n/a}
+  awk -v t="$2" -v s="$sum" 'BEGIN { if (s == "n/a" || s <= 0 || t <= 0) print "n/a"; else printf "%.1f\n", 100 * t / s }'
+}
+
 declare -A result=()
 # Topologies with each slow rate: "sites-3" or "sites-3@8".
 cases=()
@@ -199,20 +269,22 @@ done
   echo
   echo "placement and compression on emulated sites: $(basename "$run" .ini), $steps steps, means over steps" \
        "$((warmup + 1))-$steps; $rounds round(s), config order alternating; TOPOLOGY@R: slowest links at R Mbit/s"
-  printf "%-20s %-16s %5s %10s %12s %12s %8s %8s\n" topology config round tokens/s "pred step s" "meas step s" "error %" "others %"
+  printf "%-20s %-24s %5s %10s %9s %12s %12s %8s %8s\n" topology config round tokens/s "hw eff %" "pred step s" \
+         "meas step s" "error %" "others %"
   marked=0 uncapped=0
   for k in "${cases[@]}"; do
     for r in $(seq 1 "$rounds"); do
       for p in "${confs[@]}"; do
         v=${result[$k,$p,$r]}
         if [[ $v == failed ]]; then
-          printf "%-20s %-16s %5s %10s   (failed: see %s)\n" "$k" "$p" "$r" - "$out"; continue
+          printf "%-20s %-24s %5s %10s   (failed: see %s)\n" "$k" "$p" "$r" - "$out"; continue
         fi
         read -r tps pred meas err others caps <<<"$v"
         mark=""
         if [[ $others != n/a ]] && ((others > 10)); then mark="*"; marked=1; fi
         if [[ $caps == uncapped ]]; then mark+="u"; uncapped=1; fi
-        printf "%-20s %-16s %5s %10s %12s %12s %8s %8s\n" "$k" "$p" "$r" "$tps$mark" "$pred" "$meas" "$err" "$others"
+        printf "%-20s %-24s %5s %10s %9s %12s %12s %8s %8s\n" "$k" "$p" "$r" "$tps$mark" "$(efficiency "${k%@*}" "$tps")" \
+               "$pred" "$meas" "$err" "$others"
       done
     done
   done
@@ -239,5 +311,8 @@ done
   echo "$result_line"
   ((marked == 0)) || echo "* other processes took more than 10% of the CPUs during that run: not valid"
   ((uncapped == 0)) || echo "u the nodes' CPU caps were NOT enforced in that run (see its log)"
+  if ((alone)); then
+    for t in "${topos[@]}"; do echo "hw eff % of $t: tokens/s over ${alone_sum[$t]} (every node alone, from its first node's run)"; done
+  fi
   echo "runs: $out"
 } | tee "$out/table.txt"

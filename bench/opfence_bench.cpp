@@ -7,8 +7,10 @@
 //   paper-48-a/b/c  opfence_place for gpt2-xl on the three 48-GPU topologies of
 //              configs/clusters/paper-48-*.pbtxt (the ones `fusion-cluster plan` predicts)
 //   fences-12  opfence_place for gpt2-xl on 48 single-node sites in 12 groups of 4
+//   ... replicas  the same with stage replicas (policy opfence): the pipeline-only plan, then the
+//              chains of replica groups (scheduler/opfence_replicas.cpp)
 // The targets (the bounds the unit tests once checked): the cut DP under 0.5 s, each whole plan
-// under 2 s. The exit status is 1 when a median misses its target.
+// under 2 s (6 s with replicas). The exit status is 1 when a median misses its target.
 //
 //   fusion-bench-opfence [--reps N]          (from the repository root, or FUSION_SOURCE_DIR)
 #include <algorithm>
@@ -160,6 +162,12 @@ int main(int argc, char** argv) {
     opfence_report report;
     auto t = time_reps(reps, [&] { opfence_place(est, {}, &report); });
     row(c.name.c_str(), "gpt2-xl (" + std::to_string(g.nodes.size()) + " ops), 48 nodes", t, 2.0, report.candidates);
+    // Policy opfence: the pipeline-only plan, then the chains of replica groups.
+    opfence_options with_replicas;
+    with_replicas.replicas = true;
+    auto r = time_reps(reps, [&] { opfence_place(est, with_replicas, &report); });
+    row((c.name + " replicas").c_str(), "gpt2-xl (" + std::to_string(g.nodes.size()) + " ops), 48 nodes", r, 6.0,
+        report.candidates + report.replica_candidates);
   }
   if (missed) std::printf("\na median missed its target\n");
   return missed ? 1 : 0;

@@ -25,7 +25,7 @@
 namespace fusion {
 
 const std::vector<std::string>& placement_policy_names() {
-  static const std::vector<std::string> names{"opfence", "even", "explicit"};
+  static const std::vector<std::string> names{"opfence", "even", "explicit", "opfence-replicas"};
   return names;
 }
 
@@ -254,10 +254,43 @@ class cluster_loader {
       if (out.node_index < 0)
         fail(nline, "assign: unknown node '" + a.node() + "'" + did_you_mean(a.node(), node_names()) +
                         "; nodes: " + join(node_names()));
-      for (auto& prev : spec_.placement.assigns)
+      for (auto& prev : spec_.placement.assigns) {
         if (prev.node == a.node())
           fail(aline, "assign: node '" + a.node() + "' already has an assign at line " + std::to_string(prev.line) +
                           "; list all its ops in one assign");
+        for (size_t r = 0; r < prev.replicas.size(); ++r)
+          if (prev.replicas[r] == a.node())
+            fail(nline, "assign: node '" + a.node() + "' is already a replica of node '" + prev.node + "' (line " +
+                            std::to_string(prev.replica_lines[r]) + "); a node holds one stage");
+      }
+      for (int k = 0; k < a.replica_size(); ++k) {
+        const std::string& name = a.replica(k);
+        int rline = line_of(at, ad, "replica", k, aline);
+        if (name.empty()) fail(rline, "assign for node '" + a.node() + "': empty replica entry");
+        int index = spec_.find_node(name);
+        if (index < 0)
+          fail(rline, "assign for node '" + a.node() + "': unknown replica node '" + name + "'" +
+                          did_you_mean(name, node_names()) + "; nodes: " + join(node_names()));
+        if (name == a.node())
+          fail(rline, "assign for node '" + a.node() + "': node '" + name +
+                          "' twice in one stage (it is the assign's node; a replica must be another node)");
+        for (size_t r = 0; r < out.replicas.size(); ++r)
+          if (out.replicas[r] == name)
+            fail(rline, "assign for node '" + a.node() + "': replica '" + name + "' twice in one stage (first at line " +
+                            std::to_string(out.replica_lines[r]) + ")");
+        for (auto& prev : spec_.placement.assigns) {
+          if (prev.node == name)
+            fail(rline, "assign for node '" + a.node() + "': replica '" + name + "' already has an assign at line " +
+                            std::to_string(prev.line) + "; a node holds one stage");
+          for (size_t r = 0; r < prev.replicas.size(); ++r)
+            if (prev.replicas[r] == name)
+              fail(rline, "assign for node '" + a.node() + "': replica '" + name + "' is already a replica of node '" +
+                              prev.node + "' (line " + std::to_string(prev.replica_lines[r]) + "); a node holds one stage");
+        }
+        out.replicas.push_back(name);
+        out.replica_indices.push_back(index);
+        out.replica_lines.push_back(rline);
+      }
       if (a.ops_size() == 0) fail(aline, "assign for node '" + a.node() + "' has no ops (ops: \"NAME\" or a glob like \"h0.*\")");
       for (int k = 0; k < a.ops_size(); ++k) {
         int oline = line_of(at, ad, "ops", k, aline);

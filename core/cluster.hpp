@@ -49,10 +49,18 @@ struct cluster_link {
 /// How operators are placed on nodes. A new policy adds a value here, its name in
 /// placement_policy_names() and its placer in scheduler/placement.cpp.
 enum class placement_policy {
-  opfence,       ///< the default: fences of fast links, a chain, an exact DP over cut points (docs/scheduler.md)
+  opfence,       ///< the default: fences of fast links, a chain, an exact DP over cut points, one node per op (docs/scheduler.md)
   even,          ///< contiguous stages of equal estimated FLOPs, one per node, in file order
   explicit_ops,  ///< "explicit": the assign entries say which node runs which op
+  /// "opfence-replicas": OP-Fence that also plans stage replicas where they pay. fusion-cluster
+  /// plan and the estimator predict such plans; the runtime does not execute them yet.
+  opfence_replicas,
 };
+
+/// Whether `p` is OP-Fence, with or without replicas.
+inline bool is_opfence(placement_policy p) {
+  return p == placement_policy::opfence || p == placement_policy::opfence_replicas;
+}
 
 /// The policy names accepted in `placement { policy: ... }`, indexed by placement_policy.
 const std::vector<std::string>& placement_policy_names();
@@ -66,6 +74,11 @@ struct cluster_assign {
   int node_index = -1;          ///< index into cluster_spec::nodes
   std::vector<std::string> ops; ///< names or patterns
   std::vector<int> op_lines;    ///< line of each entry of `ops`
+  /// Further replicas of the same ops (stage replicas): node names, their indices into
+  /// cluster_spec::nodes and lines. Empty: `node` alone holds them.
+  std::vector<std::string> replicas;
+  std::vector<int> replica_indices;
+  std::vector<int> replica_lines;
   int line = 0;                 ///< line of the assign
 };
 

@@ -62,8 +62,9 @@ plan plan_compressed_run(const workload_estimator& est, const cluster_profile& p
   const graph& g = est.model();
   const cluster_spec& cluster = est.cluster();
   plan p;
-  if (cluster.placement.policy == placement_policy::opfence) {
+  if (is_opfence(cluster.placement.policy)) {
     opfence_options o;
+    o.replicas = cluster.placement.policy == placement_policy::opfence_replicas;
     if (c.mode != codec_kind::none) o.prepare_plan = [&](plan& candidate) { assign_codecs(candidate, &est, c); };
     p = make_plan(g, opfence_place(est, o, report), first_id);
   } else {

@@ -41,10 +41,17 @@ struct step_estimate {
   double pipeline_s = 0;                ///< forward + backward of the M micro-batches (makespan)
   double optimizer_s = 0;               ///< what follows: norm round trip, optimizer step, stats poll
   std::vector<double> node_compute_s;   ///< per cluster node: op seconds per step (fwd + bwd + update)
-  std::vector<double> node_memory_bytes;///< per cluster node: memory_bytes() of its ops
+  std::vector<double> node_memory_bytes;///< per cluster node: memory_bytes() of its ops (a replica: activations of its micro-batches only)
   /// Per plan edge (same order as plan::edges): seconds per step on its link, all micro-batches.
   std::vector<double> edge_s;
   double feed_interval_s = 0;           ///< feed_interval_s() of the plan
+  /// Stage replicas: bytes the gradient all-reduce puts on the wire per step (every ring link),
+  /// the seconds it would take alone (per op: its bytes on the slowest ring link plus the
+  /// rounds' latency, summed), and the seconds of it the backward does not hide (the step waits
+  /// for them). 0 without replicas.
+  double allreduce_bytes = 0;
+  double allreduce_s = 0;
+  double allreduce_exposed_s = 0;
 };
 
 /// Costs of one graph on one cluster, from a profile, refined by measurements.
@@ -91,7 +98,8 @@ class workload_estimator {
   double output_bytes(int id) const;
 
   /// Per cluster node, seconds per micro-batch of the forward (first) and the backward (second)
-  /// of the ops `p` places there: the pace of each pipeline stage, phase by phase.
+  /// of the ops `p` places there (every replica's ops on its node): the pace of each pipeline
+  /// stage, phase by phase.
   std::pair<std::vector<double>, std::vector<double>> node_phase_s(const plan& p) const;
 
   /// The interval at which the coordinator feeds a step's micro-batches under plan `p`: the
@@ -99,7 +107,9 @@ class workload_estimator {
   /// no node queues micro-batches and every node runs one micro-batch through its ops before
   /// the next (an op actor drains its whole mailbox when it runs, so micro-batches fed at once
   /// would go through a node op by op, all of them, and the next node would start only when the
-  /// previous one is nearly done). 0 when one node runs every op.
+  /// previous one is nearly done). 0 when one node runs every op. With stage replicas a stage
+  /// takes micro-batches at the sum of its replicas' rates: the slowest stage's 1 / sum over
+  /// its nodes of 1 / forward seconds; 0 when there is one stage, however replicated.
   double feed_interval_s(const plan& p) const;
 
   /// The predicted step time of `p` by discrete-event simulation: every op actor runs one
@@ -108,7 +118,11 @@ class workload_estimator {
   /// feed_interval_s), backward when all its consumers'
   /// gradients arrived (the loss turns around at once), each ordered node pair is one FIFO link
   /// that overlaps with compute, and after the last backward come three coordinator round trips
-  /// and the slowest node's optimizer updates.
+  /// and the slowest node's optimizer updates. With stage replicas every (op, micro-batch) runs
+  /// on the replica its route picks, each replica's actor runs its backward in micro-batch
+  /// order, and when an op's last backward is done on every replica a ring all-reduce of its
+  /// gradient (2 (R - 1) / R x its parameter bytes on every ring link, on the same FIFO links)
+  /// must finish before the optimizer step (step_estimate::allreduce_*).
   step_estimate simulate(const plan& p) const;
 
   /// Refinement from a step's measurements. `forward_s` and `backward_s` are per micro-batch

@@ -459,7 +459,8 @@ void refine_cuts(const workload_estimator& est, const opfence_options& options, 
 
 }  // namespace
 
-placement opfence_place(const workload_estimator& est, const opfence_options& options, opfence_report* report) {
+placement opfence_pipeline_place(const workload_estimator& est, const opfence_options& options,
+                                 opfence_report* report) {
   const graph& g = est.model();
   const cluster_spec& c = est.cluster();
   if (c.nodes.empty()) throw placement_error(c.file + ": the cluster has no nodes");

@@ -43,6 +43,14 @@ struct opfence_options {
   /// would give its edges (scheduler/compression_plan.hpp), so that a slow link that compression
   /// makes cheap can carry a stage boundary. Empty: plans are simulated as wired (dense).
   std::function<void(plan&)> prepare_plan;
+  /// Stage replicas (scheduler/opfence_replicas.cpp): also try chains of node groups, each group
+  /// holding one stage with one replica per node, and keep the fastest plan; the pipeline-only
+  /// plan stays when nothing beats it (policy "opfence-replicas"). Off: pipeline only (policy "opfence").
+  bool replicas = false;
+  /// Candidate chains tried with replica groups (the best first of candidate_chains).
+  int replica_chains = 4;
+  /// Group widths tried: a chain is cut into groups of this many consecutive nodes.
+  std::vector<int> replica_widths = {2, 3, 4, 6, 8, 12, 16, 24, 32, 48};
 };
 
 /// The cut problem on one chain, as plain numbers (what the dynamic program and the brute force
@@ -63,6 +71,13 @@ struct cut_problem {
   /// memory_bytes[i]: bytes op i needs; capacity_bytes[k]: what node k has (0: no limit).
   std::vector<double> memory_bytes;
   std::vector<double> capacity_bytes;
+  /// Optional (empty: none), for positions that are groups of replicas: reduce_s[k][i], the
+  /// seconds per step of op i's gradient all-reduce on position k. A stage then costs the larger
+  /// of its compute and its all-reduce (they overlap: the ring runs while the backward goes on).
+  std::vector<std::vector<double>> reduce_s;
+  /// Optional (empty: memory_bytes everywhere): memory_at[k][i], the bytes op i needs on
+  /// position k (a replica saves activations only for the micro-batches routed through it).
+  std::vector<std::vector<double>> memory_at;
   /// Whether chain positions may get no ops (the chain then continues past them). Without it
   /// every position gets at least one op, the first op goes to position 0 and the last to K-1;
   /// with fewer ops than positions the problem is solved as if it were allowed.
@@ -111,19 +126,47 @@ struct opfence_report {
   int candidates = 0;                   ///< plans simulated (up to three cuts per candidate chain)
   int refined_moves = 0;                ///< cut moves the refinement kept
   double dp_step_s = 0;                 ///< the simulated step of the DP's cut before refinement
+  /// With replicas (opfence_options::replicas): the simulated step of the best pipeline-only
+  /// plan, how many replica plans were simulated, and whether one of them won (then `chain`
+  /// is the first node of every group and `groups` the groups of the chosen chain).
+  double pipeline_step_s = 0;
+  int replica_candidates = 0;
+  bool replicated = false;
+  std::vector<std::vector<int>> groups;
 };
 
-/// Places the estimator's graph with OP-Fence. Throws placement_error (naming the cluster file)
-/// when no chain fits in memory: the message names the node with the most memory, what it has
-/// and what the smallest stage needs.
+/// Places the estimator's graph with pipeline-only OP-Fence (one node per op). Throws
+/// placement_error (naming the cluster file) when no chain fits in memory: the message names the
+/// node with the most memory, what it has and what the smallest stage needs.
+placement opfence_pipeline_place(const workload_estimator& est, const opfence_options& options = {},
+                                 opfence_report* report = nullptr);
+
+/// OP-Fence: opfence_pipeline_place, then with options.replicas the chains of replica groups
+/// (scheduler/opfence_replicas.cpp); the fastest simulated plan wins, the pipeline-only one on
+/// ties, so the result is never predicted slower than pipeline-only. Deterministic.
 placement opfence_place(const workload_estimator& est, const opfence_options& options = {}, opfence_report* report = nullptr);
 
-/// The placer registered for placement_policy::opfence: builds a workload_estimator from
-/// (g, c, profile) and calls opfence_place.
+/// The groups of `chain` for replica width `width`: consecutive chain nodes, at most `width` per
+/// group, a new group at every fence boundary unless `span_fences`.
+std::vector<std::vector<int>> replica_groups(const std::vector<int>& chain, const std::vector<std::vector<int>>& fences,
+                                             int width, bool span_fences);
+
+/// The cut problem over a chain of replica groups: a group's compute per op is M micro-batches
+/// at the sum of its nodes' rates plus the slowest node's update, its all-reduce (reduce_s) the
+/// op's gradient bytes x 2 (R - 1) / R over the slowest ring link plus the rounds' latency; a cut
+/// between groups uses their slowest node pair, shared by min(R, R') parallel routes; memory
+/// counts the activations of the micro-batches a replica takes (M / R, rounded up) against the
+/// smallest member.
+cut_problem make_group_cut_problem(const workload_estimator& est, const std::vector<std::vector<int>>& groups,
+                                   bool allow_skip);
+
+/// The placer registered for placement_policy::opfence (options.replicas off) and
+/// placement_policy::opfence_replicas (on): builds a workload_estimator from (g, c, profile)
+/// and calls opfence_place.
 class opfence_placer : public placer {
  public:
   explicit opfence_placer(opfence_options options = {}) : options_(options) {}
-  const char* name() const override { return "opfence"; }
+  const char* name() const override { return options_.replicas ? "opfence-replicas" : "opfence"; }
   placement place(const graph& g, const cluster_spec& c, const cluster_profile& profile) const override;
 
  private:

@@ -28,6 +28,8 @@ struct cut_tables {
   bool skip = true;
   std::vector<std::vector<double>> compute_prefix;  // [k][i]: sum compute_s[k][0..i-1]
   std::vector<double> memory_prefix;                // [i]: sum memory_bytes[0..i-1]
+  std::vector<std::vector<double>> reduce_prefix;   // [k][i]: sum reduce_s[k][0..i-1] (empty: none)
+  std::vector<std::vector<double>> memory_at_prefix;  // [k][i]: sum memory_at[k][0..i-1] (empty: none)
 
   explicit cut_tables(const cut_problem& problem) : p(problem) {
     k_count = static_cast<int>(p.compute_s.size());
@@ -54,12 +56,35 @@ struct cut_tables {
       for (int i = 0; i < n; ++i) compute_prefix[k][i + 1] = compute_prefix[k][i] + p.compute_s[k][i];
     memory_prefix.assign(n + 1, 0.0);
     for (int i = 0; i < n; ++i) memory_prefix[i + 1] = memory_prefix[i] + p.memory_bytes[i];
+    if (!p.memory_at.empty()) {
+      need(p.memory_at.size(), static_cast<size_t>(k_count), "memory_at");
+      memory_at_prefix.assign(k_count, std::vector<double>(n + 1, 0.0));
+      for (int k = 0; k < k_count; ++k) {
+        need(p.memory_at[k].size(), static_cast<size_t>(n), "a memory_at row");
+        for (int i = 0; i < n; ++i) memory_at_prefix[k][i + 1] = memory_at_prefix[k][i] + p.memory_at[k][i];
+      }
+    }
+    if (!p.reduce_s.empty()) {
+      need(p.reduce_s.size(), static_cast<size_t>(k_count), "reduce_s");
+      reduce_prefix.assign(k_count, std::vector<double>(n + 1, 0.0));
+      for (int k = 0; k < k_count; ++k) {
+        need(p.reduce_s[k].size(), static_cast<size_t>(n), "a reduce_s row");
+        for (int i = 0; i < n; ++i) reduce_prefix[k][i + 1] = reduce_prefix[k][i] + p.reduce_s[k][i];
+      }
+    }
   }
 
-  double stage(int k, int j, int i) const { return compute_prefix[k][i] - compute_prefix[k][j]; }
+  // Grows as the stage extends either way (the DP's early exits rely on it).
+  double stage(int k, int j, int i) const {
+    const double compute = compute_prefix[k][i] - compute_prefix[k][j];
+    if (reduce_prefix.empty()) return compute;
+    return std::max(compute, reduce_prefix[k][i] - reduce_prefix[k][j]);
+  }
   bool fits(int k, int j, int i) const {
     double cap = p.capacity_bytes[k];
-    return cap <= 0 || memory_prefix[i] - memory_prefix[j] <= cap;
+    if (cap <= 0) return true;
+    if (!memory_at_prefix.empty()) return memory_at_prefix[k][i] - memory_at_prefix[k][j] <= cap;
+    return memory_prefix[i] - memory_prefix[j] <= cap;
   }
   double cut(int j, int kp, int k) const { return p.cross_bytes[j] * p.seconds_per_byte[kp][k] + p.latency_s[kp][k]; }
 };

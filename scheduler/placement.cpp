@@ -57,9 +57,9 @@ class explicit_placer : public placer {
  public:
   const char* name() const override { return "explicit"; }
 
-  // The cluster file says where every op goes; nothing measured changes that, so the profile is
-  // ignored.
-  placement place(const graph& g, const cluster_spec& c, const cluster_profile&) const override {
+  // The cluster file says where every op goes; nothing measured changes that. The profile only
+  // deals the micro-batches of replicated stages by speed and checks their memory.
+  placement place(const graph& g, const cluster_spec& c, const cluster_profile& profile) const override {
     const auto& assigns = c.placement.assigns;
     if (assigns.empty())
       throw placement_error(at(c, c.placement.line) + "explicit placement without assign entries");
@@ -104,7 +104,64 @@ class explicit_placer : public placer {
     std::vector<bool> fixed(g.nodes.size());
     for (size_t i = 0; i < fixed.size(); ++i) fixed[i] = owner[i] >= 0;
     place_inputs(g, p, fixed);
-    return p;
+    return with_replicas(g, c, profile, std::move(p));
+  }
+
+ private:
+  // The assigns with replica entries become replicated stages: routes dealt by each node's speed
+  // on the stage's ops, every replica checked against its memory.
+  static placement with_replicas(const graph& g, const cluster_spec& c, const cluster_profile& profile, placement p) {
+    bool any = false;
+    for (auto& as : c.placement.assigns) any = any || !as.replicas.empty();
+    if (!any) return p;
+    workload_estimator est(g, c, profile);
+    std::vector<stage_replicas> stages;
+    for (auto& as : c.placement.assigns) {
+      if (as.replicas.empty()) continue;
+      std::vector<int> ops;
+      for (auto& n : g.nodes)
+        if (p.node_of_op[n.id] == as.node_index) ops.push_back(n.id);
+      stage_replicas st;
+      st.nodes.push_back(as.node_index);
+      st.nodes.insert(st.nodes.end(), as.replica_indices.begin(), as.replica_indices.end());
+      for (int k : st.nodes) {
+        double s = 0;
+        for (int id : ops) s += est.forward_s(id, k) + est.backward_s(id, k);
+        st.weights.push_back(s > 0 ? 1 / s : 1.0);
+      }
+      stages.push_back(std::move(st));
+    }
+    placement out = replicate(std::move(p), std::move(stages), est.micro_batches());
+    // Memory per replica: parameters and optimizer state in full, activations of its micro-batches.
+    for (auto& as : c.placement.assigns) {
+      if (as.replicas.empty()) continue;
+      int s = 0;
+      for (size_t id = 0; id < out.node_of_op.size(); ++id)
+        if (out.node_of_op[id] == as.node_index) s = out.stage_of_op[id];
+      const std::vector<int> routed = routed_micro_batches(out, s);
+      for (size_t r = 0; r < out.stages[s].nodes.size(); ++r) {
+        const int k = out.stages[s].nodes[r];
+        const double have = static_cast<double>(profile.nodes[k].memory_bytes);
+        if (!(have > 0)) continue;
+        double need = 0;
+        for (auto& n : g.nodes) {
+          if (out.stage_of_op[n.id] != s || n.is_input()) continue;
+          need += est.memory_bytes(n.id) - 2.0 * (est.micro_batches() - routed[r]) * est.output_bytes(n.id);
+        }
+        if (need > have) {
+          char buf[160];
+          std::snprintf(buf, sizeof buf, "%.3g GiB, but node '%s' has %.3g GiB", need / double(1 << 30),
+                        c.nodes[k].name.c_str(), have / double(1 << 30));
+          const int line = r == 0 ? as.line : as.replica_lines[r - 1];
+          throw placement_error(at(c, line) + "the stage of node '" + as.node + "' does not fit in memory: replica " +
+                                std::to_string(r + 1) + " of " + std::to_string(out.stages[s].nodes.size()) +
+                                " takes " + std::to_string(routed[r]) + " of " + std::to_string(est.micro_batches()) +
+                                " micro-batches and needs " + buf +
+                                " (fewer ops in this stage, more replicas or fewer micro-batches need less)");
+        }
+      }
+    }
+    return out;
   }
 };
 
@@ -136,6 +193,11 @@ void place_inputs(const graph& g, placement& p, const std::vector<bool>& fixed) 
 std::unique_ptr<placer> make_placer(placement_policy policy) {
   switch (policy) {
     case placement_policy::opfence: return std::make_unique<opfence_placer>();
+    case placement_policy::opfence_replicas: {
+      opfence_options o;
+      o.replicas = true;
+      return std::make_unique<opfence_placer>(o);
+    }
     case placement_policy::even: return std::make_unique<even_placer>();
     case placement_policy::explicit_ops: return std::make_unique<explicit_placer>();
   }
@@ -235,13 +297,26 @@ std::vector<placement_row> describe_placement(const graph& g, const cluster_spec
   std::vector<double> flops = op_flops(g);
   double total = 0;
   for (double f : flops) total += f;
-  for (auto& n : g.nodes) {
-    int k = p.node_of_op.at(n.id);
-    if (k < 0 || k >= static_cast<int>(rows.size())) continue;
-    rows[k].ops.push_back(n.id);
-    rows[k].compute_ops += n.is_input() ? 0 : 1;
-    rows[k].flops += flops[n.id];
-  }
+  const double rows_of_routes = static_cast<double>(std::max<size_t>(p.routes.size(), 1));
+  std::vector<std::vector<int>> routed(p.stages.size());
+  for (size_t s = 0; s < p.stages.size(); ++s) routed[s] = routed_micro_batches(p, static_cast<int>(s));
+  for (auto& n : g.nodes)
+    for (int r = 0; r < p.replicas(n.id); ++r) {
+      int k = p.node_of(n.id, r);
+      if (k < 0 || k >= static_cast<int>(rows.size())) continue;
+      double fraction = 1;
+      if (!p.stages.empty()) {
+        const int s = p.stage_of(n.id);
+        rows[k].stage = s;
+        rows[k].replica = r;
+        rows[k].replicas = p.replicas(n.id);
+        rows[k].micro_batches = routed[s][r];
+        fraction = routed[s][r] / rows_of_routes;
+      }
+      rows[k].ops.push_back(n.id);
+      rows[k].compute_ops += n.is_input() ? 0 : 1;
+      rows[k].flops += flops[n.id] * fraction;
+    }
   for (auto& r : rows) r.share = total > 0 ? r.flops / total : 0;
   return rows;
 }
@@ -261,7 +336,11 @@ std::string format_placement(const graph& g, const cluster_spec& c, const placem
     std::string list = format_op_runs(g, r.ops);
     std::snprintf(line, sizeof line, "%-12s %-10s %-8s %5d %12s %6.1f%%  ", cn.name.c_str(), cn.site.c_str(),
                   cn.device.c_str(), r.compute_ops, human_flops(r.flops).c_str(), 100 * r.share);
-    out << line << (list.empty() ? "(idle)" : list) << "\n";
+    out << line << (list.empty() ? "(idle)" : list);
+    if (r.replicas > 1)
+      out << " [stage " << r.stage << ", replica " << r.replica + 1 << " of " << r.replicas << ", " << r.micro_batches
+          << " of " << p.routes.size() << " micro-batches]";
+    out << "\n";
   }
   // Cross-node edges: what each step sends over which link (forward activations; backward
   // gradients of the same size come back).

@@ -6,6 +6,7 @@
 #include <memory>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "base/result.hpp"
@@ -21,11 +22,75 @@ struct placement_error : error {
   using error::error;
 };
 
-/// Where every graph node runs.
-struct placement {
-  /// For every graph node id (inputs included): index into cluster_spec::nodes.
-  std::vector<int> node_of_op;
+/// The nodes that hold one stage. A stage is the set of ops that share one replica set; each of
+/// its R >= 1 replicas holds its own op actors for every op of the stage (identical initial
+/// weights), and every micro-batch goes through exactly one of them (plan routes).
+struct stage_replicas {
+  /// Replica r of the stage runs on cluster node nodes[r]. nodes[0] is the node_of_op of the
+  /// stage's ops. No node appears twice, nor in two stages. The ring of the gradient all-reduce
+  /// follows this order (nodes[r] sends to nodes[(r + 1) % R]).
+  std::vector<int> nodes;
+  /// Per replica: its relative speed (> 0, same size as nodes); micro-batches are dealt in
+  /// proportion (deal_routes).
+  std::vector<double> weights;
 };
+
+/// Where every graph node runs: one node per op (pipeline only), or several replicas per stage.
+///
+/// Pipeline only (`stages` empty): node_of_op is everything, as before replicas existed.
+/// Replicated: `stages` lists every stage (R = 1 ones too) in order of their first graph node,
+/// `stage_of_op` names each graph node's stage (inputs join the stage of their node), and
+/// `routes` deals the micro-batches of a step over the replicas. Everything that reads only
+/// node_of_op sees replica 0 of every op.
+struct placement {
+  placement() = default;
+  /// A pipeline placement: `nodes` is node_of_op.
+  placement(std::vector<int> nodes) : node_of_op(std::move(nodes)) {}
+
+  /// For every graph node id (inputs included): index into cluster_spec::nodes of replica 0.
+  std::vector<int> node_of_op;
+  /// Every stage and its replicas; empty when every op has one replica and no routes.
+  std::vector<stage_replicas> stages;
+  /// Per graph node (when stages is not empty): index into stages.
+  std::vector<int> stage_of_op;
+  /// routes[m][s]: the replica of stage s that micro-batch m of every step goes through; one
+  /// row per micro-batch of a step (M rows), dealt by deal_routes. Empty: replica 0 everywhere.
+  std::vector<std::vector<int>> routes;
+
+  /// Whether any stage has more than one replica.
+  bool replicated() const;
+  /// Replicas of graph node `op` (1 without stages).
+  int replicas(int op) const;
+  /// The cluster node of replica `replica` of graph node `op`.
+  int node_of(int op, int replica) const;
+  /// The replica of graph node `op` that micro-batch `m` goes through (row m % routes.size()).
+  int replica_of(int op, int m) const;
+  /// The stage of graph node `op` (-1 without stages).
+  int stage_of(int op) const { return stages.empty() ? -1 : stage_of_op.at(op); }
+};
+
+/// Routes of `micro_batches` micro-batches over `stages` (scheduler/replicas.cpp): per stage, the
+/// replicas get micro-batch counts in proportion to their weights (largest remainder, ties to
+/// the lower replica), spread over the step by smooth weighted round robin (each micro-batch goes
+/// to the replica furthest behind its share, ties to the lower replica), so replica r of a stage
+/// gets micro-batches evenly spaced through the step. Deterministic: the same stages and count
+/// give the same routes. Throws std::invalid_argument for a stage without nodes or with a weight
+/// that is not positive and finite.
+std::vector<std::vector<int>> deal_routes(const std::vector<stage_replicas>& stages, int micro_batches);
+
+/// How many of the micro-batches of a step go through each replica of stage `stage`.
+std::vector<int> routed_micro_batches(const placement& p, int stage);
+
+/// `pipeline` (node_of_op only) with replicas: every op on stages[s].nodes[0] joins stage s, and
+/// every other node that holds ops becomes a stage of one replica (weight 1). Stages are ordered
+/// by their first graph node, routes dealt for `micro_batches`. Throws std::invalid_argument when
+/// a stage has no nodes, names a node twice, shares a node with another stage or with ops placed
+/// elsewhere, or its first node holds no op.
+placement replicate(placement pipeline, std::vector<stage_replicas> stages, int micro_batches);
+
+/// The replicated stages of `p` for people: "ops h0.ln1 .. h0.res2 on nodes a1, a2, a3; ops ...
+/// on nodes b1, b2", one entry per stage of more than one replica; empty for a pipeline.
+std::string format_replicated_stages(const graph& g, const cluster_spec& c, const placement& p);
 
 /// One placement policy. A later policy (OP-Fence) derives from this and is returned by
 /// make_placer for its placement_policy value.
@@ -85,9 +150,14 @@ struct placement_row {
   int compute_ops = 0;              ///< ops that are not inputs
   double flops = 0;                 ///< estimated FLOPs per step on it
   double share = 0;                 ///< flops / total flops (0..1)
+  int stage = -1;                   ///< with replicas: its stage (-1: idle or no replicas)
+  int replica = 0;                  ///< with replicas: which replica of the stage it holds
+  int replicas = 1;                 ///< with replicas: how many the stage has
+  int micro_batches = 0;            ///< with replicas: micro-batches of a step routed through it
 };
 
-/// Per cluster node (file order): its ops and estimated FLOPs share.
+/// Per cluster node (file order): its ops and estimated FLOPs share (with replicas: the share of
+/// the micro-batches routed through it).
 std::vector<placement_row> describe_placement(const graph& g, const cluster_spec& c, const placement& p);
 
 /// A printable table: one line per node with site, device, op count, FLOPs share and the ops

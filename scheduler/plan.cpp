@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <map>
+#include <set>
 #include <sstream>
 #include <stdexcept>
 #include <tuple>
@@ -12,11 +13,13 @@ namespace fusion {
 
 namespace {
 
-// What identifies one direction of one graph edge across plans of the same graph. Forward sorts
-// before backward, so key order is the order of plan::edges.
-using edge_key = std::tuple<int, int, int>;
+// What identifies one direction of one graph edge between two replicas across plans of the same
+// graph. Forward sorts before backward, so key order is the order of plan::edges.
+using edge_key = std::tuple<int, int, int, int, int>;
 
-edge_key key_of(const plan_edge& e) { return {e.producer, e.consumer_index, e.forward ? 0 : 1}; }
+edge_key key_of(const plan_edge& e) {
+  return {e.producer, e.consumer_index, e.producer_replica, e.consumer_replica, e.forward ? 0 : 1};
+}
 
 bool key_less(const plan_edge& a, const plan_edge& b) { return key_of(a) < key_of(b); }
 
@@ -31,12 +34,42 @@ std::string node_name(const cluster_spec& c, int k) {
 }
 
 
-// "#7 fwd h0.res2 -> h1.ln1 (a1 -> b1)"
+// "h0.res2", or "h0.res2[1]" for replica 1.
+std::string replica_name(const graph& g, int op, int replica) {
+  return op_name(g, op) + (replica > 0 ? "[" + std::to_string(replica) + "]" : "");
+}
+
+// "#7 fwd h0.res2 -> h1.ln1 (a1 -> b1)", "#9 fwd h0.res2 -> h1.ln1[1] (a1 -> b2)"
 std::string edge_text(const graph& g, const cluster_spec& c, const plan_edge& e) {
   std::ostringstream out;
-  out << "#" << e.id << (e.forward ? " fwd " : " bwd ") << op_name(g, e.producer) << " -> " << op_name(g, e.consumer)
-      << " (" << node_name(c, e.from) << " -> " << node_name(c, e.to) << ")";
+  out << "#" << e.id << (e.forward ? " fwd " : " bwd ") << replica_name(g, e.producer, e.producer_replica) << " -> "
+      << replica_name(g, e.consumer, e.consumer_replica) << " (" << node_name(c, e.from) << " -> " << node_name(c, e.to)
+      << ")";
   return out.str();
+}
+
+// Checks that stages, stage_of_op and routes of a replicated placement fit `g`.
+void check_replicas(const graph& g, const placement& w) {
+  if (w.stages.empty()) {
+    if (!w.stage_of_op.empty() || !w.routes.empty())
+      throw std::invalid_argument("cannot wire the placement: it has routes or stage indices but no stages");
+    return;
+  }
+  auto bad = [&](const std::string& what) { throw std::invalid_argument("cannot wire the placement: " + what); };
+  if (w.stage_of_op.size() != g.nodes.size()) bad("stage_of_op does not have one entry per graph node");
+  if (w.routes.empty()) bad("a replicated placement has no routes");
+  const int stages = static_cast<int>(w.stages.size());
+  for (auto& n : g.nodes) {
+    const int s = w.stage_of_op[n.id];
+    if (s < 0 || s >= stages) bad("graph node '" + n.name + "' is in no stage");
+    if (w.stages[s].nodes.empty() || w.stages[s].nodes[0] != w.node_of_op[n.id])
+      bad("graph node '" + n.name + "' is on a node that is not replica 0 of its stage");
+  }
+  for (auto& row : w.routes) {
+    if (static_cast<int>(row.size()) != stages) bad("a route does not name one replica per stage");
+    for (int s = 0; s < stages; ++s)
+      if (row[s] < 0 || row[s] >= static_cast<int>(w.stages[s].nodes.size())) bad("a route names a replica that does not exist");
+  }
 }
 
 // "N things (a, b, c, ... and K more)": a summary stays one readable paragraph on big models.
@@ -73,15 +106,32 @@ const plan_edge* plan::find(uint64_t id) const {
 }
 
 const plan_edge* plan::find(int producer, int consumer_index, bool forward) const {
+  return find(producer, consumer_index, forward, 0, 0);
+}
+
+const plan_edge* plan::find(int producer, int consumer_index, bool forward, int producer_replica,
+                            int consumer_replica) const {
   for (auto& e : edges)
-    if (e.producer == producer && e.consumer_index == consumer_index && e.forward == forward) return &e;
+    if (e.producer == producer && e.consumer_index == consumer_index && e.forward == forward &&
+        e.producer_replica == producer_replica && e.consumer_replica == consumer_replica)
+      return &e;
   return nullptr;
 }
 
 std::vector<int> plan::ops_on(int node) const {
   std::vector<int> out;
-  for (size_t i = 0; i < where.node_of_op.size(); ++i)
-    if (where.node_of_op[i] == node) out.push_back(static_cast<int>(i));
+  for (auto& [op, replica] : replicas_on(node))
+    if (out.empty() || out.back() != op) out.push_back(op);
+  return out;
+}
+
+std::vector<std::pair<int, int>> plan::replicas_on(int node) const {
+  std::vector<std::pair<int, int>> out;
+  for (size_t i = 0; i < where.node_of_op.size(); ++i) {
+    const int op = static_cast<int>(i);
+    for (int r = 0; r < where.replicas(op); ++r)
+      if (where.node_of(op, r) == node) out.emplace_back(op, r);
+  }
   return out;
 }
 
@@ -93,39 +143,48 @@ plan make_plan(const graph& g, placement where, uint64_t first_id) {
     if (where.node_of_op[n.id] < 0)
       throw std::invalid_argument("cannot wire the placement: graph node '" + n.name + "' of model '" + g.name +
                                   "' is on no cluster node (index " + std::to_string(where.node_of_op[n.id]) + ")");
+  check_replicas(g, where);
   plan p;
   p.where = std::move(where);
+  const placement& w = p.where;
+  const int rows = std::max<int>(1, static_cast<int>(w.routes.size()));
   uint64_t id = first_id;
   for (auto& n : g.nodes) {
-    const int a = p.where.node_of_op[n.id];
     // Shapes are those the graph was loaded with, i.e. per micro-batch.
     const uint64_t elems = static_cast<uint64_t>(numel_of(n.shape));
     for (size_t i = 0; i < n.consumers.size(); ++i) {
       const graph_edge_end& end = n.consumers[i];
-      const int b = p.where.node_of_op[end.node];
-      if (a == b) continue;
-      plan_edge fwd;
-      fwd.id = id++;
-      fwd.forward = true;
-      fwd.producer = n.id;
-      fwd.consumer = end.node;
-      fwd.slot = end.slot;
-      fwd.consumer_index = static_cast<int>(i);
-      fwd.from = a;
-      fwd.to = b;
-      fwd.bytes_per_micro_batch = elems * dtype_size(n.type);
-      fwd.compressible = n.type == dtype::f32 && elems > 0;
-      plan_edge bwd = fwd;
-      bwd.id = id++;
-      bwd.forward = false;
-      bwd.from = b;
-      bwd.to = a;
-      // Gradients are always f32. A data input takes no gradient, so its backward direction
-      // carries nothing; it is still planned because the runtime opens a sender for it.
-      bwd.bytes_per_micro_batch = n.is_input() ? 0 : elems * 4;
-      bwd.compressible = !n.is_input() && elems > 0;
-      p.edges.push_back(fwd);
-      p.edges.push_back(bwd);
+      // The replica pairs the routes join, in order; without replicas only (0, 0).
+      std::set<std::pair<int, int>> pairs;
+      for (int m = 0; m < rows; ++m) pairs.emplace(w.replica_of(n.id, m), w.replica_of(end.node, m));
+      for (auto [ra, rb] : pairs) {
+        const int a = w.node_of(n.id, ra), b = w.node_of(end.node, rb);
+        if (a == b) continue;
+        plan_edge fwd;
+        fwd.id = id++;
+        fwd.forward = true;
+        fwd.producer = n.id;
+        fwd.consumer = end.node;
+        fwd.slot = end.slot;
+        fwd.consumer_index = static_cast<int>(i);
+        fwd.producer_replica = ra;
+        fwd.consumer_replica = rb;
+        fwd.from = a;
+        fwd.to = b;
+        fwd.bytes_per_micro_batch = elems * dtype_size(n.type);
+        fwd.compressible = n.type == dtype::f32 && elems > 0;
+        plan_edge bwd = fwd;
+        bwd.id = id++;
+        bwd.forward = false;
+        bwd.from = b;
+        bwd.to = a;
+        // Gradients are always f32. A data input takes no gradient, so its backward direction
+        // carries nothing; it is still planned because the runtime opens a sender for it.
+        bwd.bytes_per_micro_batch = n.is_input() ? 0 : elems * 4;
+        bwd.compressible = !n.is_input() && elems > 0;
+        p.edges.push_back(fwd);
+        p.edges.push_back(bwd);
+      }
     }
   }
   p.next_edge_id = id;
@@ -168,6 +227,18 @@ plan_diff diff(const plan& before, const plan& after) {
     d.moved_ops.push_back(static_cast<int>(i));
     d.moves.emplace_back(a, b);
   }
+  const placement &wb = before.where, &wa = after.where;
+  const size_t rows = std::max<size_t>({wb.routes.size(), wa.routes.size(), 1});
+  for (size_t i = 0; i < wb.node_of_op.size(); ++i) {
+    const int op = static_cast<int>(i);
+    const int rb = wb.replicas(op), ra = wa.replicas(op);
+    for (int r = 1; r < std::max(rb, ra); ++r) {
+      replica_change ch{op, r, r < rb ? wb.node_of(op, r) : -1, r < ra ? wa.node_of(op, r) : -1};
+      if (ch.from != ch.to) d.replicas.push_back(ch);
+    }
+    for (size_t m = 0; m < rows && !d.routes_changed; ++m)
+      d.routes_changed = wb.replica_of(op, static_cast<int>(m)) != wa.replica_of(op, static_cast<int>(m));
+  }
   std::map<edge_key, const plan_edge*> old_edges, new_edges;
   for (auto& e : before.edges) old_edges[key_of(e)] = &e;
   for (auto& e : after.edges) new_edges[key_of(e)] = &e;
@@ -206,6 +277,14 @@ std::string format_diff(const graph& g, const cluster_spec& c, const plan_diff& 
     }
     parts.push_back(listed(d.moved_ops.size(), "op moves", "ops move", items));
   }
+  if (!d.replicas.empty()) {
+    std::vector<std::string> items;
+    for (auto& ch : d.replicas)
+      items.push_back(replica_name(g, ch.op, ch.replica) + ": " + (ch.from < 0 ? "new" : node_name(c, ch.from)) +
+                      " -> " + (ch.to < 0 ? "gone" : node_name(c, ch.to)));
+    parts.push_back(listed(d.replicas.size(), "replica changes", "replicas change", items));
+  }
+  if (d.routes_changed) parts.push_back("micro-batches take other routes");
   auto edge_list = [&](const std::vector<plan_edge>& edges, const char* what) {
     std::vector<std::string> items;
     for (auto& e : edges) items.push_back(edge_text(g, c, e));
@@ -247,7 +326,8 @@ std::string format_plan(const graph& g, const cluster_spec& c, const plan& p) {
   };
   std::vector<row> rows{{"id", "dir", "producer -> consumer", "from -> to", "bytes", "codec"}};
   for (auto& e : p.edges)
-    rows.push_back({std::to_string(e.id), e.forward ? "fwd" : "bwd", op_name(g, e.producer) + " -> " + op_name(g, e.consumer),
+    rows.push_back({std::to_string(e.id), e.forward ? "fwd" : "bwd",
+                    replica_name(g, e.producer, e.producer_replica) + " -> " + replica_name(g, e.consumer, e.consumer_replica),
                     node_name(c, e.from) + " -> " + node_name(c, e.to),
                     bytes_text(e), codec_text(e.setting)});
   // Column widths from the contents: op and node names vary in length by model and cluster.

@@ -21,7 +21,9 @@ namespace fusion {
 /// How one direction of a cross-node edge is carried: its codec (compression/codec.hpp).
 using edge_setting = codec_settings;
 
-/// One direction of a graph edge whose producer and consumer run on different nodes.
+/// One direction of a graph edge whose producer and consumer run on different nodes. With stage
+/// replicas, one per pair (producer replica, consumer replica) that some route puts on
+/// different nodes; pipeline-only plans have replica 0 at both ends.
 struct plan_edge {
   uint64_t id = 0;              ///< unique within a run; never reused by a later plan
   bool forward = true;          ///< activation (producer -> consumer) or gradient (back)
@@ -29,6 +31,8 @@ struct plan_edge {
   int consumer = -1;            ///< graph node id of the op reading it
   int slot = -1;                ///< the consumer's input slot
   int consumer_index = -1;      ///< position of (consumer, slot) in the producer's consumers
+  int producer_replica = 0;     ///< replica of the producer op (placement::node_of(producer, r) == from or to)
+  int consumer_replica = 0;     ///< replica of the consumer op
   int from = -1, to = -1;       ///< cluster node indices: sender and receiver of this direction
   uint64_t bytes_per_micro_batch = 0;  ///< tensor bytes per micro-batch in this direction
   bool compressible = false;    ///< carries f32 tensors (codecs apply; token ids never compress)
@@ -44,9 +48,17 @@ uint64_t wire_bytes_per_micro_batch(const plan_edge& e);
 std::string codec_text(const edge_setting& s);
 
 /// Placement plus wiring.
+///
+/// With stage replicas (where.stages not empty) the runtime holds one op actor per (op, replica)
+/// on where.node_of(op, replica); micro-batch m goes through replica where.replica_of(op, m) of
+/// every op. An edge exists for every graph edge u -> w and every pair (replica_of(u, m),
+/// replica_of(w, m)) over the step's micro-batches whose nodes differ; pairs on one node (the ops
+/// of one replica of a stage) talk directly, as ops of one node always did.
 struct plan {
-  placement where;              ///< node of every graph node (inputs included)
-  std::vector<plan_edge> edges; ///< ordered by (producer, consumer_index, forward before backward)
+  placement where;              ///< node of every graph node (inputs included), replicas and routes
+  /// Ordered by (producer, consumer_index, producer_replica, consumer_replica, forward before
+  /// backward); without replicas exactly the pipeline plan's edges and ids.
+  std::vector<plan_edge> edges;
   uint64_t next_edge_id = 1;    ///< the id a later plan of this run starts from
 
   /// The edge with this id, or null.
@@ -54,13 +66,20 @@ struct plan {
   /// The edge carrying direction `forward` of the graph edge producer -> its consumer number
   /// `consumer_index`, or null when both ends share a node.
   const plan_edge* find(int producer, int consumer_index, bool forward) const;
-  /// Ops (graph node ids, inputs included) placed on cluster node `node`.
+  /// The same between replica `producer_replica` of the producer and `consumer_replica` of the
+  /// consumer, or null when both sit on one node or no route joins them.
+  const plan_edge* find(int producer, int consumer_index, bool forward, int producer_replica, int consumer_replica) const;
+  /// Ops (graph node ids, inputs included) with a replica on cluster node `node`.
   std::vector<int> ops_on(int node) const;
+  /// (op, replica) pairs whose actor runs on cluster node `node`, in graph order.
+  std::vector<std::pair<int, int>> replicas_on(int node) const;
 };
 
 /// The wiring of a placement: two plan_edges (forward and backward, consecutive ids from
-/// `first_id`) for every graph edge whose ends are on different nodes; bytes per micro-batch from
-/// the shapes `g` was loaded with. Throws std::invalid_argument when `where` does not cover `g`.
+/// `first_id`) for every graph edge whose ends are on different nodes (with replicas: for every
+/// replica pair a route uses whose nodes differ); bytes per micro-batch from the shapes `g` was
+/// loaded with. Throws std::invalid_argument when `where` does not cover `g` or its stages,
+/// stage_of_op and routes do not fit together.
 plan make_plan(const graph& g, placement where, uint64_t first_id = 1);
 
 /// Places `g` on `c` with the cluster file's policy, which receives `profile`, and wires it.
@@ -76,16 +95,31 @@ plan renumber(plan p, uint64_t first_id);
 /// their senders (and compression state) stay as they are.
 plan replan(const graph& g, const plan& before, placement where);
 
+/// One replica r >= 1 of an op that appears, goes or moves from one plan to the next.
+struct replica_change {
+  int op = -1;                  ///< graph node id
+  int replica = 0;              ///< >= 1 (replica 0 is node_of_op: moved_ops)
+  int from = -1;                ///< its node in the old plan, -1 when it is new
+  int to = -1;                  ///< its node in the new plan, -1 when it goes away
+  bool operator==(const replica_change& o) const {
+    return op == o.op && replica == o.replica && from == o.from && to == o.to;
+  }
+};
+
 /// What changes from one plan to the next. Edges are matched by (producer, consumer_index,
-/// direction): a match with other nodes is removed + added; with the same nodes but another id
-/// or setting it is changed.
+/// producer_replica, consumer_replica, direction): a match with other nodes is removed + added;
+/// with the same nodes but another id or setting it is changed.
 struct plan_diff {
-  std::vector<int> moved_ops;                              ///< graph node ids whose node changed
+  std::vector<int> moved_ops;                              ///< graph node ids whose node (replica 0) changed
   std::vector<std::pair<int, int>> moves;                  ///< (old, new) node of each moved_ops entry
+  std::vector<replica_change> replicas;                    ///< replicas >= 1 added, removed or moved, by (op, replica)
+  bool routes_changed = false;                             ///< micro-batches take other routes
   std::vector<plan_edge> added;                            ///< in the new plan only
   std::vector<plan_edge> removed;                          ///< in the old plan only
   std::vector<std::pair<plan_edge, plan_edge>> changed;    ///< (old, new)
-  bool empty() const { return moved_ops.empty() && added.empty() && removed.empty() && changed.empty(); }
+  bool empty() const {
+    return moved_ops.empty() && replicas.empty() && !routes_changed && added.empty() && removed.empty() && changed.empty();
+  }
 };
 
 /// The difference between `before` and `after` (plans of the same graph).

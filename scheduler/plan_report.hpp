@@ -13,9 +13,14 @@
 
 namespace fusion {
 
-/// One stage: a cluster node and the ops placed on it.
+/// One stage on one node: a cluster node and the ops placed on it. With stage replicas, one
+/// entry per replica (stage and replica say which).
 struct stage_report {
   int node = -1;                 ///< cluster node index
+  int stage = 0;                 ///< pipeline stage (index among the stages, in pipeline order)
+  int replica = 0;               ///< which replica of the stage this node holds
+  int replicas = 1;              ///< replicas of the stage
+  int micro_batches = 0;         ///< micro-batches of a step routed through this node
   std::vector<int> ops;          ///< compute ops (graph ids, graph order)
   double compute_s = 0;          ///< predicted op seconds per step (all micro-batches, updates)
   double memory_bytes = 0;       ///< predicted bytes its ops hold
@@ -23,7 +28,7 @@ struct stage_report {
 };
 
 /// One graph edge whose ends sit on different nodes (the forward direction; the gradient of the
-/// same size goes back).
+/// same size goes back); with replicas one per replica pair that a route joins.
 struct cut_report {
   int producer = -1, consumer = -1;  ///< graph node ids
   int from = -1, to = -1;            ///< cluster node indices
@@ -37,6 +42,11 @@ struct plan_report {
   std::vector<stage_report> stages;  ///< nodes with ops, in pipeline order (by first op)
   std::vector<int> idle_nodes;       ///< nodes without ops
   std::vector<cut_report> cuts;
+  int nodes_used = 0;                ///< nodes that hold ops
+  int stage_count = 0;               ///< pipeline stages (a replicated stage counts once)
+  double allreduce_bytes = 0;        ///< step_estimate's all-reduce figures (0 without replicas)
+  double allreduce_s = 0;
+  double allreduce_exposed_s = 0;
   double step_s = 0;
   double pipeline_s = 0, optimizer_s = 0;
   double tokens_per_s = 0;           ///< tokens_per_step / step_s (images for an image model)

@@ -20,7 +20,8 @@ std::string cluster_bin() { return std::string(FUSION_BINARY_DIR) + "/apps/fusio
 TEST_CASE("apps/fusion-cluster: plan predicts a 48-GPU cluster, in JSON and as a table") {
   const std::string args =
       " plan configs/clusters/paper-48-b.pbtxt --model configs/models/gpt2-124m.pbtxt --batch 32 --micro-batches 8";
-  auto json_run = run_in_source(cluster_bin() + args + " --json");
+  // The JSON of the replica-aware policy: replicas, nodes used and the pipeline-only prediction.
+  auto json_run = run_in_source(cluster_bin() + args + " --policy opfence-replicas --json");
   INFO(json_run.output);
   REQUIRE(json_run.status == 0);
   auto j = nlohmann::json::parse(json_run.output.substr(json_run.output.find('{')));
@@ -30,14 +31,18 @@ TEST_CASE("apps/fusion-cluster: plan predicts a 48-GPU cluster, in JSON and as a
   CHECK(j["tokens_per_s"].get<double>() > 0);
   REQUIRE(!j["fences"].empty());
   CHECK(j["chain"].size() <= 48);
-  // Every op on exactly one stage; no stage beyond its node's stated memory.
+  // Every op on exactly one stage (a replica repeats its stage's ops); no stage beyond its node's
+  // stated memory.
   std::set<std::string> ops;
   size_t count = 0;
   for (auto& s : j["stages"]) {
+    CHECK(s["memory_bytes"].get<double>() <= s["capacity_bytes"].get<double>());
+    if (s["replica"].get<int>() > 0) continue;
     for (auto& op : s["ops"]) ops.insert(op.get<std::string>());
     count += s["ops"].size();
-    CHECK(s["memory_bytes"].get<double>() <= s["capacity_bytes"].get<double>());
   }
+  CHECK(j["nodes_used"].get<int>() == static_cast<int>(j["stages"].size()));
+  CHECK(j["pipeline_step_s"].get<double>() >= j["step_s"].get<double>());
   CHECK(count == ops.size());
   CHECK(ops.count("wte") == 1);
   CHECK(ops.count("loss") == 1);
@@ -48,6 +53,7 @@ TEST_CASE("apps/fusion-cluster: plan predicts a 48-GPU cluster, in JSON and as a
   CHECK(text.output.find("policy opfence, rates stated by the cluster file") != std::string::npos);
   CHECK(text.output.find("fences:") != std::string::npos);
   CHECK(text.output.find("predicted step") != std::string::npos);
+  CHECK(text.output.find("replicas:") == std::string::npos);  // the default plans no replicas
 
   // The even baseline is predicted slower on this cluster of mixed GPUs and 8 Mbit/s links.
   auto even = run_in_source(cluster_bin() + args + " --policy even --json");

@@ -15,6 +15,7 @@
 #include "scheduler/estimator.hpp"
 #include "scheduler/plan.hpp"
 #include "scheduler/profile.hpp"
+#include "tests/scheduler/chain_model.hpp"
 
 namespace fusion {
 namespace {
@@ -23,18 +24,7 @@ std::string src(const std::string& rel) { return std::string(FUSION_SOURCE_DIR) 
 
 // Graph node ids: tokens 0, targets 1, wte 2, fc 3, lm_head 4, loss 5. At micro-batch 1 every
 // activation between wte and lm_head is 1x4x8 f32 = 128 bytes.
-const char* chain_model = R"(name: "chain"
-const { name: "V" value: 16 }
-const { name: "T" value: 4 }
-const { name: "C" value: 8 }
-input { name: "tokens"  shape: "B,T" dtype: I32 }
-input { name: "targets" shape: "B,T" dtype: I32 }
-node { name: "wte" op: "token_embedding" in: "tokens" attr { key: "vocab" value: "V" } attr { key: "dim" value: "C" } }
-node { name: "fc" op: "linear" in: "wte" attr { key: "out" value: "C" } attr { key: "bias" value: "false" } }
-node { name: "lm_head" op: "linear" in: "fc" attr { key: "out" value: "V" } attr { key: "bias" value: "false" } }
-node { name: "loss" op: "cross_entropy" in: "lm_head" in: "targets" }
-tokens: "tokens"  targets: "targets"  logits: "lm_head"  loss: "loss"
-)";
+const std::string chain_model = chain_model_text(16, 4, 8);
 
 // wte feeds fc and the residual add: cutting after wte sends its output twice. Graph node ids:
 // tokens 0, targets 1, wte 2, fc 3, res 4, lm_head 5, loss 6.
@@ -53,18 +43,7 @@ tokens: "tokens"  targets: "targets"  logits: "lm_head"  loss: "loss"
 )";
 
 // One linear big enough that arithmetic, not memory traffic, bounds it: 256x256 by 256x256.
-const char* matmul_model = R"(name: "matmul"
-const { name: "V" value: 16 }
-const { name: "T" value: 256 }
-const { name: "C" value: 256 }
-input { name: "tokens"  shape: "B,T" dtype: I32 }
-input { name: "targets" shape: "B,T" dtype: I32 }
-node { name: "wte" op: "token_embedding" in: "tokens" attr { key: "vocab" value: "V" } attr { key: "dim" value: "C" } }
-node { name: "fc" op: "linear" in: "wte" attr { key: "out" value: "C" } attr { key: "bias" value: "false" } }
-node { name: "lm_head" op: "linear" in: "fc" attr { key: "out" value: "V" } attr { key: "bias" value: "false" } }
-node { name: "loss" op: "cross_entropy" in: "lm_head" in: "targets" }
-tokens: "tokens"  targets: "targets"  logits: "lm_head"  loss: "loss"
-)";
+const std::string matmul_model = chain_model_text(16, 256, 256);
 
 // Nodes a0 (site a) and b0 (site b); with `same_site` also a1 on site a.
 cluster_spec two_sites(bool same_site = false) {

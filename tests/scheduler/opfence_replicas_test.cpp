@@ -1,0 +1,162 @@
+// OP-Fence with stage replicas: the cut DP with all-reduce and per-position memory still equals
+// brute force; groups follow fences; on a cluster with more nodes than a pipeline can use the
+// replica-aware plan uses them and is predicted faster; on the shipped topologies it is never
+// predicted slower than pipeline-only, and it is deterministic. Small models only: timing at
+// scale belongs to bench/opfence_bench.cpp.
+#include <doctest/doctest.h>
+
+#include <random>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "core/cluster.hpp"
+#include "core/graph.hpp"
+#include "scheduler/estimator.hpp"
+#include "scheduler/opfence.hpp"
+#include "scheduler/plan.hpp"
+#include "scheduler/profile.hpp"
+#include "tests/scheduler/chain_model.hpp"
+
+namespace fusion {
+namespace {
+
+std::string src(const std::string& rel) { return std::string(FUSION_SOURCE_DIR) + "/" + rel; }
+
+// Four compute ops, 256 wide at 64 rows: arithmetic-bound, with small parameters, so a pipeline
+// cannot use more than four nodes and replicas pay off.
+const std::string wide_model = chain_model_text(256, 64, 256);
+
+cut_problem random_group_problem(std::mt19937& rng, bool skip) {
+  std::uniform_int_distribution<int> k_dist(2, 4), n_dist(1, 7);
+  std::uniform_real_distribution<double> unit(0.0, 1.0);
+  const int kc = k_dist(rng), n = n_dist(rng);
+  cut_problem p;
+  p.allow_skip = skip;
+  p.compute_s.assign(kc, std::vector<double>(n));
+  p.reduce_s.assign(kc, std::vector<double>(n));
+  p.memory_at.assign(kc, std::vector<double>(n));
+  for (int k = 0; k < kc; ++k)
+    for (int i = 0; i < n; ++i) {
+      p.compute_s[k][i] = 5 * unit(rng);
+      p.reduce_s[k][i] = unit(rng) < 0.5 ? 0.0 : 5 * unit(rng);
+      p.memory_at[k][i] = 1 + 10 * unit(rng);
+    }
+  p.cross_bytes.assign(n, 0.0);
+  for (int i = 1; i < n; ++i) p.cross_bytes[i] = 1e6 * unit(rng);
+  p.seconds_per_byte.assign(kc, std::vector<double>(kc, 0.0));
+  p.latency_s.assign(kc, std::vector<double>(kc, 0.0));
+  for (int a = 0; a < kc; ++a)
+    for (int b = a + 1; b < kc; ++b) {
+      p.seconds_per_byte[a][b] = unit(rng) * 5e-6;
+      p.latency_s[a][b] = unit(rng) * 0.5;
+    }
+  p.memory_bytes.assign(n, 1e9);  // ignored: memory_at decides
+  p.capacity_bytes.assign(kc, 0.0);
+  if (unit(rng) < 0.6)
+    for (auto& cap : p.capacity_bytes) cap = 10 + 30 * unit(rng);
+  return p;
+}
+
+TEST_CASE("scheduler/opfence-replicas: the cut DP with all-reduce and per-position memory equals brute force") {
+  std::mt19937 rng(29);
+  int feasible = 0;
+  for (int round = 0; round < 300; ++round) {
+    cut_problem p = random_group_problem(rng, round % 2 == 1);
+    INFO("round " << round);
+    cut_solution dp = solve_cuts(p), brute = brute_force_cuts(p);
+    REQUIRE(dp.feasible == brute.feasible);
+    if (!dp.feasible) continue;
+    ++feasible;
+    CHECK(dp.bottleneck == brute.bottleneck);
+    CHECK(dp.total == doctest::Approx(brute.total).epsilon(1e-9));
+  }
+  CHECK(feasible > 100);
+  // A stage costs the larger of its compute and its all-reduce.
+  cut_problem one;
+  one.compute_s = {{1, 1}};
+  one.reduce_s = {{3, 0.5}};
+  one.cross_bytes = {0, 0};
+  one.seconds_per_byte = {{0}};
+  one.latency_s = {{0}};
+  one.memory_bytes = {1, 1};
+  one.capacity_bytes = {0};
+  CHECK(evaluate_cuts(one, {0, 0}).bottleneck == doctest::Approx(3.5));
+}
+
+TEST_CASE("scheduler/opfence-replicas: groups of a chain stay inside fences unless told to span them") {
+  std::vector<std::vector<int>> fences = {{0, 1, 2}, {3, 4}};
+  std::vector<int> chain = {2, 1, 0, 3, 4};
+  CHECK(replica_groups(chain, fences, 2, false) == std::vector<std::vector<int>>{{2, 1}, {0}, {3, 4}});
+  CHECK(replica_groups(chain, fences, 2, true) == std::vector<std::vector<int>>{{2, 1}, {0, 3}, {4}});
+  CHECK(replica_groups(chain, fences, 8, false) == std::vector<std::vector<int>>{{2, 1, 0}, {3, 4}});
+  CHECK(replica_groups(chain, fences, 1, false).size() == 5);
+}
+
+cluster_spec equal_nodes(int count) {
+  std::string text = "name: \"eq\"\nsite { name: \"a\" }\n";
+  for (int k = 0; k < count; ++k) text += "node { name: \"n" + std::to_string(k) + "\" site: \"a\" gflops: 20 }\n";
+  return parse_cluster(text, "eq.pbtxt");
+}
+
+int nodes_used(const placement& p, int cluster_nodes) {
+  std::set<int> used;
+  for (size_t op = 0; op < p.node_of_op.size(); ++op)
+    for (int r = 0; r < p.replicas(static_cast<int>(op)); ++r) used.insert(p.node_of(static_cast<int>(op), r));
+  (void)cluster_nodes;
+  return static_cast<int>(used.size());
+}
+
+TEST_CASE("scheduler/opfence-replicas: more nodes than a pipeline can use become replicas") {
+  graph g = parse_graph(wide_model, "wide.pbtxt", 1);
+  cluster_spec c = equal_nodes(8);
+  cluster_profile prof = profile_from_cluster(c);
+  prof.micro_batches = 8;
+  workload_estimator est(g, c, prof);
+  opfence_options pipeline_only, with_replicas;
+  with_replicas.replicas = true;
+  opfence_report a, b;
+  placement pa = opfence_place(est, pipeline_only, &a);
+  placement pb = opfence_place(est, with_replicas, &b);
+  CHECK(!pa.replicated());
+  CHECK(nodes_used(pa, 8) <= 4);  // four compute ops: at most one node each
+  REQUIRE(pb.replicated());
+  CHECK(b.replicated);
+  CHECK(nodes_used(pb, 8) > nodes_used(pa, 8));
+  CHECK(b.pipeline_step_s == doctest::Approx(a.estimate.step_s));
+  CHECK(b.estimate.step_s < 0.75 * a.estimate.step_s);
+  // The report's step is the plan's.
+  CHECK(est.simulate(make_plan(g, pb)).step_s == doctest::Approx(b.estimate.step_s));
+  // The policy names: "opfence-replicas" plans replicas, "opfence" (the default) does not.
+  c.placement.policy = placement_policy::opfence_replicas;
+  CHECK(place_ops(g, c, prof).replicated());
+  c.placement.policy = placement_policy::opfence;
+  CHECK(!place_ops(g, c, prof).replicated());
+  CHECK(find_placement_policy("opfence-replicas") == placement_policy::opfence_replicas);
+  CHECK(!find_placement_policy("opfence-pipeline"));
+}
+
+TEST_CASE("scheduler/opfence-replicas: never predicted slower than pipeline-only, and deterministic") {
+  graph g = load_graph(src("configs/models/gpt-char-tiny.pbtxt"), 2);
+  for (const char* file : {"local-2", "local-3", "sites-3", "sites-2-slow", "sites-4-pairs", "sites-6-tiers"}) {
+    CAPTURE(file);
+    cluster_spec c = load_cluster(src(std::string("configs/clusters/") + file + ".pbtxt"));
+    cluster_profile prof = profile_from_cluster(c);
+    prof.micro_batches = 4;
+    workload_estimator est(g, c, prof);
+    opfence_options o;
+    o.replicas = true;
+    opfence_report pipeline, replicas, again;
+    opfence_place(est, {}, &pipeline);
+    placement p = opfence_place(est, o, &replicas);
+    placement q = opfence_place(est, o, &again);
+    CHECK(replicas.estimate.step_s <= pipeline.estimate.step_s);
+    CHECK(replicas.pipeline_step_s == pipeline.estimate.step_s);
+    CHECK(p.node_of_op == q.node_of_op);
+    CHECK(p.routes == q.routes);
+    CHECK(p.stage_of_op == q.stage_of_op);
+  }
+}
+
+}  // namespace
+}  // namespace fusion
