@@ -47,7 +47,7 @@ while [[ $# -gt 0 ]]; do
     --run) run=$2; shift 2 ;;
     --build) build=$2; shift 2 ;;
     --out) out=$2; shift 2 ;;
-    --smoke) rounds=1 steps=4 warmup=1 topologies=sites-3 configs=even+none,opfence+none smoke=1 alone=0; shift ;;
+    --smoke) rounds=1 steps=4 warmup=1 topologies=sites-3 configs=even+none,opfence+none smoke=1; shift ;;
     --no-alone) alone=0; shift ;;
     -h|--help) sed -n '2,34p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "geo_bench: unknown option '$1' (try --help)" >&2; exit 2 ;;

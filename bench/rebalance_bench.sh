@@ -40,7 +40,8 @@ tag=frb port=$((20000 + RANDOM % 20000)) metrics=$work/metrics.jsonl
 admin() { "$build/apps/fusion-admin" "127.0.0.1:$port" --security.certs="$work/certs" --json --timeout 60 -c "$1"; }
 # The last step record of the metrics, read as JSON (a line still being written is left out).
 last_step() {
-  tail -n 4 "$metrics" 2>/dev/null | python3 -c '
+  # (pipefail: a metrics file not written yet must not add a second "0")
+  { tail -n 4 "$metrics" 2>/dev/null || true; } | python3 -c '
 import json, sys
 step = 0
 for line in sys.stdin:
@@ -50,7 +51,7 @@ for line in sys.stdin:
         continue
     if r.get("type") == "step":
         step = r["step"]
-print(step)' || echo 0
+print(step)'
 }
 FUSION_BIN=$build/apps scripts/run-sites.sh --cluster configs/clusters/sites-3.pbtxt --run configs/runs/char-sites.ini \
   --tag "$tag" --subnet 10.79.0 --logs "$work" --certs "$work/certs" -- \

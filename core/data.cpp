@@ -274,7 +274,8 @@ std::string read_text_file(const std::string& path) {
   if (!f) {
     if (errno == ENOENT) {
       // Only the shipped corpus comes from scripts/get-data.sh; a user's own file is simply missing.
-      const bool shipped = path.size() >= 11 && path.compare(path.size() - 11, 11, "data/kjv.txt") == 0;
+      const std::string_view corpus = "data/kjv.txt";
+      const bool shipped = path.size() >= corpus.size() && path.compare(path.size() - corpus.size(), corpus.size(), corpus) == 0;
       throw std::runtime_error("corpus file " + path + " not found" +
                                (shipped ? ": run scripts/get-data.sh" : ": check data.file (or --data.file)"));
     }

@@ -35,7 +35,7 @@ TEST_CASE("cli errors: fusion-train's value mistakes are said in plain words wit
       {"--train.seed=-1", "bad value in '--train.seed=-1': train.seed takes a whole number of at least 0"},
       {"--optim.lr=abc", "bad value in '--optim.lr=abc': optim.lr takes a number, e.g. 0.001"},
       {"--optim.lr=1", "optim.lr takes a real number with a decimal point, e.g. 1.0 (as in INI files)"},
-      {"--cluster.policy=evn", "cluster.policy must be one of opfence, even, explicit, got \"evn\" (did you mean 'even'?)"},
+      {"--cluster.policy=evn", "cluster.policy must be one of opfence, even, explicit, opfence-replicas, got \"evn\" (did you mean 'even'?)"},
       {"--compression.mode=tpok", "compression.mode must be"},
       {"--train.stepz=5", "unknown option '--train.stepz' (did you mean '--train.steps'?)"},
   };
