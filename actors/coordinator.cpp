@@ -247,18 +247,23 @@ static status check_node_proof(coordinator_state& st, const node_hello& h) {
   return {};
 }
 
+status check_node_identity(coordinator_state& st, const node_hello& h) {
+  if (h.version != wire_protocol_version)
+    return fusion::fail("node '" + h.name + "' speaks protocol version " + std::to_string(h.version) +
+                        ", this coordinator speaks " + std::to_string(wire_protocol_version) + ": run the same build");
+  if (auto admitted = check_node_proof(st, h); !admitted) return admitted;
+  if (st.in->cluster.find_node(h.name) < 0)
+    return fusion::fail("node '" + h.name + "' is not in cluster file " + st.in->cluster.file);
+  return {};
+}
+
 caf::result<welcome_atom, int32_t, uint32_t> on_hello(coord_ptr self, node_hello& h, node_actor& node) {
   auto& st = self->state;
   const auto& cluster = st.in->cluster;
   std::string why;
   int idx = cluster.find_node(h.name);
-  if (h.version != wire_protocol_version)
-    why = "node '" + h.name + "' speaks protocol version " + std::to_string(h.version) + ", this coordinator speaks " +
-          std::to_string(wire_protocol_version) + ": run the same build";
-  else if (auto admitted = check_node_proof(st, h); !admitted)
-    why = admitted.error();
-  else if (idx < 0)
-    why = "node '" + h.name + "' is not in cluster file " + cluster.file;
+  if (auto identity = check_node_identity(st, h); !identity)
+    why = identity.error();
   else if (st.members.nodes[idx])
     why = "node '" + h.name + "' has already joined";
   else if (!same_device(h.device.substr(0, h.device.find(' ')), cluster.nodes[idx].device))

@@ -43,7 +43,10 @@ caf::result<caf::message> out_of_phase(coord_ptr self, caf::message_view& x) {
   const auto phase = to_string(self->state.phase);
   auto msg = x.copy_content_to_message();
   if (msg.match_elements<hello_atom, node_hello, node_actor>()) {
-    const auto why = "node '" + msg.get_as<node_hello>(1).name + "' comes too late: the run is " + phase;
+    // Who the node is comes first: a node of another cluster should hear that, not "too late".
+    const auto& h = msg.get_as<node_hello>(1);
+    auto identity = check_node_identity(self->state, h);
+    const auto why = identity ? "node '" + h.name + "' comes too late: the run is " + phase : identity.error();
     std::fprintf(stderr, "fusion-train: refused a node: %s\n", why.c_str());
     return make_error(fusion_errc::refused, why);
   }

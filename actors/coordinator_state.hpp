@@ -27,6 +27,7 @@
 #include "actors/errors.hpp"
 #include "actors/messages.hpp"
 #include "actors/scheduler_actor.hpp"
+#include "base/result.hpp"
 #include "compression/adaptive.hpp"
 #include "core/step_machine.hpp"
 #include "scheduler/estimator.hpp"
@@ -178,6 +179,9 @@ void request_stop(coord_ptr self);
 void join_timed_out(coord_ptr self);
 /// Every node has joined (or one process): profile, place, spawn and wire, then ready.
 void plan_and_wire(coord_ptr self);
+/// Whether a hello comes from a node this run may admit at all: the same protocol version, a
+/// valid proof (with credentials), a name of the cluster file. Phase and device are checked apart.
+status check_node_identity(coordinator_state& st, const node_hello& h);
 /// A node's hello: welcomed with its index, or refused saying why.
 caf::result<welcome_atom, int32_t, uint32_t> on_hello(coord_ptr self, node_hello& h, node_actor& node);
 /// Admin queries and commands only from this process (the admin actor, the session).

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The README's main command: installs dependencies, fetches the corpus, builds, and trains the
-# small character GPT over three emulated sites (configs/clusters/sites-3.pbtxt): one
+# The README's main command: installs dependencies, fetches the corpus, builds, makes the BPE
+# tokenizer and token shards (scripts/prepare-bpe.sh, seconds), and trains the small BPE GPT
+# (configs/runs/bpe-sites.ini) over three emulated sites (configs/clusters/sites-3.pbtxt): one
 # fusion-node process per site inside its own network namespace, links shaped to 1000, 100 and
 # 8 Mbit/s, the coordinator outside (scripts/run-sites.sh; loopback without shaping when not
 # root). Every connection is mutual TLS with certificates made for the run (runs/sites/certs).
@@ -14,6 +15,7 @@ cd "$(dirname "$0")/.."
 ./scripts/setup.sh
 ./scripts/get-data.sh data
 ./scripts/build.sh
+./scripts/prepare-bpe.sh
 status=0
 if [[ " $* " != *" --resume"* && " $* " != *" --force"* ]] &&
    [[ -s runs/sites/metrics.jsonl || -e runs/sites/checkpoints/latest ]]; then
@@ -24,7 +26,7 @@ if [[ " $* " != *" --resume"* && " $* " != *" --force"* ]] &&
   done
   echo "run-main.sh: the earlier run's checkpoints and metrics are kept in $keep"
 fi
-./scripts/run-sites.sh --cluster configs/clusters/sites-3.pbtxt --run configs/runs/char-sites.ini -- "$@" || status=$?
+./scripts/run-sites.sh --cluster configs/clusters/sites-3.pbtxt --run configs/runs/bpe-sites.ini -- "$@" || status=$?
 # The run's curves (loss, tokens/s, measured and predicted step time): runs/sites/metrics.png.
 [[ -s runs/sites/metrics.jsonl ]] && { ./scripts/plot.sh runs/sites/metrics.jsonl || true; }
 exit "$status"

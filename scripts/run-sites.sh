@@ -169,6 +169,8 @@ else
 fi
 
 # ---- nodes -------------------------------------------------------------------------------------
+# `scripts/sites.sh throttle NODE` finds this run's nodes by this mark, not by name alone.
+export FUSION_SITES_TAG=$tag
 while read -r kind name site device share; do
   [[ $kind == node ]] || continue
   share=${share:-0}

@@ -213,8 +213,13 @@ do_throttle() {
   else die "throttle: no cgroup cpu controller here"; fi
   if [[ ! -d $dir ]]; then
     # The node ran uncapped: give it a cgroup and move it in (scripts/run-sites.sh removes it).
-    pids=$(pgrep -f -- "fusion-node .*--node.name=$node( |$)" || true)
-    [[ -n $pids ]] || die "throttle: no running fusion-node named '$node' (and no cgroup $dir)"
+    # Only a node of this run: other runs on the machine may have a node of the same name, and
+    # run-sites.sh marks its nodes with FUSION_SITES_TAG in their environment.
+    pids=""
+    for pid in $(pgrep -f -- "fusion-node .*--node.name=$node( |$)" || true); do
+      tr '\0' '\n' <"/proc/$pid/environ" 2>/dev/null | grep -qx "FUSION_SITES_TAG=$tag" && pids+="$pid "
+    done
+    [[ -n $pids ]] || die "throttle: no running fusion-node named '$node' in a run with --tag $tag (and no cgroup $dir)"
     mkdir "$dir"
     for pid in $pids; do echo "$pid" >"$dir/cgroup.procs"; done
   fi

@@ -8,7 +8,8 @@
 #  2. a long run interrupted like Ctrl-C (SIGINT to its process group) after two steps: b1 was
 #     throttled (cpu.stat nr_throttled > 0), and the cgroup and the processes are gone after;
 #     while it runs, `scripts/sites.sh throttle` caps the uncapped a1 at 0.25 (a new cgroup holding
-#     its node) and uncaps b1, and refuses an unknown node;
+#     its node, and not a process of the same name from another run) and uncaps b1, and refuses an
+#     unknown node;
 #  3. --no-caps: no cgroup, and the script says the caps are ignored.
 # Without root or without a cgroup cpu controller it says why and exits 77 (ctest: skipped).
 #
@@ -126,12 +127,18 @@ done
 throttled=$(awk '$1 == "nr_throttled" { print $2 }' "$cg/cpu.stat" 2>/dev/null)
 echo "b1 after $steps_seen steps: nr_throttled ${throttled:-?} ($(grep throttled_ "$cg/cpu.stat" 2>/dev/null | tr '\n' ' '))"
 [[ ${throttled:-0} -gt 0 ]] || fail "b1 was never throttled (nr_throttled '${throttled:-}'): the cap does not hold"
-# A changing world (scripts/sites.sh throttle): cap the uncapped a1 mid-run, uncap b1.
+# A changing world (scripts/sites.sh throttle): cap the uncapped a1 mid-run, uncap b1. A decoy
+# named like a fusion-node a1 of another run on this machine (ctest runs tests side by side) must
+# stay where it is.
+bash -c 'exec -a "fusion-node --node.name=a1" sleep 120' &
+decoy=$!
 "$src/scripts/sites.sh" throttle a1 0.25 --tag "$tag" 2>>"$work/throttle.log" || fail "throttle a1 0.25: $(cat "$work/throttle.log")"
 a1_pid=$(cat "$cg_a/cgroup.procs" 2>/dev/null | head -n 1)
 [[ -n $a1_pid ]] && tr '\0' ' ' <"/proc/$a1_pid/cmdline" | grep -q -- '--node.name=a1' ||
   fail "a1's fusion-node is not in $cg_a after throttle"
 [[ $(quota_of "$cg_a") == "25000 100000" ]] || fail "quota of $cg_a after throttle: '$(quota_of "$cg_a")'"
+grep -qx "$decoy" "$cg_a/cgroup.procs" 2>/dev/null && fail "throttle a1 moved another run's a1 (pid $decoy) into $cg_a"
+kill "$decoy" 2>/dev/null; wait "$decoy" 2>/dev/null
 "$src/scripts/sites.sh" throttle b1 0 --tag "$tag" 2>>"$work/throttle.log" || fail "throttle b1 0"
 [[ $(quota_of "$cg") == "-1 100000" || $(quota_of "$cg") == "max 100000" ]] || fail "b1 not uncapped: '$(quota_of "$cg")'"
 "$src/scripts/sites.sh" throttle zz 0.5 --tag "$tag" >/dev/null 2>&1 && fail "throttle of an unknown node accepted"
