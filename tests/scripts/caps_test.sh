@@ -6,7 +6,8 @@
 #     b1's fusion-node (and nothing else), a1 has no cgroup; afterwards the run succeeded and the
 #     cgroup is gone;
 #  2. a long run interrupted like Ctrl-C (SIGINT to its process group) after two steps: b1 was
-#     throttled (cpu.stat nr_throttled > 0), and the cgroup and the processes are gone after;
+#     throttled (cpu.stat nr_throttled > 0; on a machine too loaded to give b1 even its half core,
+#     it at least never used more than its cap), and the cgroup and the processes are gone after;
 #     while it runs, `scripts/sites.sh throttle` caps the uncapped a1 at 0.25 (a new cgroup holding
 #     its node, and not a process of the same name from another run) and uncaps b1, and refuses an
 #     unknown node;
@@ -124,9 +125,27 @@ for _ in $(seq 600); do
   sleep 0.1
 done
 ((steps_seen >= 2)) || fail "run 2 did not reach step 2"
-throttled=$(awk '$1 == "nr_throttled" { print $2 }' "$cg/cpu.stat" 2>/dev/null)
-echo "b1 after $steps_seen steps: nr_throttled ${throttled:-?} ($(grep throttled_ "$cg/cpu.stat" 2>/dev/null | tr '\n' ' '))"
-[[ ${throttled:-0} -gt 0 ]] || fail "b1 was never throttled (nr_throttled '${throttled:-}'): the cap does not hold"
+# b1 is throttled once it asks for more than its half core in a period. On a machine loaded by
+# other work (ctest -j, builds) it may not even get half a core: then nothing can be throttled,
+# and the check is whether it used more than its cap without being throttled.
+b1_pid=$(head -n 1 "$cg/cgroup.procs" 2>/dev/null)
+cpu_ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat" 2>/dev/null || echo 0; }
+ticks0=$(cpu_ticks "$b1_pid") t0=$(date +%s.%N)
+for _ in $(seq 100); do
+  throttled=$(awk '$1 == "nr_throttled" { print $2 }' "$cg/cpu.stat" 2>/dev/null)
+  [[ ${throttled:-0} -gt 0 ]] && break
+  sleep 0.1
+done
+used=$(awk -v a="$ticks0" -v b="$(cpu_ticks "$b1_pid")" -v t0="$t0" -v t1="$(date +%s.%N)" -v hz="$(getconf CLK_TCK)" \
+  'BEGIN { printf "%.2f", (b - a) / hz / (t1 - t0) }')
+echo "b1 after $steps_seen steps: nr_throttled ${throttled:-?} ($(grep throttled_ "$cg/cpu.stat" 2>/dev/null | tr '\n' ' ')), using $used core"
+if [[ ${throttled:-0} -eq 0 ]]; then
+  if awk -v u="$used" 'BEGIN { exit !(u > 0.6) }'; then
+    fail "b1 used $used core and was never throttled (nr_throttled '${throttled:-}'): the cap does not hold"
+  else
+    echo "note: b1 got only $used core of this loaded machine, below its cap: no throttling to observe"
+  fi
+fi
 # A changing world (scripts/sites.sh throttle): cap the uncapped a1 mid-run, uncap b1. A decoy
 # named like a fusion-node a1 of another run on this machine (ctest runs tests side by side) must
 # stay where it is.
