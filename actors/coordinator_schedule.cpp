@@ -1,5 +1,5 @@
-// The coordinator's side of live rebalancing (docs/migration.md): every scheduler.every steps it
-// hands the scheduler actor (actors/scheduler_actor.hpp) a snapshot of the refined estimator and
+// The coordinator's side of live rebalancing (docs/migration.md): at step scheduler.first (once)
+// and every scheduler.every steps it hands the scheduler actor (actors/scheduler_actor.hpp) a snapshot of the refined estimator and
 // the running plan, logs and records each verdict, and queues the migration for the next step
 // boundary when the verdict says migrate. The admin commands plan, rebalance, scheduler and set.
 #include <nlohmann/json.hpp>
@@ -42,6 +42,7 @@ json verdict_json(coord_ptr self, const schedule_verdict& v) {
   auto& st = self->state;
   const auto& d = v.decision;
   json out = {{"step", v.step}};
+  if (v.first) out["first"] = true;
   if (!v.error.empty()) {
     out["verdict"] = "none";
     out["reason"] = "re-planning failed: " + v.error;
@@ -76,7 +77,7 @@ void on_verdict(coord_ptr self, verdict_ptr v, const plan& judged) {
   const std::string line = "scheduler at step " + std::to_string(v->step) + ": " + rec["verdict"].get<std::string>() +
                            ": " + rec["reason"].get<std::string>();
   st.rebalance.last_verdict = line;
-  if (migrate_now || v->decision.what == rebalance_decision::verdict::wait || !v->error.empty())
+  if (migrate_now || v->first || v->decision.what == rebalance_decision::verdict::wait || !v->error.empty())
     log_info("fusion-train", line);
   if (!migrate_now || st.phase == run_phase::failed) return;
   // The plan may have changed since the snapshot (an admin move): that verdict is stale.
@@ -93,13 +94,18 @@ void on_verdict(coord_ptr self, verdict_ptr v, const plan& judged) {
 void maybe_reschedule(coord_ptr self) {
   auto& st = self->state;
   const auto& s = st.rebalance.settings;
+  const int64_t step = st.train.step;
   // The estimator learns from step 3 on (observe_step).
-  if (!s.enabled || !opfence_run(st) || st.train.step < 3 || st.train.step % s.every != 0 || st.train.step >= st.in->cfg.steps) return;
+  if (!s.enabled || !opfence_run(st) || step < 3 || step >= st.in->cfg.steps) return;
+  const bool first = s.first > 0 && step == s.first;
+  if (!first && step % s.every != 0) return;
   // Moved ops are judged by what they measure on their new node, once they have settled there.
   std::erase_if(st.rebalance.settling, [&](const auto& kv) { return kv.second < st.train.step; });
   if (st.rebalance.in_flight || st.rebalance.migration || !st.rebalance.settling.empty()) return;
   auto snap = snapshot(self, true);
   if (!snap) return;
+  snap->first = first;
+  snap->remaining = st.in->cfg.steps - step;
   st.rebalance.in_flight = true;
   auto judged = std::make_shared<plan>(st.exec.current);
   self->request(scheduler_of(self), caf::infinite, evaluate_atom::value, snapshot_ptr(snap))
@@ -121,7 +127,7 @@ std::optional<caf::result<std::string>> scheduler_command(coord_ptr self, const 
     return caf::result<std::string>(
         json{{"enabled", st.rebalance.settings.enabled}, {"applies", opfence_run(st)}, {"every", st.rebalance.settings.every},
              {"min_gain", st.rebalance.settings.min_gain}, {"horizon", st.rebalance.settings.horizon},
-             {"confirmations", st.rebalance.settings.confirmations}}
+             {"confirmations", st.rebalance.settings.confirmations}, {"first", st.rebalance.settings.first}}
             .dump());
   }
   if (verb == "set") {

@@ -515,7 +515,7 @@ void write_run_record(coord_ptr self) {
               {"flow.transport", c.transport}, {"flow.window", c.flow.window}, {"flow.chunk-kib", c.flow.chunk_bytes >> 10},
               {"scheduler.enabled", c.rebalance.enabled}, {"scheduler.every", c.rebalance.every},
               {"scheduler.min-gain", c.rebalance.min_gain}, {"scheduler.horizon", c.rebalance.horizon},
-              {"scheduler.confirmations", c.rebalance.confirmations}};
+              {"scheduler.confirmations", c.rebalance.confirmations}, {"scheduler.first", c.rebalance.first}};
   json rec = {{"type", "run"}, {"time", metrics_time()}, {"model", st.in->model.name},
               {"items", st.in->model.is_text() ? "tokens" : "images"},
               {"parameters", st.in->model.param_count()}, {"operators", st.in->model.nodes.size()},

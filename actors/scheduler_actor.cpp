@@ -14,18 +14,22 @@ scheduler_actor::behavior_type scheduler_fn(scheduler_actor::stateful_pointer<sc
       [=](evaluate_atom, snapshot_ptr& snap) -> verdict_ptr {
         auto out = std::make_shared<schedule_verdict>();
         out->step = snap->step;
+        out->first = snap->first;
         auto& judge = self->state.judge;
         // New settings (the admin's `set`) restart the confirmations.
         const auto& s = snap->settings;
         const auto& mine = judge.settings();
         if (s.every != mine.every || s.min_gain != mine.min_gain || s.horizon != mine.horizon ||
-            s.confirmations != mine.confirmations)
+            s.confirmations != mine.confirmations || s.first != mine.first)
           judge.configure(s);
         try {
           out->proposal = plan_compressed_run(snap->est, snap->est.profile(), snap->compression,
                                               snap->current.next_edge_id);
-          out->decision = snap->count ? judge.evaluate(snap->est, snap->current, out->proposal)
-                                      : judge.judge(snap->est, snap->current, out->proposal);
+          if (snap->first)
+            out->decision = judge.judge_first(snap->est, snap->current, out->proposal, snap->remaining);
+          else
+            out->decision = snap->count ? judge.evaluate(snap->est, snap->current, out->proposal)
+                                        : judge.judge(snap->est, snap->current, out->proposal);
         } catch (const std::exception& e) {
           out->error = e.what();
           judge.reset();

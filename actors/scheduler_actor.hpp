@@ -27,6 +27,10 @@ struct schedule_snapshot {
   rebalance_settings settings;
   int64_t step = 0;
   bool count = true;               ///< false: a look (the admin `plan`), the confirmations stay
+  /// The first re-plan (scheduler.first): judged by rebalancer::judge_first over the
+  /// `remaining` steps of the run, without confirmations.
+  bool first = false;
+  int64_t remaining = 0;
 };
 
 /// A verdict: the decision, the proposal it judged, or the reason there is none.
@@ -34,6 +38,7 @@ struct schedule_verdict {
   rebalance_decision decision;
   plan proposal;
   int64_t step = 0;
+  bool first = false;              ///< the first re-plan's (schedule_snapshot::first)
   std::string error;               ///< planning failed: the run goes on as it is
 };
 

@@ -219,6 +219,10 @@ struct train_app_config : table_config {
         {"scheduler", "horizon", "steps a migration's cost is spread over", &run.rebalance.horizon},
         {"scheduler", "confirmations", "evaluations in a row that must propose the same placement",
          &run.rebalance.confirmations},
+        {"scheduler", "first",
+         "the step of one early re-plan that moves without confirmations when the move repays itself "
+         "before the run ends (0: none)",
+         &run.rebalance.first},
         {"admin", "port", "publish the admin actor on this port for fusion-admin (0: off)", &admin_port, 65535},
         {"admin", "host", "address the admin actor listens on", &run.admin_host},
         {"metrics", "port",

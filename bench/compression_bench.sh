@@ -13,11 +13,11 @@
 #   bench/compression_bench.sh [--steps 600] [--eval-every 200] [--dense-steps 40] [--build build]
 #                              [--out runs/compression/STAMP] [--smoke]
 #
-# --smoke: 8 steps, evaluation every 4, 8 dense steps (the ctest bench_smoke_compression_bench;
+# --smoke: 8 steps, one evaluation of 2 batches at the end, 8 dense steps (the ctest bench_smoke_compression_bench;
 # without namespaces it exits 77, skipped).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-steps=600 eval_every=200 dense_steps=40 build=${BUILD_DIR:-build} out="" smoke=0
+steps=600 eval_every=200 eval_batches=8 dense_steps=40 build=${BUILD_DIR:-build} out="" smoke=0
 while [[ $# -gt 0 ]]; do
   case $1 in
     --steps) steps=$2; shift 2 ;;
@@ -25,7 +25,7 @@ while [[ $# -gt 0 ]]; do
     --dense-steps) dense_steps=$2; shift 2 ;;
     --build) build=$2; shift 2 ;;
     --out) out=$2; shift 2 ;;
-    --smoke) steps=8 eval_every=4 dense_steps=8 smoke=1; shift ;;
+    --smoke) steps=8 eval_every=8 eval_batches=2 dense_steps=8 smoke=1; shift ;;
     -h|--help) sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "compression_bench: unknown option '$1' (try --help)" >&2; exit 2 ;;
   esac
@@ -45,7 +45,7 @@ export FUSION_BIN=$build/apps FUSION_CLUSTER_BIN=$build/apps/fusion-cluster
 out=${out:-runs/compression/$(date +%Y%m%d-%H%M%S)}
 mkdir -p "$out"
 cluster=configs/clusters/sites-2-slow.pbtxt run=configs/runs/char-sites.ini
-common=(--train.eval-every="$eval_every" --train.eval-batches=8 --output.sample-chars=0 --output.checkpoint=
+common=(--train.eval-every="$eval_every" --train.eval-batches="$eval_batches" --output.sample-chars=0 --output.checkpoint=
         --runtime.quiet)
 
 # sites NAME STEPS ARGS...: a run over the emulated sites, metrics in $out/NAME.jsonl.
@@ -64,9 +64,9 @@ sites dense-sites "$dense_steps" --compression.mode=none
 sites topk "$steps" --compression.mode=topk --compression.ratio=0.1
 sites adatopk "$steps" --compression.mode=adatopk
 
-python3 - "$out" "$steps" "$eval_every" <<'PY' | tee "$out/table.txt"
+python3 - "$out" "$steps" "$eval_every" "$eval_batches" <<'PY' | tee "$out/table.txt"
 import json, sys
-out, steps, every = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+out, steps, every, eval_batches = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
 def rows(name):
     return [json.loads(l) for l in open(f"{out}/{name}.jsonl") if l.strip()]
 def val(name):
@@ -83,7 +83,7 @@ def wire(name):
 points = list(range(every, steps + 1, every))
 if steps not in points: points.append(steps)
 dense_val, dense_tps = val("dense"), tps("dense-sites")
-print(f"gpt-char-small on sites-2-slow (20 Mbit/s link crossed), {steps} steps; validation loss (8 batches)")
+print(f"gpt-char-small on sites-2-slow (20 Mbit/s link crossed), {steps} steps; validation loss ({eval_batches} batches)")
 print(f"{'run':<10}" + "".join(f"{'val@' + str(p):>10}" for p in points) + f"{'tokens/s':>10}{'x dense':>9}{'wire/dense':>12}{'final vs dense':>16}")
 results = []
 for name, label in (("dense", "dense"), ("topk", "topk 10%"), ("adatopk", "adatopk")):

@@ -22,6 +22,9 @@ status rebalance_settings::check() const {
                                at_least("horizon", static_cast<double>(horizon), 1),
                                at_least("confirmations", static_cast<double>(confirmations), 1)})
     if (!in_range) return in_range;
+  if (first != 0 && first < 3)
+    return fail("scheduler.first must be 0 (no early re-plan) or at least 3 (the estimator learns from step 3), got " +
+                std::to_string(first));
   if (!(min_gain >= 0 && min_gain < 1))
     return fail("scheduler.min-gain must be a fraction in [0, 1), e.g. 0.1 for 10%, got " + std::to_string(min_gain));
   return {};
@@ -52,12 +55,14 @@ status rebalance_settings::set(const std::string& key_in, const std::string& val
     parsed = whole(next.horizon);
   } else if (key == "confirmations") {
     parsed = whole(next.confirmations);
+  } else if (key == "first") {
+    parsed = whole(next.first);
   } else if (key == "min-gain") {
     if (!number) parsed = fail("scheduler.min-gain takes a number, got '" + value + "'");
     next.min_gain = v;
   } else {
     return fail("unknown setting '" + key_in + "' (scheduler.enabled, scheduler.every, scheduler.min-gain, "
-                "scheduler.horizon, scheduler.confirmations)");
+                "scheduler.horizon, scheduler.confirmations, scheduler.first)");
   }
   if (!parsed) return parsed;
   if (auto in_range = next.check(); !in_range) return in_range;
@@ -90,8 +95,12 @@ const char* to_string(rebalance_decision::verdict v) {
 
 rebalancer::rebalancer(rebalance_settings s) : settings_(s) {}
 
-rebalance_decision rebalancer::assess(const workload_estimator& est, const plan& current, const plan& target,
-                                      int64_t confirmed) const {
+namespace {
+
+// The judgement of assess and judge_first: the cost spread over `horizon` steps; moved to when it
+// gains more than min-gain and has been confirmed `needed` times.
+rebalance_decision weigh(const workload_estimator& est, const plan& current, const plan& target, int64_t confirmed,
+                         const rebalance_settings& settings, int64_t horizon_steps, int64_t needed, const char* prefix) {
   rebalance_decision d;
   d.target = target.where;
   for (size_t id = 0; id < current.where.node_of_op.size() && id < target.where.node_of_op.size(); ++id)
@@ -99,30 +108,42 @@ rebalance_decision rebalancer::assess(const workload_estimator& est, const plan&
   d.before_s = est.simulate(current).step_s;
   if (d.moved_ops.empty()) {
     d.after_s = d.before_s;
-    d.reason = "the re-planned placement is the running one (predicted step " + seconds_text(d.before_s) + ")";
+    d.reason = std::string(prefix) + "the re-planned placement is the running one (predicted step " +
+               seconds_text(d.before_s) + ")";
     return d;
   }
   d.after_s = est.simulate(target).step_s;
   d.cost_s = migration_cost_s(est, current.where, target.where);
-  const double horizon = static_cast<double>(settings_.horizon);
+  const double horizon = static_cast<double>(std::max<int64_t>(horizon_steps, 1));
   d.gain = d.before_s > 0 ? (d.before_s - d.after_s - d.cost_s / horizon) / d.before_s : 0;
-  d.confirmed = d.gain > settings_.min_gain ? confirmed : 0;
-  if (d.gain <= settings_.min_gain)
+  d.confirmed = d.gain > settings.min_gain ? confirmed : 0;
+  if (d.gain <= settings.min_gain)
     d.what = rebalance_decision::verdict::keep;
-  else if (d.confirmed < settings_.confirmations)
+  else if (d.confirmed < needed)
     d.what = rebalance_decision::verdict::wait;
   else
     d.what = rebalance_decision::verdict::migrate;
-  char buf[320];
+  char buf[360];
   std::snprintf(buf, sizeof buf,
-                "moving %zu op(s): predicted step %s -> %s, migration %s over %lld steps: gain %.1f%% (threshold "
+                "%smoving %zu op(s): predicted step %s -> %s, migration %s over %lld steps: gain %.1f%% (threshold "
                 "%.1f%%), confirmed %lld/%lld",
-                d.moved_ops.size(), seconds_text(d.before_s).c_str(), seconds_text(d.after_s).c_str(),
-                seconds_text(d.cost_s).c_str(), static_cast<long long>(settings_.horizon), d.gain * 100,
-                settings_.min_gain * 100, static_cast<long long>(d.confirmed),
-                static_cast<long long>(settings_.confirmations));
+                prefix, d.moved_ops.size(), seconds_text(d.before_s).c_str(), seconds_text(d.after_s).c_str(),
+                seconds_text(d.cost_s).c_str(), static_cast<long long>(horizon_steps), d.gain * 100,
+                settings.min_gain * 100, static_cast<long long>(d.confirmed), static_cast<long long>(needed));
   d.reason = buf;
   return d;
+}
+
+}  // namespace
+
+rebalance_decision rebalancer::assess(const workload_estimator& est, const plan& current, const plan& target,
+                                      int64_t confirmed) const {
+  return weigh(est, current, target, confirmed, settings_, settings_.horizon, settings_.confirmations, "");
+}
+
+rebalance_decision rebalancer::judge_first(const workload_estimator& est, const plan& current, const plan& proposal,
+                                           int64_t remaining_steps) const {
+  return weigh(est, current, proposal, 1, settings_, remaining_steps, 1, "first re-plan on measured steps: ");
 }
 
 rebalance_decision rebalancer::judge(const workload_estimator& est, const plan& current, const plan& proposal) const {

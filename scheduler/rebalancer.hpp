@@ -4,7 +4,9 @@
 // migration's cost (state bytes over the measured links) amortised over scheduler.horizon steps,
 // exceeds scheduler.min-gain of the step time, and only once the same proposal has come back
 // scheduler.confirmations evaluations in a row: measurements are noisy, and a scheduler that
-// follows every blip moves ops back and forth (Petals issue #389). Pure logic: no CAF.
+// follows every blip moves ops back and forth (Petals issue #389). The one exception is the first
+// re-plan (scheduler.first), once measured steps have corrected the join-time profile: it moves
+// when the gain repays the move within the run's remaining steps. Pure logic: no CAF.
 #pragma once
 
 #include <cstdint>
@@ -25,11 +27,16 @@ struct rebalance_settings {
   double min_gain = 0.10;   ///< scheduler.min-gain: relative step-time gain required after the cost
   int64_t horizon = 200;    ///< scheduler.horizon: steps a migration's cost is spread over
   int64_t confirmations = 3;///< scheduler.confirmations: evaluations in a row proposing the same placement
+  /// scheduler.first: the step of the one early re-plan (0: none; else at least 3, when the
+  /// estimator has learnt from a measured step). The join-time profile times each op alone on an
+  /// idle machine and can mislead the first plan; this re-plan moves without confirmations when
+  /// the gain repays the move within the run's remaining steps.
+  int64_t first = 4;
   /// Ok when every value is in range, else fails with a message naming the key, e.g.
   /// "scheduler.every must be at least 1, got 0".
   status check() const;
-  /// Sets one key ("every", "min-gain", "horizon", "confirmations", "enabled"; a "scheduler."
-  /// prefix is accepted) from text, or fails saying why not and leaves *this unchanged.
+  /// Sets one key ("every", "min-gain", "horizon", "confirmations", "first", "enabled"; a
+  /// "scheduler." prefix is accepted) from text, or fails saying why not and leaves *this unchanged.
   status set(const std::string& key, const std::string& value);
 };
 
@@ -75,6 +82,12 @@ class rebalancer {
   /// One target judged alone: `confirmed` is the count it reaches if it pays.
   rebalance_decision assess(const workload_estimator& est, const plan& current, const plan& target,
                             int64_t confirmed) const;
+
+  /// The first re-plan (scheduler.first): `proposal` judged with the migration's cost spread over
+  /// the `remaining_steps` of the run instead of the horizon, and moved to at once when it gains
+  /// more than min-gain (verdict migrate, confirmed 1), else keep. Touches no confirmation.
+  rebalance_decision judge_first(const workload_estimator& est, const plan& current, const plan& proposal,
+                                 int64_t remaining_steps) const;
 
   /// Forgets the proposal being confirmed (after any migration, or a manual move).
   void reset();

@@ -1,7 +1,8 @@
 // The live scheduler on fusion-node processes (actors/scheduler_actor.hpp): a node slowed to a
 // fifth of its speed mid-run loses its ops after the confirmations, every verdict is in the
-// metrics with its reason, the losses stay those of one process; and the admin commands plan,
-// rebalance, scheduler and set, with their errors.
+// metrics with its reason, the losses stay those of one process; a node slower than its join-time
+// profile loses its work at the first re-plan (scheduler.first), without confirmations; and the
+// admin commands plan, rebalance, scheduler and set, with their errors.
 #include <doctest/doctest.h>
 
 #include <nlohmann/json.hpp>
@@ -74,6 +75,7 @@ TEST_CASE("scheduler: a node slowed to a fifth loses its ops after the confirmat
   c.rebalance.every = 2;
   c.rebalance.confirmations = 2;
   c.rebalance.horizon = 100;
+  c.rebalance.first = 0;  // the confirmations are what this test watches (the first re-plan: below)
   std::string slowed;
   std::map<std::string, int> before;
   int fewest = 0;  // ops on the slowed node, the fewest seen while it was slow
@@ -122,6 +124,63 @@ TEST_CASE("scheduler: a node slowed to a fifth loses its ops after the confirmat
   CHECK(migrations >= 1);
   CHECK(reasons.find("wait migrate") != std::string::npos);  // confirmed, then moved
   // Migrations keep the arithmetic: the losses of one process.
+  const auto reference = losses_of(session(tiny_config(steps, 2)).train());
+  REQUIRE(got.size() == reference.size());
+  for (size_t i = 0; i < got.size(); ++i) CHECK(std::abs(got[i] - reference[i]) <= 1e-6 * std::abs(reference[i]));
+}
+
+TEST_CASE("scheduler: the first re-plan at step 4 moves work off a node slower than its profile, no confirmations") {
+  // The join-time profile sees three equal nodes; from step 1 on the busiest runs at a fifth of
+  // its speed. Regular evaluations are out of reach (every 1000 steps, 5 confirmations): only the
+  // first re-plan, on the measured steps 3 and 4, can move the work, and must do so at once.
+  const int steps = 14;
+  std::vector<child_process> nodes;
+  auto c = tiny_config(steps, 2);
+  on_nodes(c, write_cluster("sched-first", 3, ""), 3, nodes, "sched-first");
+  c.metrics_file = temp_path("sched-first-metrics.jsonl");
+  c.rebalance.every = 1000;
+  c.rebalance.confirmations = 5;
+  c.rebalance.first = 4;
+  std::string slowed;
+  std::map<std::string, int> before, after;
+  std::vector<double> got;
+  {
+    session s(c);
+    train_result r;
+    std::thread trainer([&] { r = s.train(); });
+    for (int i = 0; i < 3000 && step_of(s) < 1; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    before = ops_per_node(s);
+    for (auto& [node, n] : before)
+      if (slowed.empty() || n > before[slowed]) slowed = node;
+    {
+      duty_cycle slow(nodes[std::stoi(slowed.substr(1))].pid(), 0.2);
+      for (int i = 0; i < 12000 && step_of(s) < 8; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      after = ops_per_node(s);
+    }
+    trainer.join();
+    got = losses_of(r);
+  }
+  INFO("slowed " << slowed << ": " << before[slowed] << " ops before, " << after[slowed] << " at step 8");
+  CHECK(after[slowed] < before[slowed]);
+  int firsts = 0, migrations = 0;
+  std::ifstream metrics(c.metrics_file);
+  for (std::string line; std::getline(metrics, line);) {
+    auto j = json::parse(line);
+    if (j["type"] == "schedule") {
+      INFO(line);
+      CHECK(j["step"] == 4);  // no other evaluation before step 1000
+      CHECK(j["first"] == true);
+      CHECK(j["verdict"] == "migrate");
+      CHECK(j["confirmed"] == 1);
+      ++firsts;
+    }
+    if (j["type"] == "migration" && j["ok"] == true) {
+      ++migrations;
+      CHECK(j["reason"].get<std::string>().rfind("scheduler: first re-plan on measured steps: moving", 0) == 0);
+    }
+  }
+  CHECK(firsts == 1);
+  CHECK(migrations == 1);
   const auto reference = losses_of(session(tiny_config(steps, 2)).train());
   REQUIRE(got.size() == reference.size());
   for (size_t i = 0; i < got.size(); ++i) CHECK(std::abs(got[i] - reference[i]) <= 1e-6 * std::abs(reference[i]));

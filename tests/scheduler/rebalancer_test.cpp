@@ -181,6 +181,42 @@ TEST_CASE("rebalance: the candidate is confirmed while it pays, whatever the pro
   CHECK(r.evaluate(f.est, f.current, a).what == verdict::keep);
 }
 
+TEST_CASE("rebalance: the first re-plan moves at once when the move repays itself before the run ends") {
+  // Sites behind 2 Mbit/s links: the move costs seconds, so the run's remaining steps decide.
+  fixture f(2);
+  placement thirds = f.current.where;
+  for (size_t id = 0; id < thirds.node_of_op.size(); ++id)
+    thirds.node_of_op[id] = static_cast<int>(3 * id / thirds.node_of_op.size());
+  f.current = make_plan(f.g, thirds, 1);
+  std::mt19937 rng(7);
+  for (int i = 0; i < 2; ++i) f.observe(rng, 0.0, 1, 5.0);  // two measured steps: node 1 is slow
+  auto p = f.proposal();
+  rebalance_settings s;
+  s.confirmations = 3;
+  s.horizon = 1;  // the regular judgement would never pay for this move
+  rebalancer r(s);
+  auto long_run = r.judge_first(f.est, f.current, p, 100000);
+  INFO(long_run.reason);
+  CHECK(long_run.what == verdict::migrate);  // no confirmations
+  CHECK(long_run.confirmed == 1);
+  CHECK(long_run.reason.rfind("first re-plan on measured steps: moving", 0) == 0);
+  CHECK(long_run.reason.find("over 100000 steps") != std::string::npos);
+  CHECK(long_run.cost_s > 1.0);
+  // Near the end of the run the same move does not repay its cost.
+  auto at_the_end = r.judge_first(f.est, f.current, p, 1);
+  INFO(at_the_end.reason);
+  CHECK(at_the_end.what == verdict::keep);
+  CHECK(at_the_end.gain < 0);
+  // The confirmations of the regular evaluations are untouched: the next one starts at 1.
+  CHECK(r.evaluate(f.est, f.current, p).confirmed <= 1);
+  // A running plan that is already the best stays: keep, said as the first re-plan's.
+  f.current = replan(f.g, f.current, long_run.target);
+  auto settled = r.judge_first(f.est, f.current, f.proposal(), 100000);
+  INFO(settled.reason);
+  CHECK(settled.what == verdict::keep);
+  CHECK(settled.reason.rfind("first re-plan on measured steps: the re-planned placement is the running one", 0) == 0);
+}
+
 TEST_CASE("rebalance: settings are checked and set by name") {
   rebalance_settings s;
   CHECK(s.check().ok());
@@ -198,6 +234,12 @@ TEST_CASE("rebalance: settings are checked and set by name") {
   CHECK(s.set("enabled", "off").ok());
   CHECK_FALSE(s.enabled);
   CHECK(s.set("speed", "1").error().find("unknown setting 'speed'") == 0);
+  CHECK(s.first == 4);
+  CHECK(s.set("first", "2").error().find("scheduler.first must be 0 (no early re-plan) or at least 3") == 0);
+  CHECK(s.set("scheduler.first", "0").ok());
+  CHECK(s.first == 0);
+  CHECK(s.set("first", "5").ok());
+  CHECK(s.first == 5);
 }
 
 TEST_CASE("rebalance: state bytes and migration cost by hand") {
