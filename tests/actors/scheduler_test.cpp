@@ -40,13 +40,14 @@ std::map<std::string, int> ops_per_node(session& s) {
   return out;
 }
 
-// Holds a process stopped `1 - share` of every 50 ms (SIGSTOP / SIGCONT): a CPU cap without
-// cgroups, so the test needs no root.
+// Holds a process stopped `1 - share` of every period (SIGSTOP / SIGCONT): a CPU cap without
+// cgroups, so the test needs no root. A shorter period catches more of the short ops of the tiny
+// model mid-way, so fewer steps measure the slowdown.
 class duty_cycle {
  public:
-  duty_cycle(pid_t pid, double share) : thread_([this, pid, share] {
-      const auto period = std::chrono::milliseconds(50);
-      const auto run = std::chrono::microseconds(static_cast<int64_t>(50000 * share));
+  duty_cycle(pid_t pid, double share, std::chrono::microseconds period = std::chrono::milliseconds(50))
+      : thread_([this, pid, share, period] {
+      const auto run = std::chrono::microseconds(static_cast<int64_t>(static_cast<double>(period.count()) * share));
       while (!stop_) {
         std::this_thread::sleep_for(run);
         ::kill(pid, SIGSTOP);
@@ -129,38 +130,39 @@ TEST_CASE("scheduler: a node slowed to a fifth loses its ops after the confirmat
   for (size_t i = 0; i < got.size(); ++i) CHECK(std::abs(got[i] - reference[i]) <= 1e-6 * std::abs(reference[i]));
 }
 
-TEST_CASE("scheduler: the first re-plan at step 4 moves work off a node slower than its profile, no confirmations") {
+TEST_CASE("scheduler: the first re-plan at step 6 moves work off a node slower than its profile, no confirmations") {
   // The join-time profile sees three equal nodes; from step 1 on the busiest runs at a fifth of
-  // its speed. Regular evaluations are out of reach (every 1000 steps, 5 confirmations): only the
-  // first re-plan, on the measured steps 3 and 4, can move the work, and must do so at once.
-  const int steps = 14;
+  // its speed (a node whose machine got busy after the join). Regular evaluations are out of
+  // reach (every 1000 steps, 5 confirmations): only the first re-plan, on the measured steps 3
+  // to 6, can move the work, and must do so at once.
+  const int steps = 30;
   std::vector<child_process> nodes;
   auto c = tiny_config(steps, 2);
   on_nodes(c, write_cluster("sched-first", 3, ""), 3, nodes, "sched-first");
   c.metrics_file = temp_path("sched-first-metrics.jsonl");
   c.rebalance.every = 1000;
   c.rebalance.confirmations = 5;
-  c.rebalance.first = 4;
+  c.rebalance.first = 6;
   std::string slowed;
   std::map<std::string, int> before, after;
   std::vector<double> got;
   {
-    session s(c);
-    train_result r;
-    std::thread trainer([&] { r = s.train(); });
-    for (int i = 0; i < 3000 && step_of(s) < 1; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    session s(c);  // joined, profiled and placed: the plan is made
     before = ops_per_node(s);
     for (auto& [node, n] : before)
       if (slowed.empty() || n > before[slowed]) slowed = node;
     {
-      duty_cycle slow(nodes[std::stoi(slowed.substr(1))].pid(), 0.2);
-      for (int i = 0; i < 12000 && step_of(s) < 8; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      // Slow from the first step on: the measured steps see it.
+      duty_cycle slow(nodes[std::stoi(slowed.substr(1))].pid(), 0.2, std::chrono::milliseconds(10));
+      train_result r;
+      std::thread trainer([&] { r = s.train(); });
+      for (int i = 0; i < 12000 && step_of(s) < 10; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
       after = ops_per_node(s);
+      trainer.join();
+      got = losses_of(r);
     }
-    trainer.join();
-    got = losses_of(r);
   }
-  INFO("slowed " << slowed << ": " << before[slowed] << " ops before, " << after[slowed] << " at step 8");
+  INFO("slowed " << slowed << ": " << before[slowed] << " ops before, " << after[slowed] << " at step 10");
   CHECK(after[slowed] < before[slowed]);
   int firsts = 0, migrations = 0;
   std::ifstream metrics(c.metrics_file);
@@ -168,7 +170,7 @@ TEST_CASE("scheduler: the first re-plan at step 4 moves work off a node slower t
     auto j = json::parse(line);
     if (j["type"] == "schedule") {
       INFO(line);
-      CHECK(j["step"] == 4);  // no other evaluation before step 1000
+      CHECK(j["step"] == 6);  // no other evaluation before step 1000
       CHECK(j["first"] == true);
       CHECK(j["verdict"] == "migrate");
       CHECK(j["confirmed"] == 1);
