@@ -1,7 +1,8 @@
 // The coordinator's side of live rebalancing (docs/migration.md): at step scheduler.first (once)
-// and every scheduler.every steps it hands the scheduler actor (actors/scheduler_actor.hpp) a snapshot of the refined estimator and
-// the running plan, logs and records each verdict, and queues the migration for the next step
-// boundary when the verdict says migrate. The admin commands plan, rebalance, scheduler and set.
+// and every scheduler.every steps it hands the scheduler actor (actors/scheduler_actor.hpp) a
+// snapshot of the refined estimator and the running plan, logs and records each verdict, and
+// queues the migration for the next step boundary when the verdict says migrate. The admin
+// commands plan, rebalance, scheduler and set.
 #include <nlohmann/json.hpp>
 
 #include <cstdio>
