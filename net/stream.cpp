@@ -230,8 +230,9 @@ status stream::read_all_by(void* data, size_t n, std::chrono::steady_clock::time
 
 void stream::close_notify() noexcept {
   if (!ssl_) return;
-  // Never wait for a peer that stopped reading: the alert goes out if the socket takes it.
-  set_nonblocking(fd_, true);
+  // Never wait for a peer that stopped reading: the alert goes out if the socket takes it. A
+  // socket that refuses non-blocking mode only means the alert may wait: nothing to report.
+  (void)set_nonblocking(fd_, true);
   ERR_clear_error();
   SSL_shutdown(ssl_);  // sends our close_notify; we do not wait for the peer's
   if (buffered_writes_) BIO_flush(SSL_get_wbio(ssl_));
