@@ -127,8 +127,8 @@ class command_program {
   }
 
   /// An option of `cmd` taking a value ("--out"; "--security.certs,--certs" for two spellings);
-  /// given twice, the last value counts. `given`, when not null, tells after parse() whether
-  /// the option was on the command line.
+  /// given twice, the last value counts. `given` (false before), when not null, tells after
+  /// parse() whether the option was on the command line.
   void option(CLI::App* cmd, const std::string& flags, std::string& target, bool* given = nullptr) {
     auto* opt = cmd->add_option(flags, target)->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
     if (given) given_.emplace_back(opt, given);
@@ -169,19 +169,19 @@ class command_program {
     }
     auto chosen = std::find_if(commands_.begin(), commands_.end(), [](const CLI::App* c) { return c->parsed(); });
     if (chosen == commands_.end()) throw usage_error("missing command (" + one_of(names) + ")");
-    chosen_ = *chosen;
-    const std::string cmd = chosen_->get_name();
-    if (auto extra = chosen_->remaining(); !extra.empty()) {
+    const std::string cmd = (*chosen)->get_name();
+    if (auto extra = (*chosen)->remaining(); !extra.empty()) {
       const std::string& x = extra.front();
       if (x.size() > 1 && x[0] == '-') {
         const std::string flag = flag_of(x);
         if (auto r = renamed_.find({cmd, flag}); r != renamed_.end())
           throw usage_error(flag + " is no longer an option of " + cmd + ": " + r->second);
-        throw usage_error(unknown_option(flag, option_names(*chosen_), cmd));
+        throw usage_error(unknown_option(flag, option_names(**chosen), cmd));
       }
       throw usage_error("unexpected argument '" + x + "'");
     }
-    for (auto& [opt, given] : given_) *given = opt->count() > 0;
+    // One flag may stand for the same option of several commands: any of them given sets it.
+    for (auto& [opt, given] : given_) *given = *given || opt->count() > 0;
     return cmd;
   }
 
@@ -190,7 +190,6 @@ class command_program {
   std::string usage_, version_;
   bool version_given_ = false;
   std::vector<CLI::App*> commands_;
-  CLI::App* chosen_ = nullptr;
   std::map<std::pair<std::string, std::string>, std::string> renamed_;
   std::vector<std::pair<const CLI::Option*, bool*>> given_;
 };
