@@ -1,7 +1,9 @@
 // CLI11 (Debian's libcli11-dev 2.1) as the fusion-* programs use it. Each program keeps its own
 // help text and its own words for mistakes: CLI11 parses, and what it would report itself is
 // turned into a usage_error here ("--model needs a value" rather than CLI11's
-// "--model: 1 required TEXT missing").
+// "--model: 1 required TEXT missing"). The programs of commands (fusion-cluster, fusion-data,
+// fusion-probe) share command_program and run_main; every program shares the did-you-mean
+// (unknown_option, unknown_command).
 #pragma once
 
 #include <CLI/CLI.hpp>
