@@ -14,7 +14,6 @@
 #include <set>
 #include <sstream>
 
-#include "core/graph_names.hpp"
 #include "core/log.hpp"
 #include "core/wire.hpp"
 
@@ -202,7 +201,7 @@ void report_cli_error(const char* program, const table_config& cfg, const std::v
   if (bad.empty()) {
     std::cerr << program << ": bad command line (see --help)\n";
   } else if (caf_text.find("not_an_option") != std::string::npos || !row) {
-    std::cerr << program << ": unknown option '" << key << "'" << did_you_mean(key, known) << " (see --help)\n";
+    std::cerr << program << ": " << cli::unknown_option(key, known) << " (see --help)\n";
   } else {
     std::cerr << program << ": bad value in '" << bad << "': " << key.substr(2) << " " << expected_value(*row)
               << " (see --help)\n";

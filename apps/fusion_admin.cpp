@@ -35,8 +35,9 @@
 #include "actors/node_actor.hpp"
 #include "apps/admin_shell.hpp"
 #include "apps/cli.hpp"
+#include "apps/peer_check.hpp"
 #include "core/cluster.hpp"
-#include "core/graph_names.hpp"
+#include "core/log.hpp"
 #include "core/wire.hpp"
 #include "security/certs.hpp"
 
@@ -133,10 +134,9 @@ int parse_args(int argc, char** argv, options& o) {
     }
     if (!extra.empty()) {
       const std::string& a = extra.front();
-      if (a.size() > 1 && a[0] == '-') {
-        auto key = cli::flag_of(a);
-        throw usage_error("unknown option '" + key + "'" + did_you_mean(key, cli::option_names(app)));
-      }
+      if (a.size() > 1 && a[0] == '-') throw usage_error(cli::unknown_option(cli::flag_of(a), cli::option_names(app)));
+      // A word that is no address is a command: `watch` is the only one.
+      if (a.find(':') == std::string::npos) throw usage_error(cli::unknown_command(a, {"watch"}));
       throw usage_error("one coordinator address expected, got '" + o.address + "' and '" + a + "'");
     }
     if (o.watch && !commands.empty()) throw usage_error("watch and -c cannot be combined: one or the other");
@@ -362,15 +362,25 @@ class shell {
   bool failed_ = false, said_gone_ = false;
 };
 
+/// Why the connection to the coordinator failed, found by connecting again by hand (CAF says
+/// "cannot connect" alike for a closed port, a plaintext program and a TLS peer of another CA);
+/// empty when the TCP and TLS levels look fine.
+std::string why_not_connected(const options& o, const security::credentials* creds) {
+  auto timeout = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::duration<double>(o.timeout_s));
+  return diagnose_connect(o.address, o.host, o.port, creds ? &creds->files() : nullptr, timeout);
+}
+
 /// Connects within the timeout: a blocking connect to an address that drops packets could
 /// otherwise wait for minutes.
-caf::expected<admin_actor> connect(caf::actor_system& sys, const options& o, bool tls) {
+caf::expected<admin_actor> connect(caf::actor_system& sys, const options& o, const security::credentials* creds) {
   auto done = std::make_shared<std::promise<caf::expected<admin_actor>>>();
   auto result = done->get_future();
+  const bool tls = creds != nullptr;
   std::thread worker{[&sys, o, done, tls] { done->set_value(connect_actor<admin_actor>(sys, o.host, o.port, tls)); }};
   if (result.wait_for(std::chrono::duration<double>(o.timeout_s)) != std::future_status::ready) {
-    std::cerr << "fusion-admin: cannot connect to the coordinator at " << o.address << ": no answer within "
-              << o.timeout_s << " s\n";
+    const std::string why = why_not_connected(o, creds);
+    std::cerr << "fusion-admin: cannot connect to the coordinator at " << o.address << ": "
+              << (why.empty() ? "no answer within " + format_seconds(o.timeout_s) : why) << "\n";
     std::cout.flush();
     std::_Exit(1);  // the connect thread cannot be stopped; nothing else is running yet
   }
@@ -399,12 +409,17 @@ status log_in(caf::actor_system& sys, const admin_actor& admin, const security::
   return {};
 }
 
-std::string connect_error(const options& o, const caf::error& e, bool tls) {
+std::string connect_error(const options& o, const caf::error& e, const security::credentials* creds) {
   std::string out = "fusion-admin: cannot connect to the coordinator at " + o.address + ": ";
   if (e == caf::sec::unexpected_actor_messaging_interface)
     return out + "the program listening there does not speak this build's admin protocol (is it the admin.port "
                  "of a fusion-train of the same build?)";
-  out += describe_connect_error(e, tls, "the coordinator at " + o.address);
+  if (auto why = why_not_connected(o, creds); !why.empty()) {
+    out += why;
+    if (why.rfind("nothing listens", 0) == 0) out += " (is fusion-train running with --admin.port=" + std::to_string(o.port) + "?)";
+    return out;
+  }
+  out += describe_connect_error(e, creds != nullptr, "the coordinator at " + o.address);
   if (e == caf::sec::cannot_connect_to_node) out += " (is fusion-train running with --admin.port=" + std::to_string(o.port) + "?)";
   return out;
 }
@@ -504,9 +519,9 @@ int run(int argc, char** argv) {
   set_scheduler_policy(cfg, "sharing");
   caf::actor_system sys{cfg};
 
-  auto admin = connect(sys, o, creds != nullptr);
+  auto admin = connect(sys, o, creds.get());
   if (!admin) {
-    std::cerr << connect_error(o, admin.error(), creds != nullptr) << "\n";
+    std::cerr << connect_error(o, admin.error(), creds.get()) << "\n";
     return 1;
   }
   if (creds) {

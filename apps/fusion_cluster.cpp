@@ -1,10 +1,13 @@
 // fusion-cluster: validates a cluster file, prints the placement of a model on it, prints the
 // cluster in a line format for shell scripts (scripts/sites.sh reads it; it never parses pbtxt),
 // and makes the run's certificates (security/certs.hpp).
-// Plain main() without CAF. Exit codes: 0 ok, 2 bad usage or bad file (message on stderr).
+// Plain main() without CAF. Exit codes (docs/training.md's): 0 done, 1 a file that does not load
+// or a plan that does not fit, 2 a mistake in the command line (message on stderr).
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <filesystem>
+#include <optional>
 #include <iostream>
 #include <sstream>
 #include <string>
@@ -28,32 +31,29 @@ namespace {
 using namespace fusion;
 
 constexpr const char* usage_text =
-    R"(usage: fusion-cluster check CLUSTER [--model FILE] [--batch N]
-       fusion-cluster plan CLUSTER --model FILE [--batch B] [--micro-batches M] [--policy P]
-                           [--profile FILE] [--compression MODE] [--json]
+    R"(usage: fusion-cluster check CLUSTER [--model FILE [--train.batch B] [--train.micro-batches M]]
+       fusion-cluster plan CLUSTER --model FILE [--train.batch B] [--train.micro-batches M]
+                           [--cluster.policy P] [--cluster.profile FILE] [--compression.mode MODE] [--json]
        fusion-cluster netns CLUSTER
        fusion-cluster certs CLUSTER --out DIR [--days N] [--force]
        fusion-cluster --help | --version
 
 check   validates the cluster file (format: docs/cluster.md) and prints its sites, nodes and
-        links. With --model, also loads the model for (micro-)batch size N (default 8) and
-        prints the plan of a run: the placement of its operators on the nodes (policy from the
-        cluster file; per node the ops, their estimated FLOPs per step and share, every
-        cross-node edge), then the plan's edges, one line per direction of every cross-node
-        edge: id, fwd/bwd, producer -> consumer, from -> to node, bytes per micro-batch, codec.
-plan    predicts a run without running it: places the model (loaded for micro-batches of B/M
-        rows; defaults B=16, M=4) with the policy P (default: the cluster file's; opfence,
-        opfence-replicas, even or explicit) from the profile FILE that fusion-train measured
-        (--cluster.profile), or else from the rates the cluster file states (gflops,
-        memory_gib, link mbit), and prints per stage the node, its ops, predicted compute per
-        step and memory (a replicated stage: one line per replica, "2.1/3" is replica 1 of
-        stage 2's three, with its share of the micro-batches), per cut edge the bytes and
-        predicted transfer time, the predicted step time and tokens/s, the nodes used and the
-        gradient all-reduce of replicas. With OP-Fence also its fences and chosen chain, and
-        with opfence the pipeline-only prediction beside it (docs/scheduler.md). --compression MODE
-        (none, topk or adatopk; docs/compression.md) predicts with that codec's default
-        settings and lists every edge's codec and bytes on the wire. --json prints the
-        prediction as one JSON object.
+        links. With --model, also loads the model and prints the plan of a run: the placement
+        of its operators on the nodes (policy from the cluster file; per node the ops, their
+        estimated FLOPs per step and share, every cross-node edge), then the plan's edges, one
+        line per direction of every cross-node edge: id, fwd/bwd, producer -> consumer, from ->
+        to node, bytes per micro-batch (of B/M rows), codec.
+plan    predicts a run without running it: places the model (micro-batches of B/M rows) with the
+        policy P from the profile FILE that fusion-train measured (--cluster.profile), or else
+        from the rates the cluster file states (gflops, memory_gib, link mbit), and prints per
+        stage the node, its ops, predicted compute per step and memory (a replicated stage: one
+        line per replica, "2.1/3" is replica 1 of stage 2's three, with its share of the
+        micro-batches), per cut edge the bytes and predicted transfer time, the predicted step
+        time and tokens/s, the nodes used and the gradient all-reduce of replicas. With OP-Fence
+        also its fences and chosen chain, and with opfence the pipeline-only prediction beside it
+        (docs/scheduler.md). A plan that puts more on a node than its memory is refused, naming
+        the node. --json prints the prediction as one JSON object.
 netns   prints the cluster for shell scripts, one item per line, fields separated by spaces:
           site NAME INDEX            (INDEX from 1, file order)
           node NAME SITE DEVICE CPU_SHARE
@@ -64,11 +64,34 @@ netns   prints the cluster for shell scripts, one item per line, fields separate
         scripts/run-sites.sh to start the nodes (and cap their CPU with cgroups).
 certs   makes the run's certificates in DIR (docs/security.md): a cluster CA (ca.pem, ca.key),
         coordinator.pem/.key, admin.pem/.key and nodes/NAME.pem/.key for every node of the
-        cluster file, valid for N days (default 365). Keys are written with mode 0600. Point
-        every process at DIR with security.certs=DIR. An existing CA in DIR is kept unless
-        --force replaces it (the certificates it signed then stop working).
+        cluster file. Keys are written with mode 0600. Point every process at DIR with
+        --security.certs=DIR.
 
-Errors go to stderr as FILE:LINE: message; the exit code is then 2.
+options (the names and meanings of fusion-train's settings where they are the same):
+  --model FILE                 the OP-DAG model file
+  --train.batch B              global batch: sequences per optimizer step (default: 16)
+  --train.micro-batches M      pipeline micro-batches per step, divides B (default: 4)
+  --cluster.policy P           opfence, opfence-replicas, even or explicit (default: the cluster
+                               file's placement policy)
+  --cluster.profile FILE       measured rates from fusion-train's profile file (--profile for
+                               short; default: the rates the cluster file states)
+  --compression.mode MODE      none, topk or adatopk (docs/compression.md): predict with that
+                               codec's default settings and list every edge's codec and bytes
+                               (default: none)
+  --json                       plan: one JSON object instead of the table
+  --out DIR                    certs: where the certificates go
+  --days N                     certs: days every certificate is valid (default: 365)
+  --force                      certs: replace an existing CA in DIR (the certificates it signed
+                               stop working)
+
+examples:
+  fusion-cluster check configs/clusters/sites-3.pbtxt --model configs/models/gpt-char-small.pbtxt
+  fusion-cluster plan configs/clusters/paper-48-b.pbtxt --model configs/models/gpt2-xl.pbtxt \
+      --train.batch 32 --train.micro-batches 8 --cluster.policy even
+
+exit codes: 0 done; 1 a file that does not load (cluster, model, profile) or a plan that does not
+fit; 2 a mistake in the command line, or certs refusing to replace a CA without --force.
+Errors go to stderr as FILE:LINE: message.
 )";
 
 std::string mbit_text(double mbit) {
@@ -169,6 +192,16 @@ struct command_args {
   bool has_batch = false, has_micro_batches = false, has_days = false, has_compression = false;  ///< given at all
 };
 
+/// --train.batch and --train.micro-batches (defaults 16 and 4), checked: B divisible by M.
+std::pair<int64_t, int64_t> batch_of(const command_args& a) {
+  const int64_t batch = a.has_batch ? parse_count("--train.batch", a.batch) : 16;
+  const int64_t micro = a.has_micro_batches ? parse_count("--train.micro-batches", a.micro_batches) : 4;
+  if (batch % micro != 0)
+    throw usage_error("--train.batch " + std::to_string(batch) + " is not a multiple of --train.micro-batches " +
+                      std::to_string(micro));
+  return {batch, micro};
+}
+
 // fusion-cluster plan: the prediction of a run from the cluster file (or a measured profile).
 int run_plan(const command_args& a) {
   const std::string& cluster_file = a.cluster_file;
@@ -176,21 +209,18 @@ int run_plan(const command_args& a) {
   const std::string& policy = a.policy;
   const std::string& profile_file = a.profile_file;
   compression_config compression;
-  int64_t batch = !a.has_batch ? 16 : parse_count("--batch", a.batch);
-  int64_t micro = !a.has_micro_batches ? 4 : parse_count("--micro-batches", a.micro_batches);
+  const auto [batch, micro] = batch_of(a);
   const bool json = a.json;
   if (a.has_compression && !parse_codec_kind(a.compression, compression.mode))
-    throw usage_error("--compression must be " + codec_names() + ", got '" + a.compression + "'");
+    throw usage_error("--compression.mode must be " + codec_names() + ", got '" + a.compression + "'");
   if (cluster_file.empty()) throw usage_error("plan needs a CLUSTER file");
   if (model_file.empty()) throw usage_error("plan needs --model FILE");
-  if (batch % micro != 0)
-    throw usage_error("--batch " + std::to_string(batch) + " is not a multiple of --micro-batches " + std::to_string(micro));
+  std::optional<placement_policy> chosen;
+  if (!policy.empty() && !(chosen = find_placement_policy(policy)))
+    throw usage_error("--cluster.policy must be " + cli::one_of(placement_policy_names()) + ", got '" + policy + "'" +
+                      cli::suggest(policy, placement_policy_names()));
   cluster_spec c = load_cluster(cluster_file);
-  if (!policy.empty()) {
-    auto chosen = find_placement_policy(policy);
-    if (!chosen) throw usage_error("unknown --policy '" + policy + "' (opfence, opfence-replicas, even or explicit)");
-    c.placement.policy = *chosen;
-  }
+  if (chosen) c.placement.policy = *chosen;
   cluster_profile prof = profile_file.empty() ? profile_from_cluster(c) : load_profile(profile_file, c);
   prof.micro_batches = static_cast<int>(micro);
   graph g = load_graph(model_file, batch / micro);
@@ -199,6 +229,7 @@ int run_plan(const command_args& a) {
   bool is_fence = is_opfence(c.placement.policy);
   plan p = plan_compressed_run(est, prof, compression, 1, &fence);
   plan_report r = report_plan(est, p, static_cast<double>(batch * g.row_items));
+  check_plan_fits(est, r);
   if (json) {
     std::cout << plan_json(est, r, is_fence ? &fence : nullptr).dump(2) << "\n";
     return 0;
@@ -252,15 +283,13 @@ int run_certs(const command_args& a) {
   options.overwrite = a.force;
   if (cluster_file.empty()) throw usage_error("certs needs a CLUSTER file");
   if (out.empty()) throw usage_error("certs needs --out DIR");
+  // Like a training run over an earlier run's checkpoints: refused until --force says so.
+  if (const std::string ca = (std::filesystem::path(out) / "ca.pem").string(); !a.force && std::filesystem::exists(ca))
+    throw usage_error(ca + " exists: the certificates it signed would stop working; pass --force to replace the CA");
   cluster_spec c = load_cluster(cluster_file);
   std::vector<std::string> names;
   for (const auto& n : c.nodes) names.push_back(n.name);
-  std::vector<security::written_file> written;
-  try {
-    written = security::make_cluster_certs(out, names, options);
-  } catch (const std::runtime_error& e) {
-    throw std::runtime_error(std::string("fusion-cluster certs: ") + e.what());
-  }
+  const std::vector<security::written_file> written = security::make_cluster_certs(out, names, options);
   std::cout << "certificates of cluster '" << c.name << "' (" << names.size() << " nodes, valid " << options.days
             << " days) in " << out << ":\n";
   for (const auto& w : written) std::cout << "  " << w.path << "  " << w.what << "\n";
@@ -268,63 +297,43 @@ int run_certs(const command_args& a) {
   return 0;
 }
 
-// Prints the usage for --help (in any command too) and `help`; throws usage_error.
+// One command per run; throws usage_error for mistakes in the command line.
 int run(int argc, char** argv) {
-  CLI::App app;
-  app.set_help_flag("-h,--help");  // before the commands: they inherit it
-  bool version = false;
-  app.add_flag("--version", version)->disable_flag_override();
+  cli::command_program program(usage_text, "fusion-cluster " FUSION_VERSION " (wire protocol " +
+                                               std::to_string(wire_protocol_version) + ")");
   command_args a;
-  auto add = [](CLI::App* cmd, const char* flag, std::string& target) {
-    cmd->add_option(flag, target)->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
-  };
-  std::vector<CLI::App*> commands;
-  for (const char* name : {"check", "plan", "netns", "certs"}) {
-    auto* cmd = app.add_subcommand(name);
-    cmd->add_option("cluster", a.cluster_file);
-    // Unknown options and a second CLUSTER are reported below, in our words.
-    cmd->allow_extras();
-    commands.push_back(cmd);
+  CLI::App* check_cmd = program.command("check");
+  CLI::App* plan_cmd = program.command("plan");
+  CLI::App* netns_cmd = program.command("netns");
+  CLI::App* certs_cmd = program.command("certs");
+  for (auto* cmd : {check_cmd, plan_cmd, netns_cmd, certs_cmd}) cmd->add_option("cluster", a.cluster_file);
+  for (auto* cmd : {check_cmd, plan_cmd}) {
+    program.option(cmd, "--model", a.model_file);
+    program.option(cmd, "--train.batch", a.batch, &a.has_batch);
+    program.option(cmd, "--train.micro-batches", a.micro_batches, &a.has_micro_batches);
+    program.renamed(cmd, "--batch", "use --train.batch B and --train.micro-batches M (micro-batches of B/M rows)");
+    program.renamed(cmd, "--micro-batches", "use --train.micro-batches M");
   }
-  add(commands[0], "--model", a.model_file);
-  add(commands[0], "--batch", a.batch);
-  for (auto [flag, target] : {std::pair{"--model", &a.model_file}, {"--batch", &a.batch},
-                              {"--micro-batches", &a.micro_batches}, {"--policy", &a.policy},
-                              {"--profile", &a.profile_file}, {"--compression", &a.compression}})
-    add(commands[1], flag, *target);
-  commands[1]->add_flag("--json", a.json)->disable_flag_override();
-  add(commands[3], "--out", a.out);
-  add(commands[3], "--days", a.days);
-  commands[3]->add_flag("--force", a.force)->disable_flag_override();
-  // One command per run: a later "check" is an argument of the first command, not a second one.
-  app.require_subcommand(0, 1);
-  app.allow_extras();
-  if (!cli::parse(app, argc, argv, [](const std::string& flag) { return flag + " needs a value"; })) {
-    std::cout << usage_text;
-    return 0;
-  }
-  const std::string cmd = cli::chosen_command(app, commands, "check, plan, netns or certs", version);
-  if (cmd == "help") {
-    std::cout << usage_text;
-    return 0;
-  }
-  if (cmd == "--version") {
-    std::cout << "fusion-cluster " << FUSION_VERSION << " (wire protocol " << wire_protocol_version << ")\n";
-    return 0;
-  }
-  const CLI::App* chosen = app.get_subcommand(cmd);
-  a.has_batch = (cmd == "check" || cmd == "plan") && chosen->count("--batch") > 0;
-  a.has_micro_batches = cmd == "plan" && chosen->count("--micro-batches") > 0;
-  a.has_days = cmd == "certs" && chosen->count("--days") > 0;
-  a.has_compression = cmd == "plan" && chosen->count("--compression") > 0;
+  program.option(plan_cmd, "--cluster.policy", a.policy);
+  program.option(plan_cmd, "--cluster.profile,--profile", a.profile_file);
+  program.option(plan_cmd, "--compression.mode", a.compression, &a.has_compression);
+  program.flag(plan_cmd, "--json", a.json);
+  for (auto [old_flag, advice] : {std::pair{"--policy", "use --cluster.policy P"},
+                                  {"--compression", "use --compression.mode MODE"}})
+    program.renamed(plan_cmd, old_flag, advice);
+  program.option(certs_cmd, "--out", a.out);
+  program.option(certs_cmd, "--days", a.days, &a.has_days);
+  program.flag(certs_cmd, "--force", a.force);
+  const std::string cmd = program.parse(argc, argv);
+  if (cmd.empty()) return 0;  // --help, help or --version
   if (cmd == "plan") return run_plan(a);
   if (cmd == "certs") return run_certs(a);
   const std::string& cluster_file = a.cluster_file;
   const std::string& model_file = a.model_file;
-  const bool batch_given = a.has_batch;
-  const int64_t batch = batch_given ? parse_count("--batch", a.batch) : 8;
   if (cluster_file.empty()) throw usage_error(cmd + " needs a CLUSTER file");
-  if (batch_given && model_file.empty()) throw usage_error("--batch needs --model");
+  if ((a.has_batch || a.has_micro_batches) && model_file.empty())
+    throw usage_error(std::string(a.has_batch ? "--train.batch" : "--train.micro-batches") + " needs --model");
+  const auto [batch, micro] = batch_of(a);
   cluster_spec c = load_cluster(cluster_file);
   if (cmd == "netns") {
     print_netns(c);
@@ -332,7 +341,7 @@ int run(int argc, char** argv) {
   }
   print_summary(c);
   if (!model_file.empty()) {
-    graph g = load_graph(model_file, batch);
+    graph g = load_graph(model_file, batch / micro);
     plan p = plan_run(g, c, profile_from_cluster(c));
     std::cout << format_plan(g, c, p);
   }
@@ -342,12 +351,5 @@ int run(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  try {
-    return run(argc, argv);
-  } catch (const usage_error& e) {
-    std::cerr << "fusion-cluster: " << e.what() << "\n(fusion-cluster --help for usage)\n";
-  } catch (const std::exception& e) {
-    std::cerr << e.what() << "\n";
-  }
-  return 2;
+  return fusion::cli::run_main("fusion-cluster", [&] { return run(argc, argv); });
 }

@@ -1,7 +1,8 @@
 // fusion-data: makes the data of language models: trains a byte-level BPE tokenizer on a corpus
 // (train-bpe), tokenizes text into token shards in llm.c's format (tokenize), and checks shards
 // (check). Formats and commands: docs/data.md. Plain main() without CAF.
-// Exit codes: 0 ok, 2 bad usage or bad input (message on stderr).
+// Exit codes (docs/training.md's): 0 done, 1 an input that does not load or cannot be written,
+// 2 a mistake in the command line (message on stderr).
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -51,7 +52,14 @@ check      reads shards (or every *.bin of a directory), checks their headers an
            is in its vocabulary, and the text of the first tokens.
 
 --threads T  encode on T threads (default: one per core).
-Errors go to stderr naming the file and the line or byte offset; the exit code is then 2.
+
+examples:
+  fusion-data train-bpe data/kjv.txt --vocab-size 8192 --out data/kjv-bpe/tokenizer
+  fusion-data tokenize --tokenizer data/kjv-bpe/tokenizer data/kjv.txt --out data/kjv-bpe/shards
+
+exit codes: 0 done; 1 an input that does not load (a corpus, tokenizer or shard; errors name the
+file and the line or byte offset) or an output that cannot be written; 2 a mistake in the
+command line.
 )";
 
 struct command_args {
@@ -250,59 +258,31 @@ int run_check(const command_args& a) {
 }
 
 int run(int argc, char** argv) {
-  CLI::App app;
-  app.set_help_flag("-h,--help");
-  bool version = false;
-  app.add_flag("--version", version)->disable_flag_override();
+  cli::command_program program(usage_text, "fusion-data " FUSION_VERSION);
   command_args a;
-  auto add = [](CLI::App* cmd, const char* flag, std::string& target) {
-    cmd->add_option(flag, target)->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
-  };
-  std::vector<CLI::App*> commands;
-  for (const char* name : {"train-bpe", "tokenize", "check"}) {
-    auto* cmd = app.add_subcommand(name);
-    cmd->add_option("inputs", a.inputs);
-    cmd->allow_extras();
-    commands.push_back(cmd);
+  CLI::App* train_bpe = program.command("train-bpe");
+  CLI::App* tokenize = program.command("tokenize");
+  CLI::App* check = program.command("check");
+  for (auto* cmd : {train_bpe, tokenize, check}) cmd->add_option("inputs", a.inputs);
+  program.option(train_bpe, "--vocab-size", a.vocab_size);
+  for (auto* cmd : {train_bpe, tokenize}) {
+    program.option(cmd, "--out", a.out);
+    program.option(cmd, "--threads", a.threads);
   }
-  add(commands[0], "--vocab-size", a.vocab_size);
-  add(commands[0], "--out", a.out);
-  add(commands[0], "--threads", a.threads);
-  for (auto [flag, target] : {std::pair{"--tokenizer", &a.tokenizer}, {"--out", &a.out}, {"--val-fraction", &a.val_fraction},
-                              {"--shard-tokens", &a.shard_tokens}, {"--name", &a.name}, {"--threads", &a.threads}})
-    add(commands[1], flag, *target);
-  add(commands[2], "--tokenizer", a.tokenizer);
-  app.require_subcommand(0, 1);
-  app.allow_extras();
-  if (!cli::parse(app, argc, argv, [](const std::string& flag) { return flag + " needs a value"; })) {
-    std::cout << usage_text;
-    return 0;
-  }
-  const std::string cmd = cli::chosen_command(app, commands, "train-bpe, tokenize or check", version);
-  if (cmd == "help") {
-    std::cout << usage_text;
-    return 0;
-  }
-  if (cmd == "--version") {
-    std::cout << "fusion-data " << FUSION_VERSION << "\n";
-    return 0;
-  }
+  for (auto* cmd : {tokenize, check}) program.option(cmd, "--tokenizer", a.tokenizer);
+  program.option(tokenize, "--val-fraction", a.val_fraction);
+  program.option(tokenize, "--shard-tokens", a.shard_tokens);
+  program.option(tokenize, "--name", a.name);
+  const std::string cmd = program.parse(argc, argv);
   if (cmd == "train-bpe") return run_train_bpe(a);
   if (cmd == "tokenize") return run_tokenize(a);
-  return run_check(a);
+  if (cmd == "check") return run_check(a);
+  return 0;  // --help, help or --version
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  try {
-    return run(argc, argv);
-  } catch (const usage_error& e) {
-    std::cerr << "fusion-data: " << e.what() << "\n(fusion-data --help for usage)\n";
-  } catch (const std::bad_alloc&) {
-    std::cerr << "fusion-data: out of memory (the input text and its tokens are held in memory)\n";
-  } catch (const std::exception& e) {
-    std::cerr << "fusion-data: " << e.what() << "\n";
-  }
-  return 2;
+  return fusion::cli::run_main("fusion-data", [&] { return run(argc, argv); },
+                       "the input text and its tokens are held in memory");
 }

@@ -76,7 +76,12 @@ const char* usage =
     "usage: fusion-node --config FILE.ini [--node.name=NAME] [--node.coordinator=HOST:PORT] [--category.key=value ...]\n\n"
     "Joins a training run as one node of a cluster file: connects to the coordinator (fusion-train\n"
     "--cluster FILE), reports its device and hosts the operator actors placed on it until the run\n"
-    "ends. See docs/cluster.md.\n";
+    "ends. See docs/cluster.md.\n\n"
+    "examples:\n"
+    "  fusion-node --config configs/nodes/site-a.ini --security.certs=runs/local-3/certs\n"
+    "  fusion-node --config configs/nodes/site-b.ini --node.coordinator=10.0.0.1:7700 --security.certs=certs\n\n"
+    "exit codes: 0 the run ended; 1 the coordinator could not be reached or went away; 2 a mistake in the\n"
+    "command line or the config file, or the coordinator refused this node; 130 interrupted (Ctrl-C)\n";
 
 constexpr int exit_interrupted = 130;
 

@@ -14,11 +14,9 @@
 #include <cstdlib>
 #include <iostream>
 #include <new>
-#include <set>
 #include <string>
 
 #include "apps/cli.hpp"
-#include "core/graph_names.hpp"
 #include "core/wire.hpp"
 #include "net/frame_channel.hpp"
 #include "net/link_probe.hpp"
@@ -49,21 +47,13 @@ const char* usage_text =
     "  fusion-probe measure 10.77.0.2:7799 --seconds 2 --security.certs runs/sites/certs --node.name a1 --peer b1\n\n"
     "exit codes: 0 done; 1 the link or the server failed; 2 bad usage\n";
 
-int usage(const char* why) {
-  if (why && *why) std::cerr << "fusion-probe: " << why << " (see --help)\n";
-  else std::cerr << usage_text;
-  return 2;
-}
-
-// Parses a non-negative number or reports which flag was bad.
-bool parse_number(const std::string& flag, const std::string& text, double& out) {
+// A non-negative number, or a usage_error naming the flag.
+double parse_number(const std::string& flag, const std::string& text) {
   char* end = nullptr;
-  out = std::strtod(text.c_str(), &end);
-  if (text.empty() || *end != '\0' || !(out >= 0)) {
-    std::cerr << "fusion-probe: " << flag << " expects a non-negative number, got '" << text << "'\n";
-    return false;
-  }
-  return true;
+  const double out = std::strtod(text.c_str(), &end);
+  if (text.empty() || *end != '\0' || !(out >= 0))
+    throw fusion::usage_error(flag + " expects a non-negative number, got '" + text + "'");
+  return out;
 }
 
 // --certs DIR --name NODE [--peer NODE]: TLS settings.
@@ -84,24 +74,20 @@ struct command_args {
   std::string host = "0.0.0.0", endpoint;
   std::string port, seconds, warmup, frame_kib;  ///< checked by parse_number once parsing is done
   tls_options tls;
-  std::set<std::string> given;  ///< the options on the command line ("--port")
+  bool has_port = false, has_seconds = false, has_warmup = false, has_frame_kib = false;  ///< given at all
 };
 
 int serve(command_args& a) {
   fusion::net::frame_server_options opts;
   opts.host = a.host;
   tls_options& tls = a.tls;
-  if (a.given.count("--port")) {
-    double v = 0;
-    if (!parse_number("--port", a.port, v)) return 2;
-    if (v > 65535) {
-      std::cerr << "fusion-probe: --port must be at most 65535, got " << a.port << "\n";
-      return 2;
-    }
+  if (a.has_port) {
+    const double v = parse_number("--port", a.port);
+    if (v > 65535) throw fusion::usage_error("--port must be at most 65535, got " + a.port);
     opts.port = static_cast<uint16_t>(v);
   }
   auto ctx = tls.load(false);
-  if (!ctx) return usage(ctx.error().c_str());
+  if (!ctx) throw fusion::usage_error(ctx.error());
   opts.tls = *ctx;
   // Block the stop signals before any thread starts so that only sigwait below sees them.
   sigset_t stop_signals;
@@ -129,26 +115,16 @@ int serve(command_args& a) {
 }
 
 int measure(command_args& a) {
-  if (a.endpoint.empty()) return usage("measure needs HOST:PORT");
+  if (a.endpoint.empty()) throw fusion::usage_error("measure needs HOST:PORT");
   auto ep = fusion::net::parse_endpoint(a.endpoint);
-  if (!ep) return usage(("bad endpoint '" + a.endpoint + "' (expected HOST:PORT)").c_str());
+  if (!ep) throw fusion::usage_error("bad endpoint '" + a.endpoint + "' (expected HOST:PORT)");
   fusion::net::probe_options opts;
   tls_options& tls = a.tls;
-  double v = 0;
-  if (a.given.count("--seconds")) {
-    if (!parse_number("--seconds", a.seconds, v)) return 2;
-    opts.duration = std::chrono::milliseconds(static_cast<int64_t>(v * 1000));
-  }
-  if (a.given.count("--warmup")) {
-    if (!parse_number("--warmup", a.warmup, v)) return 2;
-    opts.warmup = std::chrono::milliseconds(static_cast<int64_t>(v * 1000));
-  }
-  if (a.given.count("--frame-kib")) {
-    if (!parse_number("--frame-kib", a.frame_kib, v)) return 2;
-    opts.frame_bytes = static_cast<size_t>(v * 1024);
-  }
+  if (a.has_seconds) opts.duration = std::chrono::milliseconds(static_cast<int64_t>(parse_number("--seconds", a.seconds) * 1000));
+  if (a.has_warmup) opts.warmup = std::chrono::milliseconds(static_cast<int64_t>(parse_number("--warmup", a.warmup) * 1000));
+  if (a.has_frame_kib) opts.frame_bytes = static_cast<size_t>(parse_number("--frame-kib", a.frame_kib) * 1024);
   auto ctx = tls.load(true);
-  if (!ctx) return usage(ctx.error().c_str());
+  if (!ctx) throw fusion::usage_error(ctx.error());
   opts.tls = *ctx;
   opts.peer = {fusion::security::role::node, tls.peer};
   auto r = fusion::net::probe_link(ep->first, ep->second, opts);
@@ -165,73 +141,28 @@ int measure(command_args& a) {
 }  // namespace
 
 static int run(int argc, char** argv) {
-  if (argc < 2) return usage("");
-  CLI::App app;
-  app.set_help_flag("-h,--help");
-  bool version = false;
-  app.add_flag("--version", version)->disable_flag_override();
+  fusion::cli::command_program program(usage_text, "fusion-probe " FUSION_VERSION " (wire protocol " +
+                                                       std::to_string(fusion::wire_protocol_version) + ")");
   command_args a;
-  auto add = [](CLI::App* cmd, const char* flag, std::string& target) {
-    cmd->add_option(flag, target)->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
-  };
-  auto* serve_cmd = app.add_subcommand("serve");
-  auto* measure_cmd = app.add_subcommand("measure");
-  add(serve_cmd, "--host", a.host);
-  add(serve_cmd, "--port", a.port);
+  CLI::App* serve_cmd = program.command("serve");
+  CLI::App* measure_cmd = program.command("measure");
+  program.option(serve_cmd, "--host", a.host);
+  program.option(serve_cmd, "--port", a.port, &a.has_port);
   measure_cmd->add_option("endpoint", a.endpoint);
-  add(measure_cmd, "--seconds", a.seconds);
-  add(measure_cmd, "--warmup", a.warmup);
-  add(measure_cmd, "--frame-kib", a.frame_kib);
-  add(measure_cmd, "--peer", a.tls.peer);
+  program.option(measure_cmd, "--seconds", a.seconds, &a.has_seconds);
+  program.option(measure_cmd, "--warmup", a.warmup, &a.has_warmup);
+  program.option(measure_cmd, "--frame-kib", a.frame_kib, &a.has_frame_kib);
+  program.option(measure_cmd, "--peer", a.tls.peer);
   for (auto* cmd : {serve_cmd, measure_cmd}) {
-    add(cmd, "--security.certs,--certs", a.tls.certs);
-    add(cmd, "--node.name,--name", a.tls.name);
-    // The commands have no --help (only the program has); unknown options, --help among them,
-    // and stray arguments are reported below.
-    cmd->set_help_flag();
-    cmd->allow_extras();
+    program.option(cmd, "--security.certs,--certs", a.tls.certs);
+    program.option(cmd, "--node.name,--name", a.tls.name);
   }
-  app.require_subcommand(0, 1);  // a later "serve" is an argument of the first command
-  app.allow_extras();
-  bool help = false;
-  try {
-    help = !fusion::cli::parse(app, argc, argv, [](const std::string& flag) { return flag + " needs a value"; });
-  } catch (const fusion::usage_error& e) {
-    return usage(e.what());
-  }
-  if (help) {
-    std::cout << usage_text;
-    return 0;
-  }
-  if (auto extra = app.remaining(); !extra.empty())
-    return usage(("unknown command '" + extra.front() + "'").c_str());
-  if (version) {
-    std::printf("fusion-probe %s (wire protocol %u)\n", FUSION_VERSION,
-                static_cast<unsigned>(fusion::wire_protocol_version));
-    return 0;
-  }
-  auto* cmd = serve_cmd->parsed() ? serve_cmd : measure_cmd->parsed() ? measure_cmd : nullptr;
-  if (!cmd) return usage("");
-  if (auto extra = cmd->remaining(); !extra.empty()) {
-    auto flag = fusion::cli::flag_of(extra.front());
-    if (flag.size() > 1 && flag[0] == '-')
-      return usage(("unknown option " + flag + fusion::did_you_mean(flag, fusion::cli::option_names(*cmd))).c_str());
-    return usage(("unexpected argument '" + extra.front() + "'").c_str());
-  }
-  for (const auto* opt : cmd->get_options())
-    if (opt->count() > 0)
-      for (auto& n : opt->get_lnames()) a.given.insert("--" + n);
-  return cmd == serve_cmd ? serve(a) : measure(a);
+  const std::string cmd = program.parse(argc, argv);
+  if (cmd == "serve") return serve(a);
+  if (cmd == "measure") return measure(a);
+  return 0;  // --help, help or --version
 }
 
 int main(int argc, char** argv) {
-  try {
-    return run(argc, argv);
-  } catch (const std::bad_alloc&) {
-    std::cerr << "fusion-probe: out of memory (a smaller --frame-kib needs less)\n";
-    return 1;
-  } catch (const std::exception& e) {
-    std::cerr << "fusion-probe: error: " << e.what() << "\n";
-    return 1;
-  }
+  return fusion::cli::run_main("fusion-probe", [&] { return run(argc, argv); }, "a smaller --frame-kib needs less");
 }

@@ -246,8 +246,13 @@ const char* usage =
     "--train.steps=50 --optim.lr=3.0e-4, or --train.steps 50). INI reals need a decimal point and\n"
     "strings double quotes; the file is checked and every problem is reported. Relative paths in\n"
     "the file are relative to its directory, those on the command line to the current one.\n\n"
-    "Ctrl-C lets the step in flight finish and writes the checkpoint; a second Ctrl-C exits at once.\n"
-    "Exit status: see docs/training.md, section \"Exit status\". See also docs/cluster.md.\n";
+    "Ctrl-C lets the step in flight finish and writes the checkpoint; a second Ctrl-C exits at once.\n\n"
+    "examples:\n"
+    "  fusion-train --config configs/runs/char-tiny.ini --train.steps=50 --optim.lr=1.0e-3\n"
+    "  fusion-train --config configs/runs/char-tiny.ini --resume=latest --train.steps=400\n\n"
+    "Exit status: 0 done, 1 the run failed or an input did not load, 2 a mistake in the command line or\n"
+    "settings, 130 interrupted; the full list: docs/training.md, section \"Exit status\". See also\n"
+    "docs/cluster.md.\n";
 
 // Settings that are wrong whatever the model and data: reported as usage errors (exit 2)
 // before anything is loaded, all of them at once (one per line). Throws usage_error.

@@ -217,4 +217,29 @@ result<stream> tls_connect(int fd, const tls_context& ctx, const peer_rule& rule
   return establish(fd, ctx, rule, deadline, peer, false);
 }
 
+status tls_handshake_check(int fd, const tls_context& ctx, clock::time_point deadline,
+                           std::chrono::milliseconds settle) {
+  security::ssl_ptr ssl(SSL_new(ctx.native()));
+  if (!ssl || SSL_set_fd(ssl.get(), fd) != 1) {
+    ERR_clear_error();
+    return fail("cannot set up a TLS session");
+  }
+  SSL_set_connect_state(ssl.get());
+  if (auto st = set_nonblocking(fd, true); !st) return st;
+  status outcome = drive(ssl.get(), fd, deadline, [&] { return SSL_do_handshake(ssl.get()); });
+  if (outcome) {
+    char byte = 0;
+    size_t n = 0;
+    // Silence until `settle` is fine: a server may wait for the client to speak first.
+    outcome = drive(ssl.get(), fd, clock::now() + settle, [&] { return SSL_read_ex(ssl.get(), &byte, 1, &n); });
+    if (!outcome && outcome.error() == deadline_passed) outcome = {};
+    if (!outcome && outcome.error() == "it closed the connection")
+      outcome = fail("it closed the connection after the TLS handshake (it refused this process's certificate)");
+  } else if (outcome.error() == deadline_passed) {
+    outcome = fail("the TLS handshake did not finish in time");
+  }
+  (void)set_nonblocking(fd, false);
+  return outcome;
+}
+
 }  // namespace fusion::net

@@ -56,4 +56,14 @@ result<stream> tls_accept(int fd, const tls_context& ctx, const peer_rule& rule,
 result<stream> tls_connect(int fd, const tls_context& ctx, const peer_rule& rule,
                            std::chrono::steady_clock::time_point deadline, const std::string& peer);
 
+/// Connecting side, to tell why a connection to some TLS service failed (fusion-admin to a
+/// coordinator's admin port): the handshake alone, with the server's certificate checked
+/// against the CA but not its role, then up to `settle` for the server's first bytes or its
+/// refusal of this process's certificate (TLS 1.3 sends that after the client's side of the
+/// handshake is done). Fails with why, about the peer: "it does not speak TLS (...)", "its
+/// certificate was not issued by this cluster's CA", "it refused this process's certificate
+/// (...)", "it closed the connection".
+status tls_handshake_check(int fd, const tls_context& ctx, std::chrono::steady_clock::time_point deadline,
+                           std::chrono::milliseconds settle);
+
 }  // namespace fusion::net

@@ -81,6 +81,21 @@ plan_report report_plan(const workload_estimator& est, const plan& p, double tok
   return r;
 }
 
+void check_plan_fits(const workload_estimator& est, const plan_report& r) {
+  const graph& g = est.model();
+  const cluster_spec& c = est.cluster();
+  for (const auto& s : r.stages) {
+    if (s.capacity_bytes <= 0 || s.memory_bytes <= s.capacity_bytes) continue;
+    const auto policy = placement_policy_names()[static_cast<int>(c.placement.policy)];
+    throw placement_error(c.file + ": model '" + g.name + "' does not fit with policy " + policy + ": node '" +
+                          c.nodes[s.node].name + "' has " + human_bytes(s.capacity_bytes) + " of memory, and its stage " +
+                          std::to_string(s.stage) + " (" + format_op_runs(g, s.ops) + ") needs " +
+                          human_bytes(s.memory_bytes) + " with " + std::to_string(est.micro_batches()) +
+                          " micro-batches per step (policy opfence places by memory; fewer or smaller micro-batches "
+                          "need less)");
+  }
+}
+
 std::string format_plan_report(const workload_estimator& est, const plan_report& r) {
   const graph& g = est.model();
   const cluster_spec& c = est.cluster();

@@ -55,6 +55,12 @@ struct plan_report {
 /// Builds the report of `p` under `est`; `tokens_per_step` is batch x graph::row_items.
 plan_report report_plan(const workload_estimator& est, const plan& p, double tokens_per_step);
 
+/// Throws placement_error when a stage of `r` needs more memory than its node has (a node of
+/// unknown memory takes anything): names the cluster file, the node, both sizes and the stage's
+/// ops, so that a plan no node could run (an even placement of a large model) is refused rather
+/// than printed.
+void check_plan_fits(const workload_estimator& est, const plan_report& r);
+
 /// A printable table of the report: stages, cuts, then "predicted step X s, Y tokens/s" (images/s
 /// for an image model).
 std::string format_plan_report(const workload_estimator& est, const plan_report& r);

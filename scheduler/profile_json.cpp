@@ -21,6 +21,7 @@
 #include <cmath>
 #include <cstring>
 #include <fstream>
+#include <map>
 #include <set>
 #include <sstream>
 
@@ -96,13 +97,48 @@ std::string site_list(const cluster_spec& c) {
   return out;
 }
 
-// "at line 3, column 7: syntax error while parsing object key - ..." out of nlohmann's
-// "[json.exception.parse_error.101] parse error at line 3, column 7: ...".
+// nlohmann's "[json.exception.parse_error.101] parse error at line 3, column 7: syntax error
+// while parsing object key - invalid literal; last read: '{ o'; expected string literal" in plain
+// words: "at line 3, column 7: found 'o' where a key in double quotes belongs".
 std::string parse_error_text(const nlohmann::json::parse_error& e) {
-  std::string what = e.what();
-  auto at = what.find(" at line ");
-  if (at != std::string::npos) return what.substr(at + 1);
-  return "at byte " + std::to_string(e.byte) + ": " + what;
+  const std::string what = e.what();
+  std::string at = "at byte " + std::to_string(e.byte);
+  if (auto l = what.find(" at line "); l != std::string::npos) at = what.substr(l + 1, what.find(':', l) - l - 1);
+  // What belongs there, from the parser's context ("while parsing object key - ...").
+  static const std::map<std::string, std::string> belongs = {
+      {"object key", "a key in double quotes"},
+      {"object separator", "':' after the key"},
+      {"object", "',' or '}'"},
+      {"array", "',' or ']'"},
+      {"value", "a value (a number, a string in double quotes, true, false, null, an object or an array)"}};
+  std::string expected = "valid JSON";
+  if (auto p = what.find("while parsing "); p != std::string::npos) {
+    auto it = belongs.find(what.substr(p + 14, what.find(" - ", p) - p - 14));
+    if (it != belongs.end()) expected = it->second;
+  }
+  if (what.find("; expected end of input") != std::string::npos) expected = "the end of the file (the JSON object has ended)";
+  // What the parser found: a token it could not read ("last read: '...'"), or a token in the
+  // wrong place ("unexpected '}'").
+  std::string found = "something else";
+  const auto last = what.find("; last read: '");
+  if (what.find("- unexpected end of input") != std::string::npos) {
+    found = "the end of the file";
+  } else if (last != std::string::npos) {
+    const size_t from = last + 14, to = what.find("'; expected", from);
+    std::string token = what.substr(from, (to == std::string::npos ? what.rfind('\'') : to) - from);
+    const size_t dash = what.find(" - ");
+    const std::string reason = dash == std::string::npos ? "" : what.substr(dash + 3, last - dash - 3);
+    // The lexer's token runs from its last reset: "{ o" for the literal "o" after the brace.
+    if (reason == "invalid literal") token = token.substr(token.find_last_of(" \t\r\n{[,:") + 1);
+    found = "'" + token + "'";
+    if (reason.rfind("invalid string: ", 0) == 0) found = "a malformed string (" + reason.substr(16) + ")";
+    else if (reason.rfind("invalid number", 0) == 0) found += ", a malformed number";
+  } else if (auto u = what.find("unexpected "); u != std::string::npos) {
+    found = what.substr(u + 11, what.find(';', u) == std::string::npos ? std::string::npos : what.find(';', u) - u - 11);
+    if (found == "string literal") found = "a string";
+    if (found == "number literal") found = "a number";
+  }
+  return at + ": found " + found + " where " + expected + " belongs";
 }
 
 node_profile read_node(const profile_reader& r, const json& j, const cluster_node& cn) {

@@ -202,6 +202,48 @@ TEST_CASE("apps/fusion-admin: an address nobody listens on gives a clear error a
   check_plain_words(r.output);
 }
 
+// CAF says "cannot connect" alike for all three; the shell tells them apart (apps/peer_check.cpp).
+TEST_CASE("apps/fusion-admin: a failed connection says why: nothing listens, no TLS, a TLS peer of another CA") {
+  auto address = "127.0.0.1:" + std::to_string(free_port());
+  auto refused = run_admin({address, "-c", "status", "--timeout", "5"}, "refused");
+  INFO(refused.output);
+  CHECK(refused.status == 1);
+  CHECK(refused.output.find("nothing listens on " + address + " (connection refused)") != std::string::npos);
+  // A plaintext service: fusion-probe's data channel server without certificates.
+  auto serve = [](std::vector<std::string> extra, const std::string& tag) {
+    std::vector<std::string> args = {bin("fusion-probe"), "serve", "--host", "127.0.0.1"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    child_process p(args, fusion::test::temp_path("admin", tag + ".log"));
+    std::string out;
+    for (int i = 0; i < 100 && (out = p.output()).find("port=") == std::string::npos; ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    REQUIRE_MESSAGE(out.find("port=") != std::string::npos, out);
+    const std::string port = out.substr(out.find("port=") + 5, out.find('\n', out.find("port=")) - out.find("port=") - 5);
+    return std::pair{std::move(p), "127.0.0.1:" + port};
+  };
+  {
+    auto [server, at] = serve({}, "plain-server");
+    auto r = run_admin({at, "-c", "status", "--timeout", "5"}, "not-tls");
+    INFO(r.output);
+    CHECK(r.status == 1);
+    CHECK(r.output.find("the program at " + at + " answers, but does not speak TLS") != std::string::npos);
+    CHECK(r.output.find("nothing listens") == std::string::npos);
+  }
+  // A TLS peer whose certificate another CA signed.
+  auto other = fusion::test::temp_path("admin", "peer-ca");
+  std::filesystem::remove_all(other);
+  fusion::security::make_cluster_certs(other, {"a1"});
+  {
+    auto [server, at] = serve({"--security.certs", other, "--node.name", "a1"}, "tls-server");
+    auto r = run_admin({at, "-c", "status", "--timeout", "5"}, "other-ca");
+    INFO(r.output);
+    CHECK(r.status == 1);
+    CHECK(r.output.find("the TLS peer at " + at + " holds a certificate that the CA " + fusion::test::certs_dir() +
+                        "/ca.pem did not sign") != std::string::npos);
+  }
+  std::filesystem::remove_all(other);
+}
+
 TEST_CASE("apps/fusion-admin: queries a live run: status advances, nodes, placement, ops, links, errors") {
   coordinator c("live");
   c.wait_listening();
@@ -323,6 +365,7 @@ TEST_CASE("apps/fusion-admin: a node certificate, a plaintext shell or a foreign
   INFO(plain.output);
   CHECK(plain.status == 1);
   CHECK(plain.output.find("WARNING: security.mode=off") != std::string::npos);
+  CHECK(plain.output.find("sends nothing to this plaintext client: it may require TLS") != std::string::npos);
   check_plain_words(plain.output);
   auto other = fusion::test::temp_path("admin", "other-ca");
   std::filesystem::remove_all(other);
@@ -332,7 +375,8 @@ TEST_CASE("apps/fusion-admin: a node certificate, a plaintext shell or a foreign
                            "role-foreign");
   INFO(foreign.output);
   CHECK(foreign.status == 1);
-  CHECK(foreign.output.find("TLS handshake with the coordinator") != std::string::npos);
+  CHECK(foreign.output.find("the TLS peer at " + c.address + " holds a certificate that the CA " + other +
+                            "/ca.pem did not sign") != std::string::npos);
   std::filesystem::remove_all(other);
   // The admin certificate still works after the refusals.
   CHECK(run_admin({c.address, "-c", "status"}, "role-admin").status == 0);

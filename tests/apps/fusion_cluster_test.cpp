@@ -19,9 +19,10 @@ std::string cluster_bin() { return std::string(FUSION_BINARY_DIR) + "/apps/fusio
 
 TEST_CASE("apps/fusion-cluster: plan predicts a 48-GPU cluster, in JSON and as a table") {
   const std::string args =
-      " plan configs/clusters/paper-48-b.pbtxt --model configs/models/gpt2-124m.pbtxt --batch 32 --micro-batches 8";
+      " plan configs/clusters/paper-48-b.pbtxt --model configs/models/gpt2-124m.pbtxt --train.batch 32 "
+      "--train.micro-batches 8";
   // The JSON of the replica-aware policy: replicas, nodes used and the pipeline-only prediction.
-  auto json_run = run_in_source(cluster_bin() + args + " --policy opfence-replicas --json");
+  auto json_run = run_in_source(cluster_bin() + args + " --cluster.policy opfence-replicas --json");
   INFO(json_run.output);
   REQUIRE(json_run.status == 0);
   auto j = nlohmann::json::parse(json_run.output.substr(json_run.output.find('{')));
@@ -56,27 +57,30 @@ TEST_CASE("apps/fusion-cluster: plan predicts a 48-GPU cluster, in JSON and as a
   CHECK(text.output.find("replicas:") == std::string::npos);  // the default plans no replicas
 
   // The even baseline is predicted slower on this cluster of mixed GPUs and 8 Mbit/s links.
-  auto even = run_in_source(cluster_bin() + args + " --policy even --json");
+  auto even = run_in_source(cluster_bin() + args + " --cluster.policy even --json");
   REQUIRE(even.status == 0);
   auto je = nlohmann::json::parse(even.output.substr(even.output.find('{')));
   CHECK(je.count("fences") == 0);
   CHECK(je["step_s"].get<double>() > j["step_s"].get<double>());
 }
 
-TEST_CASE("apps/fusion-cluster: plan refuses usage mistakes with exit 2 and a reason") {
+TEST_CASE("apps/fusion-cluster: plan refuses usage mistakes with exit 2 and a reason, a bad profile with 1") {
   struct bad {
     std::string args, says;
   };
   const std::vector<bad> cases = {
       {"plan configs/clusters/sites-3.pbtxt", "plan needs --model FILE"},
-      {"plan configs/clusters/sites-3.pbtxt --model configs/models/gpt-char-small.pbtxt --batch 10 --micro-batches 4",
-       "--batch 10 is not a multiple of --micro-batches 4"},
-      {"plan configs/clusters/sites-3.pbtxt --model configs/models/gpt-char-small.pbtxt --policy fastest",
-       "unknown --policy 'fastest'"},
-      {"plan configs/clusters/sites-3.pbtxt --model configs/models/gpt-char-small.pbtxt --profile /nonexistent/p.json",
-       "/nonexistent/p.json"},
-      {"plan configs/clusters/sites-3.pbtxt --model configs/models/gpt-char-small.pbtxt --micro-batches 0",
-       "--micro-batches needs an integer >= 1"},
+      {"plan configs/clusters/sites-3.pbtxt --model configs/models/gpt-char-small.pbtxt --train.batch 10 "
+       "--train.micro-batches 4",
+       "--train.batch 10 is not a multiple of --train.micro-batches 4"},
+      {"plan configs/clusters/sites-3.pbtxt --model configs/models/gpt-char-small.pbtxt --cluster.policy evn",
+       "--cluster.policy must be opfence, even, explicit or opfence-replicas, got 'evn' (did you mean 'even'?)"},
+      {"plan configs/clusters/sites-3.pbtxt --model configs/models/gpt-char-small.pbtxt --train.micro-batches 0",
+       "--train.micro-batches needs an integer >= 1"},
+      {"plan configs/clusters/sites-3.pbtxt --model configs/models/gpt-char-small.pbtxt --batch 32",
+       "--batch is no longer an option of plan: use --train.batch B and --train.micro-batches M"},
+      {"plan configs/clusters/sites-3.pbtxt --model configs/models/gpt-char-small.pbtxt --policy even",
+       "--policy is no longer an option of plan: use --cluster.policy P"},
   };
   for (auto& c : cases) {
     auto r = run_in_source(cluster_bin() + " " + c.args);
@@ -84,6 +88,12 @@ TEST_CASE("apps/fusion-cluster: plan refuses usage mistakes with exit 2 and a re
     CHECK(r.status == 2);
     CHECK(r.output.find(c.says) != std::string::npos);
   }
+  // A profile that does not load is a refused input (exit 1), as in fusion-train.
+  auto r = run_in_source(cluster_bin() + " plan configs/clusters/sites-3.pbtxt --model configs/models/gpt-char-small.pbtxt "
+                                         "--cluster.profile /nonexistent/p.json");
+  INFO(r.output);
+  CHECK(r.status == 1);
+  CHECK(r.output.find("/nonexistent/p.json: cannot open the profile") != std::string::npos);
 }
 
 TEST_CASE("apps/fusion-cluster: certs makes a CA and one identity per node, keys private, CA kept") {
@@ -107,8 +117,8 @@ TEST_CASE("apps/fusion-cluster: certs makes a CA and one identity per node, keys
   auto no_out = run_in_source(cluster_bin() + " certs configs/clusters/sites-3.pbtxt");
   CHECK(no_out.status == 2);
   CHECK(no_out.output.find("certs needs --out DIR") != std::string::npos);
-  auto bad_file = run_in_source(cluster_bin() + " certs configs/clusters/missing.pbtxt --out " + dir);
-  CHECK(bad_file.status == 2);
+  auto bad_file = run_in_source(cluster_bin() + " certs configs/clusters/missing.pbtxt --out " + dir + "-2");
+  CHECK(bad_file.status == 1);
   CHECK(bad_file.output.find("missing.pbtxt") != std::string::npos);
   std::filesystem::remove_all(dir);
 }

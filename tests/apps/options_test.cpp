@@ -117,7 +117,7 @@ TEST_CASE("apps/options: every program prints its version and wire protocol for 
   // --help points to the one list of exit codes, and that list exists.
   auto help = run_in_source(cmd("fusion-train") + " --help");
   CHECK(help.status == 0);
-  CHECK(contains(help.output, "Exit status: see docs/training.md, section \"Exit status\""));
+  CHECK(contains(help.output, "the full list: docs/training.md, section \"Exit status\""));
   CHECK(contains(read_file(src("docs/training.md")), "\n## Exit status\n"));
   // After other options too, without reading any config.
   auto r = run_in_source(cmd("fusion-train") + " --config /nonexistent.ini --version");
@@ -223,8 +223,8 @@ TEST_CASE("apps/options: fusion-probe, fusion-cluster and fusion-admin name the 
   const mistake mistakes[] = {
       {"fusion-probe", ""},
       {"fusion-probe frobnicate", "unknown command 'frobnicate'"},
-      {"fusion-probe serve --bogus 1", "unknown option --bogus"},
-      {"fusion-probe serve --peer n0", "unknown option --peer"},
+      {"fusion-probe serve --bogus 1", "unknown option '--bogus' for serve"},
+      {"fusion-probe serve --peer n0", "unknown option '--peer' for serve"},
       {"fusion-probe serve --host", "--host needs a value"},
       {"fusion-probe serve --port 70000", "--port must be at most 65535, got 70000"},
       {"fusion-probe serve --port=-1", "--port expects a non-negative number, got '-1'"},
@@ -233,15 +233,15 @@ TEST_CASE("apps/options: fusion-probe, fusion-cluster and fusion-admin name the 
       {"fusion-probe measure 127.0.0.1:1 --seconds x", "--seconds expects a non-negative number, got 'x'"},
       {"fusion-probe measure 127.0.0.1:1 --certs /nonexistent", "TLS needs --security.certs, --node.name and --peer together"},
       {"fusion-probe measure 127.0.0.1:1 --security.certs /nonexistent --node.name a1", "TLS needs --security.certs, --node.name and --peer together"},
-      {"fusion-probe serve --prot 1", "unknown option --prot (did you mean '--port'?)"},
+      {"fusion-probe serve --prot 1", "unknown option '--prot' for serve (did you mean '--port'?)"},
       {"fusion-cluster", "missing command (check, plan, netns or certs)"},
       {"fusion-cluster nope", "unknown command 'nope'"},
       {"fusion-cluster netns configs/clusters/sites-3.pbtxt --model x", "unknown option '--model' for netns"},
       {"fusion-cluster check configs/clusters/sites-3.pbtxt more", "unexpected argument 'more'"},
-      {"fusion-cluster check configs/clusters/sites-3.pbtxt --batch 4", "--batch needs --model"},
+      {"fusion-cluster check configs/clusters/sites-3.pbtxt --train.batch 4", "--train.batch needs --model"},
       {"fusion-cluster certs configs/clusters/sites-3.pbtxt --out", "--out needs a value"},
       {"fusion-cluster plan configs/clusters/sites-3.pbtxt --json=yes", "--json takes no value"},
-      {"fusion-cluster plan configs/clusters/sites-3.pbtxt --compression zip", "--compression must be none, topk"},
+      {"fusion-cluster plan configs/clusters/sites-3.pbtxt --compression.mode zip", "--compression.mode must be none, topk"},
       {"fusion-admin 127.0.0.1:1 -c", "-c needs the commands to run"},
       {"fusion-admin -c status 127.0.0.1:1 127.0.0.1:2", "one coordinator address expected, got '127.0.0.1:1' and"},
       {"fusion-admin 127.0.0.1:0", "port 0 is not a port"},

@@ -101,6 +101,34 @@ TEST_CASE("core/cluster: parse error gives protobuf's line:column") {
   check_error(head + "sight { name: \"d\" }\n", 7, {"parse error", "sight"});
 }
 
+// Protobuf's own wording ("Message type \"fusion.pb.cluster_node\" has no field named ...") never
+// reaches the user: the field, where it stands and what was expected, in plain words.
+TEST_CASE("core/cluster: parse errors in plain words, naming the field") {
+  auto plain = [](const std::string& e) {
+    INFO("error: " << e);
+    for (const char* internal : {"Message type", "fusion.pb", "Expected", "Non-repeated", "identifier"})
+      CHECK(e.find(internal) == std::string::npos);
+  };
+  check_error(head + "node { name: \"c1\" sitte: \"gamma\" }\n", 7,
+              {"c.pbtxt:7:19: parse error: unknown field 'sitte' in 'node { }' (did you mean 'site'?); it takes name, "
+               "site, device, cpu_share, gflops, memory_gib"});
+  plain(error_of(head + "node { name: \"c1\" sitte: \"gamma\" }\n"));
+  check_error(head + "nodes { name: \"c1\" }\n", 7,
+              {"c.pbtxt:7:1: parse error: unknown field 'nodes' at the top level of the cluster file (did you mean "
+               "'node'?)"});
+  check_error(head + "coordinator { port: abc }\n", 7,
+              {"parse error: field 'port': expected a whole number, got 'abc'"});
+  plain(error_of(head + "coordinator { port: abc }\n"));
+  check_error(head + "node { name: c1 site: \"gamma\" }\n", 7,
+              {"parse error: field 'name': expected a text in double quotes, got 'c1'"});
+  check_error(head + "node { name: \"c1\" site: \"gamma\" gflops: fast }\n", 7,
+              {"parse error: field 'gflops': expected a number, got 'fast'"});
+  check_error(head + "name: \"again\"\n", 7, {"parse error: field 'name' is given twice: it takes one value"});
+  check_error(head + "coordinator { port: 99999999999 }\n", 7, {"field 'port': the number 99999999999 is out of range"});
+  check_error(head + "site { name: \"d\" \n", 8, {"the file ends inside a block: a '}' is missing"});
+  plain(error_of(head + "site { name: \"d\" \n"));
+}
+
 TEST_CASE("core/cluster: no sites, no nodes") {
   check_error("name: \"x\"\n", 1, {"no sites"});
   check_error("site { name: \"a\" }\n", 1, {"no nodes"});
