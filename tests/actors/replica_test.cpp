@@ -6,6 +6,7 @@
 // would get no micro-batch is refused before any op runs.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cmath>
@@ -82,10 +83,13 @@ replicated_run run_replicated(train_config c, const std::string& cluster, int n,
 
 void check_same_losses(const std::vector<double>& got, const std::vector<double>& want) {
   REQUIRE(got.size() == want.size());
+  double worst = 0;
   for (size_t i = 0; i < got.size(); ++i) {
     CAPTURE(i);
     CHECK(std::abs(got[i] - want[i]) <= tolerance);
+    worst = std::max(worst, std::abs(got[i] - want[i]));
   }
+  MESSAGE("largest loss difference to one process: " << worst);
 }
 
 }  // namespace
