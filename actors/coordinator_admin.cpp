@@ -216,10 +216,16 @@ std::string ops_json(coord_ptr self) {
     double f = 0, b = 0;
     for (double v : m.forward_s) f += v;
     for (double v : m.backward_s) b += v;
-    int node = st.exec.current.where.node_of_op.empty() ? 0 : st.exec.current.where.node_of_op[m.node];
-    out["ops"].push_back({{"op", st.in->model.nodes[m.node].name},
-                          {"node", st.in->cluster.nodes.empty() ? std::string("local") : st.in->cluster.nodes[node].name},
-                          {"fwd_ms", f * 1e3}, {"bwd_ms", b * 1e3}});
+    const placement& where = st.exec.current.where;
+    int node = where.node_of_op.empty() ? 0 : where.node_of_op[m.node];
+    json op = {{"op", st.in->model.nodes[m.node].name},
+               {"node", st.in->cluster.nodes.empty() ? std::string("local") : st.in->cluster.nodes[node].name},
+               {"fwd_ms", f * 1e3}, {"bwd_ms", b * 1e3}};
+    // With stage replicas the times are summed over the replicas (each micro-batch ran on one).
+    if (!st.in->cluster.nodes.empty() && !where.node_of_op.empty() && where.replicas(m.node) > 1)
+      for (int r = 0; r < where.replicas(m.node); ++r)
+        op["replicas"].push_back(st.in->cluster.nodes[where.node_of(m.node, r)].name);
+    out["ops"].push_back(std::move(op));
   }
   return out.dump();
 }

@@ -166,6 +166,7 @@ TEST_CASE("replicas: policy opfence-replicas runs the replicas it plans") {
     const std::string placement = s.query("placement");
     CHECK(placement.find("\"replicas\"") != std::string::npos);
     CHECK(placement.find("\"dir\":\"reduce\"") != std::string::npos);
+    CHECK(s.query("ops").find("\"replicas\"") != std::string::npos);
   }
   INFO(all_output(nodes));
   check_same_losses(got, want);
