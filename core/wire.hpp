@@ -34,7 +34,7 @@ namespace fusion {
 /// 4: wire headers carry an encoding (raw or topk payload) and the payload's size; edge senders
 /// take codec settings (edge_atom, compress_atom).
 /// 5: admission by certificate: challenge_atom, and node_hello carries a security::proof.
-/// 6: (earlier changes of the node protocol.)
+/// 6: live migration: export_atom, import_atom, retire_atom and state tensors (pass_mode::state).
 /// 7: stage replicas: the reduce direction (gradient ring), reduce_atom, connect_atom with per
 /// micro-batch sinks and the replica ring, grads_atom names the replica.
 inline constexpr uint32_t wire_protocol_version = 7;
