@@ -58,41 +58,93 @@ void finish_start(coord_ptr self) {
   if (st.pending.start_rp.pending()) st.pending.start_rp.deliver(true);
 }
 
-// The handle an op sends its output to for consumer number `i`, and the one it sends the
-// gradient of input `slot` to: the op actor itself when both ends share a node, else the edge
-// sender of that direction.
-tensor_sink consumer_handle(coordinator_state& st, const graph_node& n, int i) {
-  if (auto* e = st.exec.current.find(n.id, i, true)) return st.exec.senders.at(e->id);
-  return st.exec.actors[n.consumers[i].node];
+// The handle replica `ra` of op `n` sends its output for consumer number `i` to when the
+// micro-batch goes on through the consumer's replica `rb`, and the one replica `rn` of `n` sends
+// the gradient of input `slot` to when the producer's replica is `rp`: the op actor itself when
+// both ends share a node, else the edge sender of that direction.
+tensor_sink consumer_handle(coordinator_state& st, const graph_node& n, int i, int ra, int rb) {
+  if (auto* e = st.exec.current.find(n.id, i, true, ra, rb)) return st.exec.senders.at(e->id);
+  return st.exec.replicas[n.consumers[i].node][rb];
 }
 
-tensor_sink producer_handle(coordinator_state& st, const graph& g, const graph_node& n, int slot) {
+tensor_sink producer_handle(coordinator_state& st, const graph& g, const graph_node& n, int slot, int rn, int rp) {
   int p = n.inputs[slot];
   const auto& cons = g.nodes[p].consumers;
   for (int i = 0; i < static_cast<int>(cons.size()); ++i)
     if (cons[i].node == n.id && cons[i].slot == slot) {
-      if (auto* e = st.exec.current.find(p, i, false)) return st.exec.senders.at(e->id);
-      return st.exec.actors[p];
+      if (auto* e = st.exec.current.find(p, i, false, rp, rn)) return st.exec.senders.at(e->id);
+      break;
     }
-  return st.exec.actors[p];
+  return st.exec.replicas[p][rp];
+}
+
+// What replica `r` of op `id` is told by connect_atom: per (consumer or input slot, micro-batch)
+// the sink of the micro-batch's route (null for micro-batches routed through another replica:
+// they never reach it), its micro-batches, and its gradient ring's next hop.
+struct wiring {
+  std::vector<tensor_sink> consumers, producers;
+  replica_ring ring;
+};
+
+wiring wiring_of(coordinator_state& st, int id, int r) {
+  const graph& g = st.in->model;
+  const auto& n = g.nodes[id];
+  const auto& w = st.exec.current.where;
+  const int M = static_cast<int>(st.in->cfg.micro_batches);
+  wiring out;
+  out.ring.replica = static_cast<uint32_t>(r);
+  out.ring.replicas = static_cast<uint32_t>(w.replicas(id));
+  for (int m = 0; m < M; ++m)
+    if (w.replica_of(id, m) == r) out.ring.local_mbs.push_back(static_cast<uint32_t>(m));
+  for (int i = 0; i < static_cast<int>(n.consumers.size()); ++i)
+    for (int m = 0; m < M; ++m)
+      out.consumers.push_back(w.replica_of(id, m) == r ? consumer_handle(st, n, i, r, w.replica_of(n.consumers[i].node, m))
+                                                       : tensor_sink{});
+  for (int slot = 0; slot < static_cast<int>(n.inputs.size()); ++slot)
+    for (int m = 0; m < M; ++m)
+      out.producers.push_back(w.replica_of(id, m) == r
+                                  ? producer_handle(st, g, n, slot, r, w.replica_of(n.inputs[slot], m))
+                                  : tensor_sink{});
+  if (out.ring.replicas > 1) {
+    if (auto* e = st.exec.current.find_reduce(id, r))
+      out.ring.next = st.exec.senders.at(e->id);
+    else
+      out.ring.next = st.exec.replicas[id][(r + 1) % w.replicas(id)];
+  }
+  return out;
 }
 
 }  // namespace
 
 void connect_all(coord_ptr self, std::function<void()> done) {
   auto& st = self->state;
-  const graph& g = st.in->model;
   auto me = caf::actor_cast<op_reporter>(self);
   const auto timeout = ms_of(st.in->cfg.step_timeout_s);
-  gather<bool>(self, g.nodes.size(), [=](size_t id) {
+  auto all = replica_pairs(st, false);
+  gather<bool>(self, all->size(), [=](size_t k) {
     auto& s = self->state;
-    const auto& n = s.in->model.nodes[id];
-    std::vector<tensor_sink> consumers, producers;
-    for (int i = 0; i < static_cast<int>(n.consumers.size()); ++i) consumers.push_back(consumer_handle(s, n, i));
-    for (int slot = 0; slot < static_cast<int>(n.inputs.size()); ++slot)
-      producers.push_back(producer_handle(s, s.in->model, n, slot));
-    return self->request(s.exec.actors[id], timeout, connect_atom::value, std::move(consumers), std::move(producers), me);
+    auto [id, r] = (*all)[k];
+    wiring wired = wiring_of(s, id, r);
+    return self->request(s.exec.replicas[id][r], timeout, connect_atom::value, std::move(wired.consumers),
+                         std::move(wired.producers), me, std::move(wired.ring));
   }, [=](std::vector<bool>) { done(); });
+}
+
+std::shared_ptr<std::vector<std::pair<int, int>>> replica_pairs(const coordinator_state& st, bool compute_only) {
+  auto out = std::make_shared<std::vector<std::pair<int, int>>>();
+  for (auto& n : st.in->model.nodes)
+    if (!compute_only || !n.is_input())
+      for (int r = 0; r < st.exec.current.where.replicas(n.id); ++r) out->emplace_back(n.id, r);
+  return out;
+}
+
+static tensor_sink edge_target(const coordinator_state& st, const plan_edge& e) {
+  switch (e.kind) {
+    case edge_kind::forward: return st.exec.replicas[e.consumer][e.consumer_replica];
+    case edge_kind::backward: return st.exec.replicas[e.producer][e.producer_replica];
+    case edge_kind::reduce: break;
+  }
+  return st.exec.replicas[e.producer][e.consumer_replica];  // the receiving replica of the ring hop
 }
 
 void create_edges(coord_ptr self, std::vector<plan_edge> add, std::function<void()> done,
@@ -115,7 +167,7 @@ void create_edges(coord_ptr self, std::vector<plan_edge> add, std::function<void
     gather<bool>(self, edges->size(), [=](size_t i) {
       auto& s2 = self->state;
       const auto& e = (*edges)[i];
-      tensor_sink target = target_of ? target_of(e) : tensor_sink{s2.exec.actors[e.forward ? e.consumer : e.producer]};
+      tensor_sink target = target_of ? target_of(e) : edge_target(s2, e);
       return self->request(s2.members.nodes[e.to], timeout, route_atom::value, e.id, target, s2.exec.senders.at(e.id));
     }, [=](std::vector<bool>) { done(); }, on_error);
   }, on_error);
@@ -144,11 +196,13 @@ void spawn_ops(coord_ptr self, std::function<void()> done) {
   run.precision = st.in->cfg.precision;
   const auto cpu_ops = split_patterns(st.in->cfg.cpu_ops);
   st.exec.actors.assign(g.nodes.size(), op_actor{});
+  st.exec.replicas.assign(g.nodes.size(), {});
   if (!cluster_mode(st)) {
     try {
       for (auto& n : g.nodes) {
         run.device = device_for_op(normalize_device(st.in->cfg.device), cpu_ops, n.name);
         st.exec.actors[n.id] = spawn_op_actor(self->system(), make_node_spec(g, n.id), run);
+        st.exec.replicas[n.id] = {st.exec.actors[n.id]};
         // Linked: if the coordinator dies of an error, its local op actors end with it (remote
         // ones end with their node, which watches the coordinator).
         self->link_to(st.exec.actors[n.id]);
@@ -158,34 +212,46 @@ void spawn_ops(coord_ptr self, std::function<void()> done) {
     }
     return done();
   }
-  gather<op_actor>(self, g.nodes.size(), [=](size_t id) mutable {
+  // One op actor per (op, replica), each with the op's initial weights: they depend only on the
+  // seed and the op's name (core/param_init.hpp), so every replica starts identical.
+  auto all = replica_pairs(st, false);
+  gather<op_actor>(self, all->size(), [=](size_t k) mutable {
     auto& s = self->state;
-    int node = s.exec.current.where.node_of_op[id];
+    auto [id, r] = (*all)[k];
+    int node = s.exec.current.where.node_of(id, r);
     run.device = device_for_op(s.in->cluster.nodes[node].device, cpu_ops, s.in->model.nodes[id].name);
     return self->request(s.members.nodes[node], std::chrono::seconds(60), spawn_atom::value, make_node_spec(s.in->model, id),
                          run);
   }, [=](std::vector<op_actor> made) {
-    self->state.exec.actors = std::move(made);
+    auto& s = self->state;
+    for (size_t k = 0; k < made.size(); ++k) s.exec.replicas[(*all)[k].first].push_back(std::move(made[k]));
+    for (size_t id = 0; id < s.exec.replicas.size(); ++id) s.exec.actors[id] = s.exec.replicas[id].at(0);
     done();
   });
 }
 
-// Stage replicas are planned and predicted (fusion-cluster plan, the estimator) but the op
-// actors, edges and all-reduce of a replicated plan are not built yet: refuse the plan before
-// any op is spawned rather than run something else than what was planned.
-void refuse_replicas(const coordinator_state& st) {
+// Every replica of a stage must run a micro-batch of every step (it takes part in the gradient
+// all-reduce, and its timing and updates are waited for): refuse a plan where some replica gets
+// none before any op is spawned.
+void check_replica_routes(const coordinator_state& st) {
   const auto& where = st.exec.current.where;
   if (!where.replicated()) return;
   const auto& c = st.in->cluster;
-  const std::string stages = format_replicated_stages(st.in->model, c, where);
-  if (c.placement.policy == placement_policy::explicit_ops)
-    throw std::runtime_error("the replica entries of " + c.file + " make stage replicas (" + stages +
-                             "), which `fusion-cluster plan` predicts but this runtime does not execute yet; "
-                             "give each assign one node (no `replica` entries) or use cluster.policy=opfence");
-  throw std::runtime_error("cluster.policy " + placement_policy_names()[static_cast<int>(c.placement.policy)] +
-                           " planned stage replicas (" + stages +
-                           "), which `fusion-cluster plan` predicts but this runtime does not execute yet; "
-                           "use cluster.policy=opfence");
+  const int64_t M = st.in->cfg.micro_batches;
+  if (static_cast<int64_t>(where.routes.size()) != M)
+    throw std::runtime_error("the plan deals routes for " + std::to_string(where.routes.size()) +
+                             " micro-batches, but train.micro-batches is " + std::to_string(M));
+  for (size_t s = 0; s < where.stages.size(); ++s) {
+    const auto& nodes = where.stages[s].nodes;
+    const auto counts = routed_micro_batches(where, static_cast<int>(s));
+    if (std::find(counts.begin(), counts.end(), 0) == counts.end()) continue;
+    std::string names;
+    for (size_t r = 0; r < nodes.size(); ++r) names += (r ? ", " : "") + c.nodes.at(nodes[r]).name;
+    throw std::runtime_error("the stage on nodes " + names + " has " + std::to_string(nodes.size()) +
+                             " replicas but a step has only " + std::to_string(M) +
+                             " micro-batches, so some replica would get none: raise train.micro-batches to at least " +
+                             std::to_string(nodes.size()) + " (or give the stage fewer replicas)");
+  }
 }
 
 // Places the ops from st.exec.profile (cluster mode) and wires them.
@@ -196,7 +262,7 @@ void place_and_wire(coord_ptr self) {
   try {
     if (cluster_mode(st)) {
       plan_compression(self);
-      refuse_replicas(st);
+      check_replica_routes(st);
     } else {
       st.exec.current = make_plan(g, placement{std::vector<int>(g.nodes.size(), 0)}, 1);
     }

@@ -167,14 +167,27 @@ std::string answer_query(coord_ptr self, const std::string& topic, caf::error& e
                 {"ops", json::array()},
                 {"edges", json::array()}};
     auto node_name = [&](int i) { return cluster_mode(st) ? st.in->cluster.nodes[i].name : std::string("local"); };
-    if (st.exec.current.where.node_of_op.size() == g.nodes.size())
-      for (auto& n : g.nodes) out["ops"].push_back({{"op", n.name}, {"node", node_name(st.exec.current.where.node_of_op[n.id])}});
-    for (auto& e : st.exec.current.edges)
-      out["edges"].push_back({{"id", e.id}, {"dir", e.forward ? "fwd" : "bwd"}, {"producer", g.nodes[e.producer].name},
-                              {"consumer", g.nodes[e.consumer].name}, {"from", node_name(e.from)},
-                              {"to", node_name(e.to)}, {"bytes_per_micro_batch", e.bytes_per_micro_batch},
-                              {"wire_bytes_per_micro_batch", wire_bytes_per_micro_batch(e)},
-                              {"codec", codec_text(e.setting)}, {"keep_ratio", e.setting.keep_ratio}});
+    const placement& where = st.exec.current.where;
+    if (where.node_of_op.size() == g.nodes.size())
+      for (auto& n : g.nodes) {
+        json op = {{"op", n.name}, {"node", node_name(where.node_of_op[n.id])}};
+        // With stage replicas: every replica's node, replica 0 first.
+        if (where.replicas(n.id) > 1)
+          for (int r = 0; r < where.replicas(n.id); ++r) op["replicas"].push_back(node_name(where.node_of(n.id, r)));
+        out["ops"].push_back(std::move(op));
+      }
+    for (auto& e : st.exec.current.edges) {
+      json edge = {{"id", e.id}, {"dir", edge_kind_name(e.kind)}, {"producer", g.nodes[e.producer].name},
+                   {"consumer", g.nodes[e.consumer].name}, {"from", node_name(e.from)},
+                   {"to", node_name(e.to)}, {"bytes_per_micro_batch", e.bytes_per_micro_batch},
+                   {"wire_bytes_per_micro_batch", wire_bytes_per_micro_batch(e)},
+                   {"codec", codec_text(e.setting)}, {"keep_ratio", e.setting.keep_ratio}};
+      if (where.replicated()) {
+        edge["producer_replica"] = e.producer_replica;
+        edge["consumer_replica"] = e.consumer_replica;
+      }
+      out["edges"].push_back(std::move(edge));
+    }
     return out.dump();
   }
   err = make_error(fusion_errc::bad_command, "unknown topic '" + topic + "' (topics: status, nodes, placement, ops, links)");
@@ -203,10 +216,16 @@ std::string ops_json(coord_ptr self) {
     double f = 0, b = 0;
     for (double v : m.forward_s) f += v;
     for (double v : m.backward_s) b += v;
-    int node = st.exec.current.where.node_of_op.empty() ? 0 : st.exec.current.where.node_of_op[m.node];
-    out["ops"].push_back({{"op", st.in->model.nodes[m.node].name},
-                          {"node", st.in->cluster.nodes.empty() ? std::string("local") : st.in->cluster.nodes[node].name},
-                          {"fwd_ms", f * 1e3}, {"bwd_ms", b * 1e3}});
+    const placement& where = st.exec.current.where;
+    int node = where.node_of_op.empty() ? 0 : where.node_of_op[m.node];
+    json op = {{"op", st.in->model.nodes[m.node].name},
+               {"node", st.in->cluster.nodes.empty() ? std::string("local") : st.in->cluster.nodes[node].name},
+               {"fwd_ms", f * 1e3}, {"bwd_ms", b * 1e3}};
+    // With stage replicas the times are summed over the replicas (each micro-batch ran on one).
+    if (!st.in->cluster.nodes.empty() && !where.node_of_op.empty() && where.replicas(m.node) > 1)
+      for (int r = 0; r < where.replicas(m.node); ++r)
+        op["replicas"].push_back(st.in->cluster.nodes[where.node_of(m.node, r)].name);
+    out["ops"].push_back(std::move(op));
   }
   return out.dump();
 }
@@ -218,7 +237,9 @@ std::string links_json(coord_ptr self) {
   for (auto& e : st.train.last.edges) {
     const plan_edge* p = nullptr;
     for (auto& pe : st.exec.current.edges)
-      if (pe.producer == e.producer && pe.consumer == e.consumer && pe.forward == e.forward) p = &pe;
+      if (pe.producer == e.producer && pe.consumer == e.consumer && pe.kind != edge_kind::reduce &&
+          pe.forward() == e.forward)
+        p = &pe;
     out["edges"].push_back({{"id", p ? p->id : 0}, {"dir", e.forward ? "fwd" : "bwd"},
                             {"producer", g.nodes[e.producer].name}, {"consumer", g.nodes[e.consumer].name},
                             {"from", e.from_node}, {"to", e.to_node}, {"bytes", e.bytes},

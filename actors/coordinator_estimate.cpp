@@ -66,13 +66,20 @@ void observe_step(coord_ptr self, const step_record& rec) {
   // slow on the emulated sites): they would drag the averages.
   if (!est || rec.step <= 2) return;
   auto& st = self->state;
-  const auto& where = st.exec.current.where.node_of_op;
+  const placement& w = st.exec.current.where;
+  const auto& where = w.node_of_op;
   for (auto& m : rec.ops) {
     if (m.node < 0 || static_cast<size_t>(m.node) >= where.size() || m.forward_s.empty()) continue;
     // A migrated op's first steps on its new node pay the same first-touch costs: measured, they
     // would make the new node look slow and the scheduler move the op again.
     if (auto it = st.rebalance.settling.find(m.node); it != st.rebalance.settling.end() && rec.step <= it->second) continue;
-    est->observe_op(m.node, where[m.node], mean(m.forward_s), mean(m.backward_s));
+    // With replicas each micro-batch was timed on the node of the replica on its route.
+    for (int r = 0; r < w.replicas(m.node); ++r) {
+      std::vector<double> f, b;
+      for (size_t mb = 0; mb < m.forward_s.size() && mb < m.backward_s.size(); ++mb)
+        if (w.replica_of(m.node, static_cast<int>(mb)) == r) f.push_back(m.forward_s[mb]), b.push_back(m.backward_s[mb]);
+      if (!f.empty()) est->observe_op(m.node, w.node_of(m.node, r), mean(f), mean(b));
+    }
   }
   // A link carrying one tensor stream at a time times the link itself; with several edges in
   // flight on one node pair each tensor also waits for the others, which the simulation already

@@ -107,6 +107,7 @@ void commit(coord_ptr self, std::shared_ptr<migration_ctx> m) {
   for (size_t i = 0; i < m->ops.size(); ++i) {
     old.push_back(st.exec.actors[m->ops[i]]);
     st.exec.actors[m->ops[i]] = m->fresh[i];
+    st.exec.replicas[m->ops[i]] = {m->fresh[i]};  // migration runs on pipeline plans only (migrate)
     st.rebalance.settling[m->ops[i]] = st.train.step + 2;  // as every op's first two steps (observe_step)
   }
   plan before = std::move(st.exec.current);
@@ -116,7 +117,7 @@ void commit(coord_ptr self, std::shared_ptr<migration_ctx> m) {
   const auto& c = st.in->cfg.compression;
   for (auto& a : d.added) {
     edge_codec_state link;  // governors exist only under an adaptive codec
-    if (auto g = st.exec.governors.find(std::make_tuple(a.from, a.to, a.forward)); g != st.exec.governors.end())
+    if (auto g = st.exec.governors.find(std::make_tuple(a.from, a.to, a.forward())); g != st.exec.governors.end())
       link.link_ratio = g->second.current();
     a.setting = codec_for_edge(a, c, link);
     for (auto& e : st.exec.current.edges)
@@ -210,14 +211,18 @@ void migrate(coord_ptr self, placement where, std::string reason, std::function<
   m->reason = std::move(reason);
   m->done = std::move(done);
   m->t0 = clock_type::now();
-  // The scheduler re-plans pipeline-only (policy opfence); a replicated target could only come
-  // from a new caller, and the op actors cannot be replicated yet (refuse_replicas).
-  if (where.replicated())
+  // The scheduler re-plans pipeline-only (policy opfence); live migration moves ops of one
+  // replica with their state, and has no way yet to add, drop or move a replica, nor to move
+  // the ops of a run that has replicas.
+  if (where.replicated() || st.exec.current.where.replicated()) {
+    const placement& shown = where.replicated() ? where : st.exec.current.where;
     return m->done(make_error(fusion_errc::bad_command,
-                              "the new placement has stage replicas (" +
-                                  format_replicated_stages(st.in->model, st.in->cluster, where) +
-                                  "), which this runtime does not execute yet: nothing moved"),
+                              std::string(where.replicated() ? "the new placement" : "this run") +
+                                  " has stage replicas (" +
+                                  format_replicated_stages(st.in->model, st.in->cluster, shown) +
+                                  "), which live migration does not move yet: nothing moved"),
                    {});
+  }
   try {
     m->next = replan(st.in->model, st.exec.current, std::move(where));
   } catch (const std::exception& e) {

@@ -89,7 +89,10 @@ struct execution_state {
   cluster_profile profile;
   plan current;
   std::unique_ptr<workload_estimator> estimator;  // cluster mode, from the first step on
-  std::vector<op_actor> actors;                 // op actors by graph node id
+  std::vector<op_actor> actors;                 // op actors by graph node id (replica 0 of each)
+  /// Every op actor: replicas[op][r] runs replica r of graph node `op` on where.node_of(op, r);
+  /// replicas[op][0] == actors[op] (everything that reads only replica 0 uses actors).
+  std::vector<std::vector<op_actor>> replicas;
   std::map<uint64_t, edge_sender_actor> senders;  // edge senders by plan edge id
   /// adatopk: the hysteresis of every link direction, by (from node, to node, forward).
   std::map<std::tuple<int, int, bool>, ratio_governor> governors;
@@ -201,6 +204,9 @@ void create_edges(coord_ptr self, std::vector<plan_edge> add, std::function<void
 /// Removes the routes and edge senders of `drop` (edges of a plan that is no longer current).
 void drop_edges(coord_ptr self, std::vector<plan_edge> drop, std::function<void()> done);
 void shutdown_nodes(coord_ptr self, std::function<void()> done);
+/// Every (graph node id, replica) of the current plan, op by op and replica 0 first: of every
+/// graph node, or of the compute nodes only.
+std::shared_ptr<std::vector<std::pair<int, int>>> replica_pairs(const coordinator_state& st, bool compute_only);
 
 // ---- actors/coordinator_train.cpp ----
 /// train_atom: resets the result, writes the run record and starts the step loop.
@@ -208,7 +214,9 @@ void begin_training(coord_ptr self);
 void begin_step(coord_ptr self);
 void on_loss(coord_ptr self, uint64_t s, uint32_t mb, double loss, const std::vector<double>& metrics);
 void on_feed(coord_ptr self, uint64_t s, uint32_t mb);
-void on_grads(coord_ptr self, uint64_t s, int32_t id, double sq, std::vector<double>& fwd, std::vector<double>& bwd);
+/// Replica `replica` of op `id` reports its squared gradient norm and per micro-batch times.
+void on_grads(coord_ptr self, uint64_t s, int32_t id, int32_t replica, double sq, std::vector<double>& fwd,
+              std::vector<double>& bwd);
 void on_output(coord_ptr self, tensor& logits);
 void on_step_timeout(coord_ptr self);
 void begin_eval(coord_ptr self, std::function<void(eval_result)> done);

@@ -95,7 +95,10 @@ void poll_traffic(coord_ptr self, step_record rec) {
                          for (auto& e : ns.edges) {
                            const plan_edge* info = s.exec.current.find(e.edge);
                            if (!info) continue;  // an edge of a plan that is gone (re-wired)
-                           out.push_back({info->producer, info->consumer, info->forward,
+                           // Gradient ring hops are not activations or gradients of a graph
+                           // edge: the record (and the estimator fed from it) leaves them out.
+                           if (info->kind == edge_kind::reduce) continue;
+                           out.push_back({info->producer, info->consumer, info->forward(),
                                           s.in->cluster.nodes[info->from].name, s.in->cluster.nodes[info->to].name,
                                           e.bytes, e.dense_bytes, e.tensors, e.seconds, e.encode_s,
                                           e.keep_ratio});
@@ -130,24 +133,25 @@ void optimizer_step(coord_ptr self) {
   arm_timeout(self, st.in->cfg.step_timeout_s);
   auto failed = std::make_shared<bool>(false);
   for (int id : st.exec.compute_nodes)
-    self->request(st.exec.actors[id], caf::infinite, step_atom::value, c.machine.step(), rec.lr, scale)
-        .then(
-            [=](stepped_atom, int32_t) {
-              auto& s = self->state;
-              if (*failed || !s.train.cur || s.train.cur->machine.on_stepped() != step_machine::verdict::complete) return;
-              ++s.train.step;
-              s.train.last_stepped = clock_type::now();
-              s.train.cur->rec.step_s = seconds_between(s.train.cur->t0, clock_type::now());
-              s.train.cur->rec.tokens_per_s = static_cast<double>(s.in->cfg.batch * s.in->model.row_items) / s.train.cur->rec.step_s;
-              step_record done = std::move(s.train.cur->rec);
-              if (!s.members.nodes.empty()) return poll_traffic(self, std::move(done));
-              end_step(self, std::move(done));
-            },
-            [=](caf::error& e) {
-              if (*failed) return;
-              *failed = true;
-              fail(self, e);
-            });
+    for (auto& replica : st.exec.replicas[id])
+      self->request(replica, caf::infinite, step_atom::value, c.machine.step(), rec.lr, scale)
+          .then(
+              [=](stepped_atom, int32_t) {
+                auto& s = self->state;
+                if (*failed || !s.train.cur || s.train.cur->machine.on_stepped() != step_machine::verdict::complete) return;
+                ++s.train.step;
+                s.train.last_stepped = clock_type::now();
+                s.train.cur->rec.step_s = seconds_between(s.train.cur->t0, clock_type::now());
+                s.train.cur->rec.tokens_per_s = static_cast<double>(s.in->cfg.batch * s.in->model.row_items) / s.train.cur->rec.step_s;
+                step_record done = std::move(s.train.cur->rec);
+                if (!s.members.nodes.empty()) return poll_traffic(self, std::move(done));
+                end_step(self, std::move(done));
+              },
+              [=](caf::error& e) {
+                if (*failed) return;
+                *failed = true;
+                fail(self, e);
+              });
 }
 
 void end_step(coord_ptr self, step_record rec) {
@@ -215,9 +219,12 @@ void feed(coord_ptr self, uint64_t s, pass_mode mode, const std::vector<tensor>&
   const graph& g = st.in->model;
   const int64_t rows = batch.at(0).dim(0);
   if (last < 0) last = (rows + per_mb - 1) / per_mb;
+  const placement& where = st.exec.current.where;
   for (int64_t mb = first; mb < last; ++mb)
     for (size_t k = 0; k < batch.size(); ++k)
-      self->send(st.exec.actors[g.feeds[k].node], forward_atom::value, s, static_cast<uint32_t>(mb), uint32_t{0},
+      // The input replica on micro-batch mb's route (replica 0 without replicas).
+      self->send(st.exec.replicas[g.feeds[k].node][where.replica_of(g.feeds[k].node, static_cast<int>(mb))],
+                 forward_atom::value, s, static_cast<uint32_t>(mb), uint32_t{0},
                  static_cast<uint8_t>(mode), slice_rows(batch[k], mb * per_mb, std::min(per_mb, rows - mb * per_mb)));
 }
 
@@ -264,7 +271,10 @@ void begin_step(coord_ptr self) {
   const int64_t B = cfg.batch, M = cfg.micro_batches;
   st.train.cur.emplace();
   auto& c = *st.train.cur;
-  c.machine.begin(static_cast<uint64_t>(st.train.step), static_cast<size_t>(M), st.exec.compute_nodes, st.in->model.nodes.size());
+  std::vector<int> replicas;
+  for (auto& r : st.exec.replicas) replicas.push_back(static_cast<int>(r.size()));
+  c.machine.begin(static_cast<uint64_t>(st.train.step), static_cast<size_t>(M), st.exec.compute_nodes,
+                  st.in->model.nodes.size(), std::move(replicas));
   // The feed interval below is the one this prediction simulated.
   const step_estimate predicted = predict_step(self);
   c.rec.predicted_step_s = predicted.step_s;
@@ -313,13 +323,22 @@ void on_loss(coord_ptr self, uint64_t s, uint32_t mb, double loss, const std::ve
   if (st.train.cur->machine.on_loss(s, mb, loss) == step_machine::verdict::complete) optimizer_step(self);
 }
 
-void on_grads(coord_ptr self, uint64_t s, int32_t id, double sq, std::vector<double>& fwd, std::vector<double>& bwd) {
+void on_grads(coord_ptr self, uint64_t s, int32_t id, int32_t replica, double sq, std::vector<double>& fwd,
+              std::vector<double>& bwd) {
   auto& st = self->state;
   if (st.act != activity::step || !st.train.cur) return;
   auto& c = *st.train.cur;
-  const auto verdict = c.machine.on_grads(s, id, sq);
+  const auto verdict = c.machine.on_grads(s, id, replica, sq);
   if (verdict == step_machine::verdict::refused) return;
-  c.rec.ops.push_back({id, std::move(fwd), std::move(bwd)});
+  // Every micro-batch is timed by the one replica on its route (the others report zero for it),
+  // so the op's record is the sum of its replicas' arrays.
+  auto same = std::find_if(c.rec.ops.begin(), c.rec.ops.end(), [id](auto& o) { return o.node == id; });
+  if (same == c.rec.ops.end()) {
+    c.rec.ops.push_back({id, std::move(fwd), std::move(bwd)});
+  } else {
+    for (size_t m = 0; m < same->forward_s.size() && m < fwd.size(); ++m) same->forward_s[m] += fwd[m];
+    for (size_t m = 0; m < same->backward_s.size() && m < bwd.size(); ++m) same->backward_s[m] += bwd[m];
+  }
   if (verdict == step_machine::verdict::complete) optimizer_step(self);
 }
 
@@ -359,18 +378,56 @@ static tensor tokenizer_identity(const tok::bpe_tokenizer& t) {
   return tensor::from_i32({3}, v);
 }
 
+// The checkpoint names of op `id`'s non-trainable buffers (batch norm statistics): each replica
+// updates them from its own micro-batches, so they are per replica and replica 0's are saved.
+static std::vector<std::string> buffer_keys(const graph& g, int id) {
+  const graph_node& n = g.nodes[id];
+  std::vector<std::string> out;
+  if (!n.impl) return out;
+  std::vector<shape_t> in;
+  for (int p : n.inputs) in.push_back(g.nodes[p].shape);
+  for (auto& b : n.impl->buffers(in)) out.push_back(n.name + "/" + b.name);
+  return out;
+}
+
+// With stage replicas: the first op whose replicas hold different parameters or optimizer state
+// (parts[k] is the state of replica who[k].second of op who[k].first), or nothing.
+static std::optional<std::string> diverged_replicas(const coordinator_state& st,
+                                                    const std::vector<std::pair<int, int>>& who,
+                                                    const std::vector<named_tensors>& parts) {
+  if (!st.exec.current.where.replicated()) return std::nullopt;
+  std::map<int, std::vector<replica_state>> by_op;
+  for (size_t k = 0; k < who.size(); ++k) {
+    auto [id, r] = who[k];
+    by_op[id].push_back({st.in->cluster.nodes.at(st.exec.current.where.node_of(id, r)).name, &parts[k]});
+  }
+  for (auto& [id, replicas] : by_op)
+    if (auto bad = replica_divergence(st.in->model.nodes[id].name, replicas, buffer_keys(st.in->model, id)))
+      return bad;
+  return std::nullopt;
+}
+
 void save_checkpoint_async(coord_ptr self, std::string path, std::function<void()> done,
                            std::function<void(const std::string&)> on_write_error) {
   auto& st = self->state;
   auto prev = st.act;
   st.act = activity::state;
   auto timeout = ms_of(st.in->cfg.step_timeout_s);
-  auto ids = st.exec.compute_nodes;
-  gather<named_tensors>(self, ids.size(), [=](size_t i) {
-    return self->request(self->state.exec.actors[ids[i]], timeout, get_state_atom::value);
-  }, [=](std::vector<named_tensors> parts) {
+  // The state of every replica (replica 0 first, per op): replica 0's is saved, the others are
+  // compared with it (the divergence detector).
+  auto who = replica_pairs(st, true);
+  gather<named_tensors>(self, who->size(), [=](size_t k) {
+    auto [id, r] = (*who)[k];
+    return self->request(self->state.exec.replicas[id][r], timeout, get_state_atom::value);
+  }, [=](std::vector<named_tensors> states) {
     auto& s = self->state;
     s.act = prev;
+    if (auto bad = diverged_replicas(s, *who, states))
+      return fail(self, make_error(fusion_errc::bad_state, *bad + " (the checkpoint of step " +
+                                                               std::to_string(s.train.step) + " was not written)"));
+    std::vector<named_tensors> parts;
+    for (size_t k = 0; k < states.size(); ++k)
+      if ((*who)[k].second == 0) parts.push_back(std::move(states[k]));
     checkpoint ck;
     ck.step = static_cast<uint64_t>(s.train.step);
     ck.model_name = s.in->model.name;
@@ -430,18 +487,20 @@ void load_checkpoint_async(coord_ptr self, std::string path, std::function<void(
   }
   auto all = std::make_shared<named_tensors>(std::make_move_iterator(ck.tensors.begin()),
                                              std::make_move_iterator(ck.tensors.end()));
-  auto ids = st.exec.compute_nodes;
+  // The file holds one copy per op; every replica of the op gets it.
+  auto who = replica_pairs(st, true);
   auto prev = st.act;
   st.act = activity::state;
   auto timeout = ms_of(st.in->cfg.step_timeout_s);
   const uint64_t step = ck.step;
-  gather<bool>(self, ids.size(), [=](size_t i) {
+  gather<bool>(self, who->size(), [=](size_t k) {
     auto& s = self->state;
-    const std::string prefix = s.in->model.nodes[ids[i]].name + "/";
+    auto [id, r] = (*who)[k];
+    const std::string prefix = s.in->model.nodes[id].name + "/";
     named_tensors mine;
     for (auto& kv : *all)
       if (kv.first.rfind(prefix, 0) == 0 && kv.first.find('/', prefix.size()) == std::string::npos) mine.push_back(kv);
-    return self->request(s.exec.actors[ids[i]], timeout, set_state_atom::value, std::move(mine));
+    return self->request(s.exec.replicas[id][r], timeout, set_state_atom::value, std::move(mine));
   }, [=](std::vector<bool>) {
     self->state.act = prev;
     self->state.train.step = static_cast<int64_t>(step);

@@ -38,8 +38,10 @@ void finish_chunk(const edge_route& r, const wire_header& h, std::optional<tenso
   if (!whole) return;
   if (h.dir == wire_direction::forward)
     caf::anon_send(r.target, forward_atom::value, h.step, h.micro_batch, h.slot, h.mode, std::move(*whole));
-  else
+  else if (h.dir == wire_direction::backward)
     caf::anon_send(r.target, backward_atom::value, h.step, h.micro_batch, h.slot, std::move(*whole));
+  else
+    caf::anon_send(r.target, reduce_atom::value, h.step, h.micro_batch, std::move(*whole));
 }
 
 struct data_channel_server::impl {

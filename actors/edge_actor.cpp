@@ -173,6 +173,13 @@ edge_sender_actor::behavior_type edge_sender_fn(edge_ptr self, uint64_t edge, no
         h.slot = consumer;
         enqueue(self, std::move(h), std::move(grad));
       },
+      [=](reduce_atom, uint64_t step, uint32_t k, tensor& chunk) {
+        wire_header h;
+        h.dir = wire_direction::reduce;
+        h.step = step;
+        h.micro_batch = k;  // the ring step: the assembler keys on it, so steps never mix
+        enqueue(self, std::move(h), std::move(chunk));
+      },
       [=](credit_atom, uint64_t, uint32_t n) { acknowledge(self, n); },
       [=](compress_atom, const codec_settings& codec) { self->state.encoder.set(codec); },
   };

@@ -2,18 +2,23 @@
 // actors and the edge senders, and the CAF serialization of tensors. Only actors/ and apps/
 // include this header (it pulls in CAF). docs/architecture.md draws the protocols.
 //
-// Wiring: coordinator -> every op actor connect_atom(consumers, producers, coordinator), each
-// answered with `true`; no data is fed before every answer is in (across processes, tensors on
-// the data channel could otherwise overtake a connect_atom). connect_atom may be sent again
-// between steps (re-wiring: new edge senders, or a neighbour that moved).
+// Wiring: coordinator -> every op actor (every replica of it) connect_atom(consumers, producers,
+// coordinator, ring), each answered with `true`; no data is fed before every answer is in
+// (across processes, tensors on the data channel could otherwise overtake a connect_atom).
+// consumers[i * M + m] is where micro-batch m's output for consumer i goes (producers likewise
+// per input slot): with stage replicas each micro-batch takes its own route. connect_atom may be
+// sent again between steps (re-wiring: new edge senders, or a neighbour that moved).
 //
 // Protocol of one training step (S = step, M = micro-batches, m = micro-batch index):
 //   coordinator -> input actors   forward_atom(S, m, slot 0, mode, tokens|targets)
 //   op actor    -> consumer       forward_atom(S, m, slot, mode, activation)       fan-out: one per consumer
 //   loss actor  -> coordinator    loss_atom(S, m, loss, metrics)                   then starts backward
 //   op actor    -> producer       backward_atom(S, m, consumer index, gradient)    summed in consumer order
-//   op actor    -> coordinator    grads_atom(S, node id, sum of squared grads, forward seconds per
-//                                 micro-batch, backward seconds per micro-batch)  after its M-th backward
+//   op replica  -> ring successor reduce_atom(S, k, gradient chunk)                 R > 1: ring all-reduce
+//                                 step k of 2 (R - 1), after its last backward
+//   op actor    -> coordinator    grads_atom(S, node id, replica, sum of squared grads, forward
+//                                 seconds per micro-batch, backward seconds per micro-batch)
+//                                 after its last backward (and the all-reduce)
 //   coordinator -> param actors   step_atom(S, lr, clip scale) -> stepped_atom(node id), or an error
 // Errors never escape an actor: it sends fail_atom(caf::error) to the coordinator, a fusion
 // error (actors/errors.hpp) whose message names the op or node.
@@ -60,6 +65,8 @@ enum class pass_mode : uint8_t { train = 0, eval = 1, infer = 2, state = 3 };
 using connect_atom = caf::atom_constant<caf::atom("connect")>;
 using forward_atom = caf::atom_constant<caf::atom("forward")>;
 using backward_atom = caf::atom_constant<caf::atom("backward")>;
+/// One ring step of a replicated op's gradient all-reduce (actors/op_actor.cpp).
+using reduce_atom = caf::atom_constant<caf::atom("reduce")>;
 using loss_atom = caf::atom_constant<caf::atom("loss")>;
 using output_atom = caf::atom_constant<caf::atom("output")>;
 using grads_atom = caf::atom_constant<caf::atom("grads")>;
@@ -323,9 +330,25 @@ typename Inspector::result_type inspect(Inspector& f, state_export& x) {
 /// which of the two it is (location transparency, checked by the compiler).
 ///   forward_atom(step, micro-batch, input slot, pass_mode, activation)
 ///   backward_atom(step, micro-batch, consumer index, gradient)
+///   reduce_atom(step, ring step k, gradient chunk)   from the op's previous replica in its ring
 using tensor_sink =
     caf::typed_actor<caf::reacts_to<forward_atom, uint64_t, uint32_t, uint32_t, uint8_t, tensor>,
-                     caf::reacts_to<backward_atom, uint64_t, uint32_t, uint32_t, tensor>>;
+                     caf::reacts_to<backward_atom, uint64_t, uint32_t, uint32_t, tensor>,
+                     caf::reacts_to<reduce_atom, uint64_t, uint32_t, tensor>>;
+
+/// An op actor's place among the replicas of its op (connect_atom): which replica it is, the
+/// micro-batches of a step routed through it (ascending), and where its gradient ring goes on.
+struct replica_ring {
+  tensor_sink next;                 ///< replica (replica + 1) % replicas, or its edge sender; null when replicas == 1
+  uint32_t replica = 0;
+  uint32_t replicas = 1;
+  std::vector<uint32_t> local_mbs;  ///< micro-batches of a step this replica runs (all M when replicas == 1)
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, replica_ring& x) {
+  return f(caf::meta::type_name("replica_ring"), x.next, x.replica, x.replicas, x.local_mbs);
+}
 
 /// What an edge sender sends to node actors: wire_atom(chunk) to the receiving node (when the edge
 /// does not use the data channel), and stats_atom(edge_stat) after every tensor and
@@ -340,24 +363,27 @@ using edge_sender_actor =
 
 /// What an op actor reports to the coordinator: loss_atom(step, micro-batch, loss, metric sums)
 /// from the loss op, output_atom(step, micro-batch, logits) when sampling, grads_atom(step, node
-/// id, squared gradient norm, forward and backward seconds per micro-batch) after its last
-/// backward, and fail_atom(error). A typed view of the coordinator for the senders: the
+/// id, replica, squared gradient norm, forward and backward seconds per micro-batch: zero for
+/// the micro-batches another replica ran) after its last backward and, with replicas, the
+/// gradient all-reduce, and fail_atom(error). A typed view of the coordinator for the senders: the
 /// coordinator itself is dynamically typed, because its behavior changes with the run's phase
 /// (actors/coordinator_phases.cpp) and a typed CAF actor must take its whole interface in every
 /// behavior.
 using op_reporter = caf::typed_actor<caf::reacts_to<loss_atom, uint64_t, uint32_t, double, std::vector<double>>,
                                      caf::reacts_to<output_atom, uint64_t, uint32_t, tensor>,
-                                     caf::reacts_to<grads_atom, uint64_t, int32_t, double, std::vector<double>,
-                                                    std::vector<double>>,
+                                     caf::reacts_to<grads_atom, uint64_t, int32_t, int32_t, double,
+                                                    std::vector<double>, std::vector<double>>,
                                      caf::reacts_to<fail_atom, caf::error>>;
 
 /// An op actor (actors/op_actor.hpp): a tensor sink that is wired, steps its optimizer and hands
-/// over its state. connect_atom(consumers, producers, coordinator) -> true; step_atom(step, lr,
+/// over its state. connect_atom(consumers, producers, coordinator, ring) -> true (consumers[i *
+/// M + m]: consumer i's sink for micro-batch m; producers[slot * M + m] likewise); step_atom(step, lr,
 /// clip scale) -> stepped_atom(node id); get_state_atom -> named tensors; export_atom(sink, step)
 /// sends the state through `sink` -> what was sent; import_atom(count) -> true once `count` state
 /// tensors arrived and were restored; set_state_atom(named tensors) -> true.
 using op_actor = tensor_sink::extend<
-    caf::replies_to<connect_atom, std::vector<tensor_sink>, std::vector<tensor_sink>, op_reporter>::with<bool>,
+    caf::replies_to<connect_atom, std::vector<tensor_sink>, std::vector<tensor_sink>, op_reporter,
+                    replica_ring>::with<bool>,
     caf::replies_to<step_atom, uint64_t, double, float>::with<stepped_atom, int32_t>,
     caf::replies_to<get_state_atom>::with<named_tensors>,
     caf::replies_to<export_atom, tensor_sink, uint64_t>::with<state_export>,

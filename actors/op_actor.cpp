@@ -6,6 +6,7 @@
 
 #include "actors/messages.hpp"
 #include "actors/op_device.hpp"
+#include "core/ring_reduce.hpp"
 
 namespace fusion {
 
@@ -66,12 +67,18 @@ struct op_state {
   std::vector<tensor> params, grads, m, v;
   std::vector<buffer_spec> buffer_specs;
   std::vector<tensor> buffers;  // non-trainable state (batch norm statistics): checkpointed, no optimizer
+  // Per micro-batch routes: consumers[i * M + m] takes micro-batch m's output for consumer i,
+  // producers[slot * M + m] its gradient for input `slot` (connect_atom).
   std::vector<tensor_sink> consumers, producers;
   op_reporter coordinator;
+  replica_ring ring;  // which replica this is, its micro-batches, its all-reduce successor
   std::map<uint32_t, fwd_entry> pending_fwd;
   std::map<uint32_t, saved_entry> saved;
   std::map<uint32_t, bwd_entry> pending_bwd;
-  uint32_t next_bwd = 0;
+  size_t next_bwd = 0;  // index into ring.local_mbs of the next backward
+  // Gradient all-reduces by step (replicas > 1): started when this replica's backward is done,
+  // or earlier by a faster neighbour's first message.
+  std::map<uint64_t, ring_reducer> reduces;
   std::vector<double> fwd_seconds, bwd_seconds;  // per micro-batch of the current step
   bool reads_data = false;  // an input comes straight from a data input (token ids, targets)
   // A migration's incoming state (import_atom): tensors by index, and the count once announced.
@@ -87,21 +94,95 @@ using self_ptr = op_actor::stateful_pointer<op_state>;
 size_t forward_slot(uint32_t mb) { return 2 * size_t{mb}; }
 size_t backward_slot(uint32_t mb) { return 2 * size_t{mb} + 1; }
 
+size_t consumer_count(const op_state& st) { return st.spec.consumer_slots.size(); }
+
+// The sink of micro-batch `mb` for consumer (or input slot) `i` in per-micro-batch `sinks`.
+const tensor_sink& sink_of(const op_state& st, const std::vector<tensor_sink>& sinks, size_t i, uint32_t mb,
+                           const char* what) {
+  const size_t M = st.run.micro_batches;
+  const size_t at = i * M + mb % M;
+  if (at >= sinks.size() || !sinks[at])
+    throw std::runtime_error(std::string("no ") + what + " " + std::to_string(i) + " is wired for micro-batch " +
+                             std::to_string(mb) + " on replica " + std::to_string(st.ring.replica));
+  return sinks[at];
+}
+
 void report_failure(self_ptr self, const std::string& what) {
   if (self->state.coordinator)
     self->send(self->state.coordinator, fail_atom::value,
                make_error(fusion_errc::op_failed, "op actor '" + self->state.spec.name + "' failed: " + what));
 }
 
-// Runs backward for every micro-batch whose output gradients are complete, strictly in
-// micro-batch order, so parameter gradients accumulate in the same order on every run.
+void report_grads(self_ptr self, uint64_t step) {
+  auto& st = self->state;
+  double sq = 0;
+  for (auto& g : st.grads) sq += st.dev->sum_of_squares(g);
+  self->send(st.coordinator, grads_atom::value, step, static_cast<int32_t>(st.spec.id),
+             static_cast<int32_t>(st.ring.replica), sq,
+             std::exchange(st.fwd_seconds, std::vector<double>(st.run.micro_batches, 0.0)),
+             std::exchange(st.bwd_seconds, std::vector<double>(st.run.micro_batches, 0.0)));
+}
+
+// Sends what the ring all-reduce of `step` gives to send; once it is done, its sums become the
+// gradients (every replica now holds the same bits) and the replica reports them.
+void advance_reduce(self_ptr self, uint64_t step, std::vector<ring_reducer::message> out) {
+  auto& st = self->state;
+  for (auto& m : out) {
+    if (!st.ring.next) throw std::runtime_error("replica " + std::to_string(st.ring.replica) + " has no ring successor");
+    tensor chunk(shape_t{static_cast<int64_t>(m.values.size())}, dtype::f32);
+    std::copy(m.values.begin(), m.values.end(), chunk.f32());
+    self->send(st.ring.next, reduce_atom::value, step, m.k, std::move(chunk));
+  }
+  auto it = st.reduces.find(step);
+  if (it == st.reduces.end() || !it->second.done()) return;
+  const std::vector<float>& sum = it->second.values();
+  size_t at = 0;
+  for (auto& g : st.grads) {
+    tensor host(g.shape(), dtype::f32);
+    const auto n = static_cast<size_t>(host.numel());
+    std::copy(sum.begin() + static_cast<std::ptrdiff_t>(at), sum.begin() + static_cast<std::ptrdiff_t>(at + n),
+              host.f32());
+    at += n;
+    g = st.dev->upload(std::move(host));
+  }
+  st.reduces.erase(it);
+  report_grads(self, step);
+}
+
+ring_reducer& reducer_of(op_state& st, uint64_t step) {
+  auto it = st.reduces.find(step);
+  if (it == st.reduces.end()) it = st.reduces.emplace(step, ring_reducer(st.ring.replica, st.ring.replicas)).first;
+  return it->second;
+}
+
+// This replica's backward of the step is done: with one replica it reports its gradients; with
+// several they are summed around the ring first (all parameter gradients as one f32 buffer).
+void finish_backward(self_ptr self, uint64_t step) {
+  auto& st = self->state;
+  for (uint32_t m : st.ring.local_mbs) {
+    st.fwd_seconds.at(m) = st.dev->timed_seconds(forward_slot(m));
+    st.bwd_seconds.at(m) = st.dev->timed_seconds(backward_slot(m));
+  }
+  if (st.ring.replicas < 2 || st.params.empty()) return report_grads(self, step);
+  // A message of an abandoned earlier step must not wait forever for its all-reduce.
+  st.reduces.erase(st.reduces.begin(), st.reduces.lower_bound(step));
+  std::vector<float> flat;
+  for (auto& g : st.grads) {
+    tensor host = st.dev->download(g);
+    flat.insert(flat.end(), host.f32(), host.f32() + host.numel());
+  }
+  advance_reduce(self, step, reducer_of(st, step).start(std::move(flat)));
+}
+
+// Runs backward for every micro-batch of this replica whose output gradients are complete,
+// strictly in micro-batch order, so parameter gradients accumulate in the same order on every run.
 void drain_backward(self_ptr self, uint64_t step) {
   auto& st = self->state;
-  for (auto it = st.pending_bwd.find(st.next_bwd); it != st.pending_bwd.end();
-       it = st.pending_bwd.find(st.next_bwd)) {
-    size_t expected = st.spec.is_loss ? 1 : st.consumers.size();
-    if (it->second.have != static_cast<int>(expected)) return;
-    uint32_t mb = st.next_bwd;
+  const size_t expected = st.spec.is_loss ? 1 : consumer_count(st);
+  while (st.next_bwd < st.ring.local_mbs.size()) {
+    const uint32_t mb = st.ring.local_mbs[st.next_bwd];
+    auto it = st.pending_bwd.find(mb);
+    if (it == st.pending_bwd.end() || it->second.have != static_cast<int>(expected)) return;
     auto entry = std::move(it->second);
     st.pending_bwd.erase(it);
     auto sv = st.saved.find(mb);
@@ -135,29 +216,23 @@ void drain_backward(self_ptr self, uint64_t step) {
     for (size_t i = 0; i < n_in; ++i) {
       if (st.spec.producer_is_input[i]) continue;
       if (din[i].empty()) din[i] = tensor(in_ptrs[i]->shape(), dtype::f32);  // no-grad slot: host zeros
-      self->send(st.producers[i], backward_atom::value, step, mb,
+      self->send(sink_of(st, st.producers, i, mb, "producer of input"), backward_atom::value, step, mb,
                  static_cast<uint32_t>(st.spec.index_at_producer[i]), std::move(din[i]));
     }
     st.saved.erase(sv);  // after the sends: in_ptrs point into it
-    ++st.next_bwd;
-    if (st.next_bwd == st.run.micro_batches) {
-      double sq = 0;
-      for (auto& g : st.grads) sq += st.dev->sum_of_squares(g);
-      for (uint32_t m = 0; m < st.run.micro_batches; ++m) {
-        st.fwd_seconds.at(m) = st.dev->timed_seconds(forward_slot(m));
-        st.bwd_seconds.at(m) = st.dev->timed_seconds(backward_slot(m));
-      }
+    if (++st.next_bwd == st.ring.local_mbs.size()) {
       st.next_bwd = 0;
-      self->send(st.coordinator, grads_atom::value, step, static_cast<int32_t>(st.spec.id), sq,
-                 std::exchange(st.fwd_seconds, std::vector<double>(st.run.micro_batches, 0.0)),
-                 std::exchange(st.bwd_seconds, std::vector<double>(st.run.micro_batches, 0.0)));
+      return finish_backward(self, step);
     }
   }
 }
 
 void add_output_grad(self_ptr self, uint64_t step, uint32_t mb, uint32_t consumer, tensor grad) {
   auto& st = self->state;
-  size_t expected = st.spec.is_loss ? 1 : st.consumers.size();
+  if (!std::binary_search(st.ring.local_mbs.begin(), st.ring.local_mbs.end(), mb))
+    throw std::runtime_error("a gradient for micro-batch " + std::to_string(mb) + " reached replica " +
+                             std::to_string(st.ring.replica) + ", which does not run it");
+  size_t expected = st.spec.is_loss ? 1 : consumer_count(st);
   auto& e = st.pending_bwd[mb];
   if (e.grads.empty()) e.grads.resize(expected);
   if (consumer >= expected || !e.grads[consumer].empty())
@@ -215,12 +290,14 @@ void run_forward(self_ptr self, uint64_t step, uint32_t mb, pass_mode mode, std:
     return;
   }
   auto mode_u8 = static_cast<uint8_t>(mode);
-  for (size_t i = 0; i < st.consumers.size(); ++i) {
+  const size_t n = consumer_count(st);
+  for (size_t i = 0; i < n; ++i) {
     auto slot = static_cast<uint32_t>(st.spec.consumer_slots[i]);
-    if (i + 1 == st.consumers.size())
-      self->send(st.consumers[i], forward_atom::value, step, mb, slot, mode_u8, std::move(out));
+    const tensor_sink& to = sink_of(st, st.consumers, i, mb, "consumer");
+    if (i + 1 == n)
+      self->send(to, forward_atom::value, step, mb, slot, mode_u8, std::move(out));
     else
-      self->send(st.consumers[i], forward_atom::value, step, mb, slot, mode_u8, out);
+      self->send(to, forward_atom::value, step, mb, slot, mode_u8, out);
   }
 }
 
@@ -331,11 +408,29 @@ op_actor::behavior_type op_actor_fn(self_ptr self, node_spec spec, actor_run_par
   };
   return {
       [=](connect_atom, std::vector<tensor_sink>& consumers, std::vector<tensor_sink>& producers,
-          op_reporter& coordinator) {
+          op_reporter& coordinator, replica_ring& ring) -> caf::result<bool> {
         // Between steps only (the coordinator re-wires at step boundaries): nothing is in flight.
-        self->state.consumers = std::move(consumers);
-        self->state.producers = std::move(producers);
-        self->state.coordinator = std::move(coordinator);
+        auto& st = self->state;
+        const size_t M = st.run.micro_batches;
+        if (ring.local_mbs.empty() && ring.replicas <= 1)
+          for (uint32_t m = 0; m < M; ++m) ring.local_mbs.push_back(m);
+        std::string bad;
+        if (consumers.size() != consumer_count(st) * M || producers.size() != st.spec.input_shapes.size() * M)
+          bad = std::to_string(consumers.size()) + " consumer and " + std::to_string(producers.size()) +
+                " producer routes arrived for " + std::to_string(consumer_count(st)) + " consumers, " +
+                std::to_string(st.spec.input_shapes.size()) + " inputs and " + std::to_string(M) + " micro-batches";
+        else if (ring.replicas < 1 || ring.replica >= ring.replicas || (ring.replicas > 1 && !ring.next))
+          bad = "replica " + std::to_string(ring.replica) + " of " + std::to_string(ring.replicas) + " without a ring";
+        else if (!std::is_sorted(ring.local_mbs.begin(), ring.local_mbs.end()) ||
+                 std::any_of(ring.local_mbs.begin(), ring.local_mbs.end(), [M](uint32_t m) { return m >= M; }))
+          bad = "its micro-batches are not ascending indices below " + std::to_string(M);
+        if (!bad.empty())
+          return make_error(fusion_errc::connect_failed, "op actor '" + st.spec.name + "' cannot be wired: " + bad);
+        st.consumers = std::move(consumers);
+        st.producers = std::move(producers);
+        st.coordinator = std::move(coordinator);
+        st.ring = std::move(ring);
+        st.next_bwd = 0;
         return true;  // the coordinator waits for every actor before it sends data
       },
       [=](forward_atom, uint64_t step, uint32_t mb, uint32_t slot, uint8_t mode, tensor& value) {
@@ -365,6 +460,19 @@ op_actor::behavior_type op_actor_fn(self_ptr self, node_spec spec, actor_run_par
       },
       [=](backward_atom, uint64_t step, uint32_t mb, uint32_t consumer, tensor& grad) {
         guarded([&] { add_output_grad(self, step, mb, consumer, std::move(grad)); });
+      },
+      [=](reduce_atom, uint64_t step, uint32_t k, tensor& chunk) {
+        guarded([&] {
+          auto& st = self->state;
+          if (st.ring.replicas < 2 || st.params.empty())
+            throw std::runtime_error("a gradient ring message arrived, but this op has no replicas to sum with");
+          if (chunk.type() != dtype::f32 || chunk.shape().size() != 1)
+            throw std::runtime_error("gradient ring step " + std::to_string(k) + " carried a tensor of shape " +
+                                     to_string(chunk.shape()) + ", not a flat f32 chunk");
+          const tensor host = st.dev->download(chunk);
+          std::vector<float> values(host.f32(), host.f32() + host.numel());
+          advance_reduce(self, step, reducer_of(st, step).receive(k, std::move(values)));
+        });
       },
       [=](step_atom, uint64_t step, double lr, float scale) -> caf::result<stepped_atom, int32_t> {
         try {

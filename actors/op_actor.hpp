@@ -18,7 +18,7 @@ namespace fusion {
 node_spec make_node_spec(const graph& g, int id);
 
 /// Spawns the actor of one node (its interface: op_actor in actors/messages.hpp). Wire it with
-/// connect_atom(consumers, producers, coordinator) before sending data. Its backend, op and
+/// connect_atom(consumers, producers, coordinator, ring) before sending data. Its backend, op and
 /// parameters are created here, on `params.device`, so a device that is missing or a failed
 /// allocation throws std::runtime_error to the caller instead of killing the actor silently.
 op_actor spawn_op_actor(caf::actor_system& sys, node_spec spec, actor_run_params params);

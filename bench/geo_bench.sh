@@ -24,8 +24,7 @@
 # trains the whole model alone (a one-node copy of the cluster file, its site and cap) for the
 # same steps; every node's alone rate is that rate scaled by its cpu_share over the first node's
 # (uncapped nodes: n/a). --no-alone skips that run and the column. Example, replicas against
-# pipeline-only OP-Fence where replicas should matter (once the runtime executes replicas: until
-# then fusion-train refuses every opfence-replicas run whose plan has them, docs/scheduler.md):
+# pipeline-only OP-Fence where replicas should matter (docs/scheduler.md, "Stage replicas"):
 #   bench/geo_bench.sh --topologies sites-2x3,sites-3 --configs opfence+none,opfence-replicas+none
 # The table has one row per run and, per topology (and slow rate), each config's ratio of tokens/s
 # to the first config (the baseline): the mean of the per-round ratios. "others %" is the CPU that other

@@ -328,6 +328,48 @@ std::optional<std::string> first_non_finite(const checkpoint& ckpt) {
   return std::nullopt;
 }
 
+uint64_t tensor_hash(const tensor& t) {
+  xxh64_hasher h;
+  const auto type = static_cast<uint8_t>(t.type());
+  h.update(&type, 1);
+  for (int64_t d : t.shape()) h.update(&d, sizeof d);
+  if (!t.empty()) h.update(t.bytes(), t.nbytes());
+  return h.digest();
+}
+
+std::optional<std::string> replica_divergence(const std::string& op, const std::vector<replica_state>& replicas,
+                                              const std::vector<std::string>& skip) {
+  if (replicas.size() < 2 || !replicas[0].tensors) return std::nullopt;
+  auto skipped = [&](const std::string& name) { return std::find(skip.begin(), skip.end(), name) != skip.end(); };
+  auto differ = [&](const replica_state& other, const std::string& name) {
+    return "replicas of op '" + op + "' diverged: node " + replicas[0].node + " and node " + other.node +
+           " differ in " + name;
+  };
+  for (const auto& [name, t] : *replicas[0].tensors) {
+    if (skipped(name)) continue;
+    const uint64_t want = tensor_hash(t);
+    for (size_t r = 1; r < replicas.size(); ++r) {
+      const auto* theirs = replicas[r].tensors;
+      const tensor* same = nullptr;
+      if (theirs)
+        for (const auto& [n, u] : *theirs)
+          if (n == name) same = &u;
+      if (!same || tensor_hash(*same) != want) return differ(replicas[r], name);
+    }
+  }
+  for (size_t r = 1; r < replicas.size(); ++r) {
+    if (!replicas[r].tensors) return differ(replicas[r], "every tensor (it sent no state)");
+    for (const auto& [name, u] : *replicas[r].tensors) {
+      (void)u;
+      if (skipped(name)) continue;
+      bool known = false;
+      for (const auto& [n, t] : *replicas[0].tensors) known = known || n == name;
+      if (!known) return differ(replicas[r], name);
+    }
+  }
+  return std::nullopt;
+}
+
 const tensor* find_tensor(const checkpoint& ckpt, const std::string& name) {
   for (const auto& [n, t] : ckpt.tensors)
     if (n == name) return &t;

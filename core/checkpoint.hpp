@@ -90,4 +90,23 @@ class xxh64_hasher {
 /// One-shot XXH64 of a byte range.
 uint64_t xxh64(std::span<const std::byte> data, uint64_t seed = 0);
 
+/// XXH64 of a tensor: its dtype, shape and bytes (two tensors hash alike only when all agree).
+uint64_t tensor_hash(const tensor& t);
+
+/// The state of one replica of an op, for replica_divergence: the cluster node it runs on and
+/// its named tensors (as an op actor hands them over for a checkpoint).
+struct replica_state {
+  std::string node;
+  const std::vector<std::pair<std::string, tensor>>* tensors = nullptr;
+};
+
+/// The divergence detector of stage replicas: replicas of an op apply the same all-reduced
+/// gradients, so their parameters and optimizer state must stay bit-identical. Compares every
+/// replica with replica 0 (replicas[0]) by tensor_hash, tensor by tensor in replica 0's order,
+/// skipping the names in `skip`; nothing when they agree, else "replicas of op 'X' diverged:
+/// node a1 and node a2 differ in X/w" for the first tensor and replica that differ (a tensor
+/// missing from a replica, or one it has in addition, counts as a difference).
+std::optional<std::string> replica_divergence(const std::string& op, const std::vector<replica_state>& replicas,
+                                              const std::vector<std::string>& skip = {});
+
 }  // namespace fusion

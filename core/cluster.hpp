@@ -52,8 +52,8 @@ enum class placement_policy {
   opfence,       ///< the default: fences of fast links, a chain, an exact DP over cut points, one node per op (docs/scheduler.md)
   even,          ///< contiguous stages of equal estimated FLOPs, one per node, in file order
   explicit_ops,  ///< "explicit": the assign entries say which node runs which op
-  /// "opfence-replicas": OP-Fence that also plans stage replicas where they pay. fusion-cluster
-  /// plan and the estimator predict such plans; the runtime does not execute them yet.
+  /// "opfence-replicas": OP-Fence that also plans stage replicas where they pay (fusion-cluster
+  /// plan and the estimator predict such plans, fusion-train runs them; docs/scheduler.md).
   opfence_replicas,
 };
 

@@ -1,10 +1,12 @@
 #include "core/step_machine.hpp"
 
+#include <algorithm>
 #include <cmath>
 
 namespace fusion {
 
-void step_machine::begin(uint64_t step, size_t micro_batches, std::vector<int> compute_ops, size_t graph_nodes) {
+void step_machine::begin(uint64_t step, size_t micro_batches, std::vector<int> compute_ops, size_t graph_nodes,
+                         std::vector<int> replicas) {
   stage_ = stage::forward_backward;
   step_ = step;
   compute_ = std::move(compute_ops);
@@ -14,7 +16,14 @@ void step_machine::begin(uint64_t step, size_t micro_batches, std::vector<int> c
   is_compute_.assign(graph_nodes, 0);
   for (int id : compute_)
     if (id >= 0 && static_cast<size_t>(id) < graph_nodes) is_compute_[id] = 1;
-  reported_.assign(graph_nodes, 0);
+  replicas_.assign(graph_nodes, 1);
+  for (size_t id = 0; id < graph_nodes && id < replicas.size(); ++id) replicas_[id] = std::max(1, replicas[id]);
+  reported_.assign(graph_nodes, {});
+  reports_expected_ = 0;
+  for (size_t id = 0; id < graph_nodes; ++id) {
+    reported_[id].assign(static_cast<size_t>(replicas_[id]), 0);
+    if (is_compute_[id]) reports_expected_ += static_cast<size_t>(replicas_[id]);
+  }
   n_loss_ = n_grads_ = updates_left_ = 0;
 }
 
@@ -27,19 +36,19 @@ step_machine::verdict step_machine::on_loss(uint64_t step, uint32_t mb, double l
   return forward_backward_done() ? verdict::complete : verdict::counted;
 }
 
-step_machine::verdict step_machine::on_grads(uint64_t step, int id, double squared_norm) {
+step_machine::verdict step_machine::on_grads(uint64_t step, int id, int replica, double squared_norm) {
   if (stage_ != stage::forward_backward || step != step_ || id < 0 || static_cast<size_t>(id) >= sq_.size() ||
-      !is_compute_[id] || reported_[id])
+      !is_compute_[id] || replica < 0 || replica >= replicas_of(id) || reported_[id][replica])
     return verdict::refused;
-  sq_[id] = squared_norm;
-  reported_[id] = 1;
+  if (replica == 0) sq_[id] = squared_norm;
+  reported_[id][replica] = 1;
   ++n_grads_;
   return forward_backward_done() ? verdict::complete : verdict::counted;
 }
 
 void step_machine::begin_update() {
   stage_ = stage::update;
-  updates_left_ = compute_.size();
+  updates_left_ = reports_expected_;
 }
 
 step_machine::verdict step_machine::on_stepped() {
@@ -68,7 +77,8 @@ double step_machine::grad_norm() const {
 std::vector<int> step_machine::waiting_for_grads() const {
   std::vector<int> out;
   for (size_t id = 0; id < reported_.size(); ++id)
-    if (is_compute_[id] && !reported_[id]) out.push_back(static_cast<int>(id));
+    if (is_compute_[id] && std::find(reported_[id].begin(), reported_[id].end(), 0) != reported_[id].end())
+      out.push_back(static_cast<int>(id));
   return out;
 }
 

@@ -8,6 +8,12 @@
 // A report that does not belong to the step in flight (another step, an unknown micro-batch or
 // op, a second report of the same one) is refused and changes nothing, so a late message of an
 // abandoned step cannot complete the next one.
+//
+// With stage replicas every replica of an op is an op actor of its own: each reports its gradient
+// norm and takes the update, so the step waits for one report and one update per (op, replica).
+// The replicas' gradients are the same all-reduced sum (bit-identical, actors/op_actor.cpp), so
+// an op's squared norm is counted once, from replica 0; summing every replica's would count the
+// op R times in the global norm and change the clipping.
 #pragma once
 
 #include <cstddef>
@@ -31,15 +37,20 @@ class step_machine {
 
   /// Starts step `step` (0-based) of `micro_batches` micro-batches; `compute_ops` are the graph
   /// node ids that report a gradient norm and take an update, `graph_nodes` the graph's size.
-  void begin(uint64_t step, size_t micro_batches, std::vector<int> compute_ops, size_t graph_nodes);
+  /// `replicas[id]` is how many replicas op `id` has (empty, or an entry below 1: one).
+  void begin(uint64_t step, size_t micro_batches, std::vector<int> compute_ops, size_t graph_nodes,
+             std::vector<int> replicas = {});
 
   /// Micro-batch `mb`'s loss.
   verdict on_loss(uint64_t step, uint32_t mb, double loss);
-  /// Op `id`'s squared gradient norm, once its backward of every micro-batch is done.
-  verdict on_grads(uint64_t step, int id, double squared_norm);
+  /// Replica `replica` of op `id` reports its squared gradient norm, once its backward of every
+  /// micro-batch routed through it (and the all-reduce) is done. Only replica 0's is counted.
+  verdict on_grads(uint64_t step, int id, int replica, double squared_norm);
+  /// The same for an op of one replica.
+  verdict on_grads(uint64_t step, int id, double squared_norm) { return on_grads(step, id, 0, squared_norm); }
   /// Moves from forward_backward (complete) to update.
   void begin_update();
-  /// One op actor applied its update; complete once every compute op has.
+  /// One op actor applied its update; complete once every replica of every compute op has.
   verdict on_stepped();
   /// Back to idle (the step ended or was abandoned).
   void reset();
@@ -53,13 +64,14 @@ class step_machine {
   double mean_loss() const;
   /// sqrt of the summed squared norms, in graph-node order (deterministic).
   double grad_norm() const;
-  /// Compute ops that have not reported a gradient norm yet, in id order.
+  /// Compute ops with a replica that has not reported a gradient norm yet, in id order.
   std::vector<int> waiting_for_grads() const;
   /// Compute ops that have not answered the update yet (counted, not named: replies carry no id).
   size_t updates_left() const { return updates_left_; }
 
  private:
-  bool forward_backward_done() const { return n_loss_ == losses_.size() && n_grads_ == compute_.size(); }
+  bool forward_backward_done() const { return n_loss_ == losses_.size() && n_grads_ == reports_expected_; }
+  int replicas_of(int id) const { return replicas_[id]; }
 
   stage stage_ = stage::idle;
   uint64_t step_ = 0;
@@ -67,7 +79,10 @@ class step_machine {
   std::vector<double> losses_;
   std::vector<char> loss_in_;
   std::vector<double> sq_;          // by graph node id
-  std::vector<char> is_compute_, reported_;
+  std::vector<char> is_compute_;
+  std::vector<int> replicas_;       // by graph node id
+  std::vector<std::vector<char>> reported_;  // by graph node id, then replica
+  size_t reports_expected_ = 0;     // one per (compute op, replica)
   size_t n_loss_ = 0, n_grads_ = 0, updates_left_ = 0;
 };
 

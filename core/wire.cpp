@@ -11,7 +11,9 @@ namespace fusion {
 std::string encode_wire_header(const wire_header& h) {
   pb::wire_header m;
   m.set_version(h.version);
-  m.set_dir(h.dir == wire_direction::forward ? pb::wire_header::FORWARD : pb::wire_header::BACKWARD);
+  m.set_dir(h.dir == wire_direction::forward    ? pb::wire_header::FORWARD
+            : h.dir == wire_direction::backward ? pb::wire_header::BACKWARD
+                                                : pb::wire_header::REDUCE);
   m.set_edge(h.edge);
   m.set_step(h.step);
   m.set_micro_batch(h.micro_batch);
@@ -34,13 +36,15 @@ result<wire_header> decode_wire_header(std::string_view bytes, uint64_t payload_
   if (m.version() != wire_protocol_version)
     return fail("wire protocol version " + std::to_string(m.version()) + ", this node speaks " +
                 std::to_string(wire_protocol_version));
-  if (m.dir() != pb::wire_header::FORWARD && m.dir() != pb::wire_header::BACKWARD)
-    return fail("wire header without a direction (forward or backward)");
+  if (m.dir() != pb::wire_header::FORWARD && m.dir() != pb::wire_header::BACKWARD && m.dir() != pb::wire_header::REDUCE)
+    return fail("wire header without a direction (forward, backward or reduce)");
   if (m.dtype() > static_cast<uint32_t>(dtype::f64)) return fail("unknown dtype " + std::to_string(m.dtype()));
   if (m.mode() > 255) return fail("unknown pass mode " + std::to_string(m.mode()));
   wire_header h;
   h.version = m.version();
-  h.dir = m.dir() == pb::wire_header::FORWARD ? wire_direction::forward : wire_direction::backward;
+  h.dir = m.dir() == pb::wire_header::FORWARD    ? wire_direction::forward
+          : m.dir() == pb::wire_header::BACKWARD ? wire_direction::backward
+                                                 : wire_direction::reduce;
   h.edge = m.edge();
   h.step = m.step();
   h.micro_batch = m.micro_batch();

@@ -34,7 +34,10 @@ namespace fusion {
 /// 4: wire headers carry an encoding (raw or topk payload) and the payload's size; edge senders
 /// take codec settings (edge_atom, compress_atom).
 /// 5: admission by certificate: challenge_atom, and node_hello carries a security::proof.
-inline constexpr uint32_t wire_protocol_version = 6;
+/// 6: live migration: export_atom, import_atom, retire_atom and state tensors (pass_mode::state).
+/// 7: stage replicas: the reduce direction (gradient ring), reduce_atom, connect_atom with per
+/// micro-batch sinks and the replica ring, grads_atom names the replica.
+inline constexpr uint32_t wire_protocol_version = 7;
 
 /// Largest tensor a header may announce (16 GiB); anything larger is a corrupt header.
 inline constexpr uint64_t wire_max_tensor_bytes = uint64_t{1} << 34;
@@ -55,7 +58,9 @@ struct flow_config {
   }
 };
 
-enum class wire_direction : uint8_t { forward = 1, backward = 2 };
+/// forward: activation; backward: gradient; reduce: one ring step of a replicated op's gradient
+/// all-reduce (the header's micro_batch is the ring step k).
+enum class wire_direction : uint8_t { forward = 1, backward = 2, reduce = 3 };
 
 /// The decoded form of pb::wire_header.
 struct wire_header {
@@ -63,7 +68,7 @@ struct wire_header {
   wire_direction dir = wire_direction::forward;
   uint64_t edge = 0;
   uint64_t step = 0;
-  uint32_t micro_batch = 0;
+  uint32_t micro_batch = 0;  ///< reduce: the ring step k
   uint32_t slot = 0;         ///< forward: input slot of the consumer; backward: index at the producer
   uint8_t mode = 0;          ///< pass_mode of the forward pass
   dtype type = dtype::f32;

@@ -11,7 +11,7 @@ codec_settings codec_for_edge(const plan_edge& e, const compression_config& c, c
   codec_settings run;
   run.values = c.adaptive.values;
   run.block = c.adaptive.block;
-  run.error_feedback = c.error_feedback && !e.forward;
+  run.error_feedback = c.error_feedback && e.kind == edge_kind::backward;
   if (st.pinned) return codec_of(st.pinned->kind).at(st.pinned->ratio, run);
   const codec& mode = codec_of(c.mode);
   return mode.at(mode.adaptive() ? st.link_ratio.value_or(1.0) : c.ratio, run);
@@ -26,17 +26,18 @@ std::vector<link_group> link_groups(const plan& p, const workload_estimator& est
   std::map<std::tuple<int, int, bool>, link_group> groups;
   for (size_t i = 0; i < p.edges.size(); ++i) {
     const plan_edge& e = p.edges[i];
-    if (!e.compressible || e.bytes_per_micro_batch == 0 || e.from < 0 || e.to < 0 || e.from >= nodes || e.to >= nodes)
+    if (!e.compressible || e.kind == edge_kind::reduce || e.bytes_per_micro_batch == 0 || e.from < 0 || e.to < 0 ||
+        e.from >= nodes || e.to >= nodes)
       continue;
-    auto& g = groups[{e.from, e.to, e.forward}];
+    auto& g = groups[{e.from, e.to, e.forward()}];
     g.from = e.from;
     g.to = e.to;
     g.edges.push_back(i);
-    g.load.forward = e.forward;
+    g.load.forward = e.forward();
     g.load.elements.push_back(e.bytes_per_micro_batch / sizeof(float));
     g.load.mbit = est.link_mbit(e.from, e.to);
     g.load.rtt_s = est.link_rtt_s(e.from, e.to);
-    g.load.budget_s = e.forward ? fwd_budget : bwd_budget;
+    g.load.budget_s = e.forward() ? fwd_budget : bwd_budget;
   }
   std::vector<link_group> out;
   for (auto& [key, g] : groups) out.push_back(std::move(g));

@@ -342,7 +342,7 @@ step_estimate workload_estimator::simulate(const plan& p) const {
     if (e.producer < 0 || e.producer >= ops_ || e.consumer_index < 0 ||
         e.consumer_index >= consumer_base_[e.producer + 1] - consumer_base_[e.producer])
       continue;
-    (e.forward ? fwd_bytes : bwd_bytes)[consumer_base_[e.producer] + e.consumer_index] = bytes;
+    (e.forward() ? fwd_bytes : bwd_bytes)[consumer_base_[e.producer] + e.consumer_index] = bytes;
   }
 
   // Link state per ordered node pair, rates looked up on first use.

@@ -18,7 +18,7 @@ namespace {
 using edge_key = std::tuple<int, int, int, int, int>;
 
 edge_key key_of(const plan_edge& e) {
-  return {e.producer, e.consumer_index, e.producer_replica, e.consumer_replica, e.forward ? 0 : 1};
+  return {e.producer, e.consumer_index, e.producer_replica, e.consumer_replica, static_cast<int>(e.kind)};
 }
 
 bool key_less(const plan_edge& a, const plan_edge& b) { return key_of(a) < key_of(b); }
@@ -39,10 +39,11 @@ std::string replica_name(const graph& g, int op, int replica) {
   return op_name(g, op) + (replica > 0 ? "[" + std::to_string(replica) + "]" : "");
 }
 
-// "#7 fwd h0.res2 -> h1.ln1 (a1 -> b1)", "#9 fwd h0.res2 -> h1.ln1[1] (a1 -> b2)"
+// "#7 fwd h0.res2 -> h1.ln1 (a1 -> b1)", "#9 fwd h0.res2 -> h1.ln1[1] (a1 -> b2)",
+// "#31 reduce h0.fc -> h0.fc[1] (a1 -> a2)"
 std::string edge_text(const graph& g, const cluster_spec& c, const plan_edge& e) {
   std::ostringstream out;
-  out << "#" << e.id << (e.forward ? " fwd " : " bwd ") << replica_name(g, e.producer, e.producer_replica) << " -> "
+  out << "#" << e.id << " " << edge_kind_name(e.kind) << " " << replica_name(g, e.producer, e.producer_replica) << " -> "
       << replica_name(g, e.consumer, e.consumer_replica) << " (" << node_name(c, e.from) << " -> " << node_name(c, e.to)
       << ")";
   return out.str();
@@ -72,6 +73,17 @@ void check_replicas(const graph& g, const placement& w) {
   }
 }
 
+// Learnable scalars of graph node `id` (0 for inputs and ops without parameters).
+int64_t param_elements(const graph& g, int id) {
+  const graph_node& n = g.nodes[id];
+  if (!n.impl) return 0;
+  std::vector<shape_t> in;
+  for (int p : n.inputs) in.push_back(g.nodes[p].shape);
+  int64_t total = 0;
+  for (auto& spec : n.impl->params(in)) total += numel_of(spec.shape);
+  return total;
+}
+
 // "N things (a, b, c, ... and K more)": a summary stays one readable paragraph on big models.
 std::string listed(size_t count, const char* one, const char* many, const std::vector<std::string>& items) {
   const size_t shown = 6;
@@ -89,6 +101,15 @@ static std::string bytes_text(const plan_edge& e) {
   const uint64_t wire = wire_bytes_per_micro_batch(e);
   if (wire != e.bytes_per_micro_batch) out += " -> " + human_bytes(static_cast<double>(wire));
   return out;
+}
+
+const char* edge_kind_name(edge_kind k) {
+  switch (k) {
+    case edge_kind::forward: return "fwd";
+    case edge_kind::backward: return "bwd";
+    case edge_kind::reduce: return "reduce";
+  }
+  return "?";
 }
 
 std::string codec_text(const edge_setting& s) { return codec_of(s.kind).describe(s); }
@@ -112,9 +133,15 @@ const plan_edge* plan::find(int producer, int consumer_index, bool forward) cons
 const plan_edge* plan::find(int producer, int consumer_index, bool forward, int producer_replica,
                             int consumer_replica) const {
   for (auto& e : edges)
-    if (e.producer == producer && e.consumer_index == consumer_index && e.forward == forward &&
-        e.producer_replica == producer_replica && e.consumer_replica == consumer_replica)
+    if (e.producer == producer && e.consumer_index == consumer_index && e.kind != edge_kind::reduce &&
+        e.forward() == forward && e.producer_replica == producer_replica && e.consumer_replica == consumer_replica)
       return &e;
+  return nullptr;
+}
+
+const plan_edge* plan::find_reduce(int op, int replica) const {
+  for (auto& e : edges)
+    if (e.kind == edge_kind::reduce && e.producer == op && e.producer_replica == replica) return &e;
   return nullptr;
 }
 
@@ -162,7 +189,7 @@ plan make_plan(const graph& g, placement where, uint64_t first_id) {
         if (a == b) continue;
         plan_edge fwd;
         fwd.id = id++;
-        fwd.forward = true;
+        fwd.kind = edge_kind::forward;
         fwd.producer = n.id;
         fwd.consumer = end.node;
         fwd.slot = end.slot;
@@ -175,7 +202,7 @@ plan make_plan(const graph& g, placement where, uint64_t first_id) {
         fwd.compressible = n.type == dtype::f32 && elems > 0;
         plan_edge bwd = fwd;
         bwd.id = id++;
-        bwd.forward = false;
+        bwd.kind = edge_kind::backward;
         bwd.from = b;
         bwd.to = a;
         // Gradients are always f32. A data input takes no gradient, so its backward direction
@@ -185,6 +212,30 @@ plan make_plan(const graph& g, placement where, uint64_t first_id) {
         p.edges.push_back(fwd);
         p.edges.push_back(bwd);
       }
+    }
+  }
+  // The gradient ring of every replicated op with parameters: replica r sends to (r + 1) % R.
+  // Each hop carries 2 (R - 1) chunks of 1/R of the gradients per step (ring all-reduce).
+  for (auto& n : g.nodes) {
+    const int replicas = w.replicas(n.id);
+    if (replicas < 2) continue;
+    const int64_t elems = param_elements(g, n.id);
+    if (elems == 0) continue;
+    for (int r = 0; r < replicas; ++r) {
+      const int a = w.node_of(n.id, r), b = w.node_of(n.id, (r + 1) % replicas);
+      if (a == b) continue;
+      plan_edge e;
+      e.id = id++;
+      e.kind = edge_kind::reduce;
+      e.producer = e.consumer = n.id;
+      e.producer_replica = r;
+      e.consumer_replica = (r + 1) % replicas;
+      e.from = a;
+      e.to = b;
+      e.bytes_per_micro_batch =
+          static_cast<uint64_t>(elems) * 4 * 2 * static_cast<uint64_t>(replicas - 1) / static_cast<uint64_t>(replicas);
+      e.compressible = false;  // f16 all-reduce is a later codec decision
+      p.edges.push_back(e);
     }
   }
   p.next_edge_id = id;
@@ -320,13 +371,15 @@ std::string format_plan(const graph& g, const cluster_spec& c, const plan& p) {
     out << "edges: none (every op runs on one node)\n";
     return out.str();
   }
-  out << "edges: " << p.edges.size() << " cross-node directions, bytes per micro-batch of B=" << g.batch << "\n";
+  const bool rings = std::any_of(p.edges.begin(), p.edges.end(), [](auto& e) { return e.kind == edge_kind::reduce; });
+  out << "edges: " << p.edges.size() << " cross-node directions, bytes per micro-batch of B=" << g.batch
+      << (rings ? " (reduce: gradient ring hops, bytes per step)" : "") << "\n";
   struct row {
     std::string id, dir, ops, nodes, bytes, codec;
   };
   std::vector<row> rows{{"id", "dir", "producer -> consumer", "from -> to", "bytes", "codec"}};
   for (auto& e : p.edges)
-    rows.push_back({std::to_string(e.id), e.forward ? "fwd" : "bwd",
+    rows.push_back({std::to_string(e.id), edge_kind_name(e.kind),
                     replica_name(g, e.producer, e.producer_replica) + " -> " + replica_name(g, e.consumer, e.consumer_replica),
                     node_name(c, e.from) + " -> " + node_name(c, e.to),
                     bytes_text(e), codec_text(e.setting)});

@@ -21,12 +21,23 @@ namespace fusion {
 /// How one direction of a cross-node edge is carried: its codec (compression/codec.hpp).
 using edge_setting = codec_settings;
 
+/// What a plan edge carries: activations (producer -> consumer), their gradients (consumer ->
+/// producer), or one hop of an op's gradient all-reduce ring between two of its replicas.
+enum class edge_kind : uint8_t { forward = 0, backward = 1, reduce = 2 };
+
+/// "fwd", "bwd" or "reduce".
+const char* edge_kind_name(edge_kind k);
+
 /// One direction of a graph edge whose producer and consumer run on different nodes. With stage
 /// replicas, one per pair (producer replica, consumer replica) that some route puts on
 /// different nodes; pipeline-only plans have replica 0 at both ends.
+///
+/// A reduce edge is one hop of the gradient ring of an op with parameters and R > 1 replicas:
+/// producer == consumer == the op, producer_replica r sends to consumer_replica (r + 1) % R,
+/// consumer_index and slot are -1.
 struct plan_edge {
   uint64_t id = 0;              ///< unique within a run; never reused by a later plan
-  bool forward = true;          ///< activation (producer -> consumer) or gradient (back)
+  edge_kind kind = edge_kind::forward;
   int producer = -1;            ///< graph node id of the op whose output the edge carries
   int consumer = -1;            ///< graph node id of the op reading it
   int slot = -1;                ///< the consumer's input slot
@@ -34,9 +45,14 @@ struct plan_edge {
   int producer_replica = 0;     ///< replica of the producer op (placement::node_of(producer, r) == from or to)
   int consumer_replica = 0;     ///< replica of the consumer op
   int from = -1, to = -1;       ///< cluster node indices: sender and receiver of this direction
-  uint64_t bytes_per_micro_batch = 0;  ///< tensor bytes per micro-batch in this direction
+  /// Tensor bytes per micro-batch in this direction. A reduce edge carries its ring hop once per
+  /// step, not per micro-batch: the op's parameter bytes x 2 (R - 1) / R (reduce-scatter then
+  /// all-gather, each R - 1 chunks of 1/R of the gradients).
+  uint64_t bytes_per_micro_batch = 0;
   bool compressible = false;    ///< carries f32 tensors (codecs apply; token ids never compress)
   edge_setting setting;
+  /// Whether it carries activations (forward) rather than gradients or a ring hop.
+  bool forward() const { return kind == edge_kind::forward; }
 };
 
 /// Bytes one micro-batch of `e` puts on the wire with its codec (codec::wire_bytes): the
@@ -56,8 +72,9 @@ std::string codec_text(const edge_setting& s);
 /// of one replica of a stage) talk directly, as ops of one node always did.
 struct plan {
   placement where;              ///< node of every graph node (inputs included), replicas and routes
-  /// Ordered by (producer, consumer_index, producer_replica, consumer_replica, forward before
-  /// backward); without replicas exactly the pipeline plan's edges and ids.
+  /// The data edges ordered by (producer, consumer_index, producer_replica, consumer_replica,
+  /// forward before backward), then the reduce edges by (op, sending replica); without replicas
+  /// exactly the pipeline plan's edges and ids.
   std::vector<plan_edge> edges;
   uint64_t next_edge_id = 1;    ///< the id a later plan of this run starts from
 
@@ -69,6 +86,9 @@ struct plan {
   /// The same between replica `producer_replica` of the producer and `consumer_replica` of the
   /// consumer, or null when both sit on one node or no route joins them.
   const plan_edge* find(int producer, int consumer_index, bool forward, int producer_replica, int consumer_replica) const;
+  /// The reduce edge from replica `replica` of `op` to its ring successor, or null (no
+  /// parameters, one replica, or both on one node).
+  const plan_edge* find_reduce(int op, int replica) const;
   /// Ops (graph node ids, inputs included) with a replica on cluster node `node`.
   std::vector<int> ops_on(int node) const;
   /// (op, replica) pairs whose actor runs on cluster node `node`, in graph order.
@@ -77,8 +97,8 @@ struct plan {
 
 /// The wiring of a placement: two plan_edges (forward and backward, consecutive ids from
 /// `first_id`) for every graph edge whose ends are on different nodes (with replicas: for every
-/// replica pair a route uses whose nodes differ); bytes per micro-batch from the shapes `g` was
-/// loaded with. Throws std::invalid_argument when `where` does not cover `g` or its stages,
+/// replica pair a route uses whose nodes differ), then R reduce edges (ring r -> (r + 1) % R) for
+/// every op with parameters and R > 1 replicas; bytes from the shapes `g` was loaded with. Throws std::invalid_argument when `where` does not cover `g` or its stages,
 /// stage_of_op and routes do not fit together.
 plan make_plan(const graph& g, placement where, uint64_t first_id = 1);
 
@@ -107,7 +127,7 @@ struct replica_change {
 };
 
 /// What changes from one plan to the next. Edges are matched by (producer, consumer_index,
-/// producer_replica, consumer_replica, direction): a match with other nodes is removed + added;
+/// producer_replica, consumer_replica, kind): a match with other nodes is removed + added;
 /// with the same nodes but another id or setting it is changed.
 struct plan_diff {
   std::vector<int> moved_ops;                              ///< graph node ids whose node (replica 0) changed

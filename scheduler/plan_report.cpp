@@ -67,7 +67,7 @@ plan_report report_plan(const workload_estimator& est, const plan& p, double tok
   r.stage_count = r.stages.empty() ? 0 : r.stages.back().stage + 1;
   for (size_t i = 0; i < p.edges.size(); ++i) {
     const plan_edge& pe = p.edges[i];
-    if (!pe.forward) continue;
+    if (!pe.forward()) continue;
     cut_report cr;
     cr.producer = pe.producer;
     cr.consumer = pe.consumer;

@@ -96,7 +96,7 @@ TEST_CASE("node: malformed wire messages are rejected and counted, and the node 
   REQUIRE(input);
   // The test stands in for the input's consumer and for the remote edge sender that gets credits.
   self->send(input, connect_atom::value, std::vector<tensor_sink>{caf::actor_cast<tensor_sink>(me)},
-             std::vector<tensor_sink>{}, caf::actor_cast<op_reporter>(me));
+             std::vector<tensor_sink>{}, caf::actor_cast<op_reporter>(me), replica_ring{});
   self->request(remote_node, 10s, route_atom::value, uint64_t{7}, tensor_sink{input},
                 caf::actor_cast<edge_sender_actor>(me))
       .receive([](bool) {}, [&](caf::error& e) { FAIL(sys.render(e)); });

@@ -2,6 +2,7 @@
 #include <doctest/doctest.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -235,4 +236,34 @@ TEST_CASE("core/checkpoint: save rejects bad names and unwritable places") {
   } catch (const std::runtime_error& e) {
     CHECK(std::string(e.what()).find(nowhere) != std::string::npos);
   }
+}
+
+TEST_CASE("core/checkpoint: replica_divergence names the op, both nodes and the first tensor that differs") {
+  using tensors = std::vector<std::pair<std::string, tensor>>;
+  auto state = [](float w, float m) {
+    return tensors{{"fc/w", tensor::from({2}, std::vector<float>{w, 1.0f})},
+                   {"fc/w.m", tensor::from({2}, std::vector<float>{m, 0.0f})},
+                   {"fc/running_mean", tensor::from({1}, std::vector<float>{w * m})}};
+  };
+  const tensors a = state(0.5f, 0.25f), same = state(0.5f, 0.25f), moment = state(0.5f, 0.3f);
+  CHECK_FALSE(replica_divergence("fc", {{"a1", &a}, {"a2", &same}, {"a3", &same}}).has_value());
+  auto bad = replica_divergence("fc", {{"a1", &a}, {"a2", &same}, {"a3", &moment}});
+  REQUIRE(bad.has_value());
+  CHECK(*bad == "replicas of op 'fc' diverged: node a1 and node a3 differ in fc/w.m");
+  // One bit of difference is a divergence.
+  tensors flipped = state(0.5f, 0.25f);
+  flipped[0].second.f32()[1] = std::nextafter(1.0f, 2.0f);
+  CHECK(replica_divergence("fc", {{"a1", &a}, {"a2", &flipped}}).value_or("") ==
+        "replicas of op 'fc' diverged: node a1 and node a2 differ in fc/w");
+  // Per-replica buffers (batch statistics) are skipped when asked.
+  const tensors other_stats = state(0.5f, 0.25f);
+  tensors stats = other_stats;
+  stats[2].second = tensor::from({1}, std::vector<float>{7.0f});
+  CHECK(replica_divergence("fc", {{"a1", &a}, {"a2", &stats}}).has_value());
+  CHECK_FALSE(replica_divergence("fc", {{"a1", &a}, {"a2", &stats}}, {"fc/running_mean"}).has_value());
+  // A tensor missing on a replica, or one it has in addition, or a different shape.
+  const tensors missing(a.begin(), a.begin() + 1), reshaped = {{"fc/w", tensor::from({1, 2}, std::vector<float>{0.5f, 1.0f})}};
+  CHECK(replica_divergence("fc", {{"a1", &a}, {"a2", &missing}}).value_or("").find("differ in fc/w.m") != std::string::npos);
+  CHECK(replica_divergence("fc", {{"a1", &missing}, {"a2", &a}}).value_or("").find("differ in fc/w.m") != std::string::npos);
+  CHECK(tensor_hash(reshaped[0].second) != tensor_hash(a[0].second));
 }

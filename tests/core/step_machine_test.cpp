@@ -74,3 +74,26 @@ TEST_CASE("step machine: the totals do not depend on the order the reports arriv
   empty.begin(0, 0, {}, 0);
   CHECK(std::isnan(empty.mean_loss()));
 }
+
+TEST_CASE("step machine: with replicas, one report and one update per (op, replica), each op's norm counted once") {
+  step_machine m;
+  // Ops 1 and 2 compute; op 1 has 3 replicas, op 2 one; op 0 is an input (2 replicas, no report).
+  m.begin(0, 2, {1, 2}, 3, {2, 3, 1});
+  CHECK(m.on_loss(0, 0, 1.0) == verdict::counted);
+  CHECK(m.on_loss(0, 1, 1.0) == verdict::counted);
+  CHECK(m.on_grads(0, 1, 1, 9.0) == verdict::counted);
+  CHECK(m.on_grads(0, 1, 1, 9.0) == verdict::refused);  // a repeat of replica 1
+  CHECK(m.on_grads(0, 1, 3, 9.0) == verdict::refused);  // no replica 3
+  CHECK(m.on_grads(0, 2, 1, 1.0) == verdict::refused);  // op 2 has one replica
+  CHECK(m.on_grads(0, 2, 16.0) == verdict::counted);
+  CHECK(m.waiting_for_grads() == std::vector<int>{1});
+  CHECK(m.on_grads(0, 1, 0, 9.0) == verdict::counted);
+  CHECK(m.waiting_for_grads() == std::vector<int>{1});  // replica 2 is still out
+  CHECK(m.on_grads(0, 1, 2, 9.0) == verdict::complete);
+  // The replicas hold the same all-reduced gradients: op 1 counts once, sqrt(9 + 16).
+  CHECK(m.grad_norm() == 5.0);
+  m.begin_update();
+  CHECK(m.updates_left() == 4);
+  for (int i = 0; i < 3; ++i) CHECK(m.on_stepped() == verdict::counted);
+  CHECK(m.on_stepped() == verdict::complete);
+}

@@ -43,6 +43,13 @@ TEST_CASE("wire: a header survives encoding") {
   CHECK(out->slot == 1);
   CHECK(out->shape == shape_t{2, 3, 4});
   CHECK(out->total_bytes == 96);
+  // Every direction, the gradient ring's included (its micro-batch field is the ring step).
+  for (auto dir : {wire_direction::forward, wire_direction::backward, wire_direction::reduce}) {
+    h.dir = dir;
+    auto again = decode_wire_header(encode_wire_header(h), 96);
+    REQUIRE(again.ok());
+    CHECK(again->dir == dir);
+  }
 }
 
 TEST_CASE("wire: every malformed header is refused with a message that says why") {

@@ -12,7 +12,7 @@ namespace {
 plan_edge edge(bool forward, bool compressible = true) {
   plan_edge e;
   e.id = 7;
-  e.forward = forward;
+  e.kind = forward ? edge_kind::forward : edge_kind::backward;
   e.from = 0;
   e.to = 1;
   e.bytes_per_micro_batch = 4 * 8192;

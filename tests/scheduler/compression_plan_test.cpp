@@ -71,7 +71,7 @@ TEST_CASE("scheduler/compression: topk compresses every f32 edge at its ratio, n
     ++compressed;
     CHECK(e.setting.kind == codec_kind::topk);
     CHECK(e.setting.keep_ratio == doctest::Approx(0.1));
-    CHECK(e.setting.error_feedback == !e.forward);  // gradients only
+    CHECK(e.setting.error_feedback == (e.kind == edge_kind::backward));  // gradients only
     CHECK(wire_bytes_per_micro_batch(e) < e.bytes_per_micro_batch / 5);
   }
   CHECK(compressed > 0);

@@ -68,7 +68,7 @@ TEST_CASE("scheduler/explicit-replicas: replica entries make a replicated stage"
   plan wired = make_plan(g, p);
   int to_replicas = 0;
   for (auto& e : wired.edges)
-    if (e.forward && e.producer == g.find("h0.res2")) ++to_replicas;
+    if (e.forward() && e.producer == g.find("h0.res2")) ++to_replicas;
   // Two consumers (h1.ln1 and the residual add h1.res1), three replicas each.
   CHECK(g.nodes[g.find("h0.res2")].consumers.size() == 2);
   CHECK(to_replicas == 6);

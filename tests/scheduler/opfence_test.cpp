@@ -482,7 +482,7 @@ TEST_CASE("scheduler/opfence: cuts of a GPT fall where only the residual stream 
     }
     CHECK(cuts == n - 1);  // every node works: the model is big enough for three
     for (auto& e : pl.edges) {
-      if (!e.forward) continue;
+      if (!e.forward()) continue;
       INFO("edge " << g.nodes[e.producer].name << " -> " << g.nodes[e.consumer].name);
       CHECK(g.nodes[e.producer].shape == shape_t{batch, g.context, 256});  // residual width only
     }

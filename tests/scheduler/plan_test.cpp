@@ -108,8 +108,8 @@ TEST_CASE("scheduler/plan: an even placement on 3 nodes wires every crossing") {
       const plan_edge& r = p.edges[k + 1];
       CHECK(f.id == first + k);
       CHECK(r.id == first + k + 1);
-      CHECK(f.forward);
-      CHECK_FALSE(r.forward);
+      CHECK(f.forward());
+      CHECK_FALSE(r.forward());
       for (const plan_edge* e : {&f, &r}) {
         CHECK(e->producer == n.id);
         CHECK(e->consumer == n.consumers[i].node);
@@ -149,7 +149,7 @@ TEST_CASE("scheduler/plan: find by id and by key, ops_on") {
     const plan_edge* by_id = p.find(e.id);
     REQUIRE(by_id != nullptr);
     CHECK(by_id == &e);
-    const plan_edge* by_key = p.find(e.producer, e.consumer_index, e.forward);
+    const plan_edge* by_key = p.find(e.producer, e.consumer_index, e.forward());
     REQUIRE(by_key != nullptr);
     CHECK(by_key == &e);
   }
@@ -181,9 +181,9 @@ TEST_CASE("scheduler/plan: renumber keeps everything but the ids") {
     CHECK(q.edges[i].id == p.next_edge_id + i);
     plan_edge same = q.edges[i];
     same.id = p.edges[i].id;
-    CHECK(std::tie(same.id, same.forward, same.producer, same.consumer, same.slot, same.consumer_index, same.from,
+    CHECK(std::tie(same.id, same.kind, same.producer, same.consumer, same.slot, same.consumer_index, same.from,
                    same.to, same.bytes_per_micro_batch) ==
-          std::tie(p.edges[i].id, p.edges[i].forward, p.edges[i].producer, p.edges[i].consumer, p.edges[i].slot,
+          std::tie(p.edges[i].id, p.edges[i].kind, p.edges[i].producer, p.edges[i].consumer, p.edges[i].slot,
                    p.edges[i].consumer_index, p.edges[i].from, p.edges[i].to, p.edges[i].bytes_per_micro_batch));
     CHECK(same.setting == p.edges[i].setting);
   }
@@ -241,14 +241,14 @@ TEST_CASE("scheduler/plan: wiring and diffs of a four-op model, by hand") {
   plan a = make_plan(g, placed({0, 1, 0, 1, 1}), 1);
   REQUIRE(a.edges.size() == 2);
   CHECK(a.edges[0].id == 1);
-  CHECK(a.edges[0].forward);
+  CHECK(a.edges[0].forward());
   CHECK(a.edges[0].producer == wte);
   CHECK(a.edges[0].consumer == lm_head);
   CHECK(a.edges[0].from == 0);
   CHECK(a.edges[0].to == 1);
   CHECK(a.edges[0].bytes_per_micro_batch == 2 * 4 * 6 * 4);  // (B, T, C) f32
   CHECK(a.edges[1].id == 2);
-  CHECK_FALSE(a.edges[1].forward);
+  CHECK_FALSE(a.edges[1].forward());
   CHECK(a.edges[1].from == 1);
   CHECK(a.edges[1].to == 0);
   CHECK(a.edges[1].bytes_per_micro_batch == 2 * 4 * 6 * 4);
@@ -269,11 +269,11 @@ TEST_CASE("scheduler/plan: wiring and diffs of a four-op model, by hand") {
   CHECK(d.removed[1].id == 2);
   REQUIRE(d.added.size() == 2);
   CHECK(d.added[0].id == 3);
-  CHECK(d.added[0].forward);
+  CHECK(d.added[0].forward());
   CHECK(d.added[0].producer == lm_head);
   CHECK(d.added[0].consumer == loss);
   CHECK(d.added[1].id == 4);
-  CHECK_FALSE(d.added[1].forward);
+  CHECK_FALSE(d.added[1].forward());
   CHECK(d.changed.empty());
   std::string text = format_diff(g, c, d);
   INFO(text);
@@ -294,15 +294,15 @@ TEST_CASE("scheduler/plan: wiring and diffs of a four-op model, by hand") {
   CHECK(e.removed[1].id == 2);
   REQUIRE(e.added.size() == 4);
   CHECK(e.added[0].producer == wte);
-  CHECK(e.added[0].forward);
+  CHECK(e.added[0].forward());
   CHECK(e.added[0].from == 1);
   CHECK(e.added[0].to == 0);
   CHECK(e.added[1].producer == wte);
-  CHECK_FALSE(e.added[1].forward);
+  CHECK_FALSE(e.added[1].forward());
   CHECK(e.added[2].producer == lm_head);
-  CHECK(e.added[2].forward);
+  CHECK(e.added[2].forward());
   CHECK(e.added[3].producer == lm_head);
-  CHECK_FALSE(e.added[3].forward);
+  CHECK_FALSE(e.added[3].forward());
   CHECK(e.changed.empty());
 
   // D: targets away from the loss: the input's forward carries (B, T) int32, its backward nothing.
@@ -381,7 +381,7 @@ TEST_CASE("scheduler/plan: format_plan lists the placement and every edge") {
     size_t at = section.find("\n" + line);
     REQUIRE_MESSAGE(at != std::string::npos, "edge " << e.id);
     std::string row = section.substr(at + 1, section.find('\n', at + 1) - at - 1);
-    CHECK(row.find(e.forward ? "fwd" : "bwd") != std::string::npos);
+    CHECK(row.find(edge_kind_name(e.kind)) != std::string::npos);
     CHECK(row.find(g.nodes[e.producer].name + " -> " + g.nodes[e.consumer].name) != std::string::npos);
     CHECK(row.find(c.nodes[e.from].name + " -> " + c.nodes[e.to].name) != std::string::npos);
     CHECK(row.find(human_bytes(static_cast<double>(e.bytes_per_micro_batch))) != std::string::npos);

@@ -37,12 +37,13 @@ cluster_spec four_nodes() {
                        "four.pbtxt");
 }
 
-using edge_row = std::tuple<uint64_t, bool, int, int, int, int, int, int, int>;
+using edge_row = std::tuple<uint64_t, edge_kind, int, int, int, int, int, int, int>;
+constexpr edge_kind fwd = edge_kind::forward, bwd = edge_kind::backward, red = edge_kind::reduce;
 
 std::vector<edge_row> rows_of(const plan& p) {
   std::vector<edge_row> out;
   for (auto& e : p.edges)
-    out.emplace_back(e.id, e.forward, e.producer, e.consumer, e.consumer_index, e.producer_replica, e.consumer_replica,
+    out.emplace_back(e.id, e.kind, e.producer, e.consumer, e.consumer_index, e.producer_replica, e.consumer_replica,
                      e.from, e.to);
   return out;
 }
@@ -89,11 +90,22 @@ TEST_CASE("scheduler/replicas: a replicated stage is wired to every replica its 
   for (int m = 0; m < 4; ++m) CHECK(w.replica_of(4, m) == m % 2);
   plan p = make_plan(g, w, 1);
   // fc -> lm_head crosses to both replicas; targets -> loss stays inside each replica's node.
+  // Then lm_head's gradient ring (the loss has no parameters): b0 -> b1 and b1 -> b0, each hop
+  // 2 (R - 1) / R of its 512 parameter bytes per step.
   std::vector<edge_row> want = {
-      {1, true, 3, 4, 0, 0, 0, 0, 2}, {2, false, 3, 4, 0, 0, 0, 2, 0},
-      {3, true, 3, 4, 0, 0, 1, 0, 3}, {4, false, 3, 4, 0, 0, 1, 3, 0},
+      {1, fwd, 3, 4, 0, 0, 0, 0, 2}, {2, bwd, 3, 4, 0, 0, 0, 2, 0},
+      {3, fwd, 3, 4, 0, 0, 1, 0, 3}, {4, bwd, 3, 4, 0, 0, 1, 3, 0},
+      {5, red, 4, 4, -1, 0, 1, 2, 3}, {6, red, 4, 4, -1, 1, 0, 3, 2},
   };
   CHECK(rows_of(p) == want);
+  CHECK(p.edges[4].bytes_per_micro_batch == 512);
+  CHECK_FALSE(p.edges[4].compressible);
+  CHECK(p.next_edge_id == 7);
+  REQUIRE(p.find_reduce(4, 1) != nullptr);
+  CHECK(p.find_reduce(4, 1)->id == 6);
+  CHECK(p.find_reduce(5, 0) == nullptr);  // the loss: nothing to sum
+  CHECK(p.find_reduce(3, 0) == nullptr);  // fc: one replica
+  CHECK(p.find(4, 0, false, 0, 1) == nullptr);  // a ring hop is no data edge
   REQUIRE(p.find(3, 0, true, 0, 1) != nullptr);
   CHECK(p.find(3, 0, true, 0, 1)->to == 3);
   CHECK(p.find(3, 0, true) == &p.edges[0]);
@@ -106,11 +118,23 @@ TEST_CASE("scheduler/replicas: a replicated stage is wired to every replica its 
     // indices, so fc -> lm_head has two pairs, not four.
     placement both = replicate(placement{{0, 2, 0, 0, 2, 2}}, {{{0, 1}, {1, 1}}, {{2, 3}, {1, 1}}}, 4);
     plan q = make_plan(g, both, 1);
+    // Then the rings of wte, fc (a0 <-> a1) and lm_head (b0 <-> b1), by op.
     std::vector<edge_row> pairs = {
-        {1, true, 3, 4, 0, 0, 0, 0, 2}, {2, false, 3, 4, 0, 0, 0, 2, 0},
-        {3, true, 3, 4, 0, 1, 1, 1, 3}, {4, false, 3, 4, 0, 1, 1, 3, 1},
+        {1, fwd, 3, 4, 0, 0, 0, 0, 2},  {2, bwd, 3, 4, 0, 0, 0, 2, 0},  {3, fwd, 3, 4, 0, 1, 1, 1, 3},
+        {4, bwd, 3, 4, 0, 1, 1, 3, 1},  {5, red, 2, 2, -1, 0, 1, 0, 1}, {6, red, 2, 2, -1, 1, 0, 1, 0},
+        {7, red, 3, 3, -1, 0, 1, 0, 1}, {8, red, 3, 3, -1, 1, 0, 1, 0}, {9, red, 4, 4, -1, 0, 1, 2, 3},
+        {10, red, 4, 4, -1, 1, 0, 3, 2},
     };
     CHECK(rows_of(q) == pairs);
+    // A ring of three: each hop carries 2 x 2/3 of the op's gradient bytes.
+    placement three = replicate(placement{{0, 0, 0, 0, 0, 0}}, {{{0, 1, 2}, {1, 1, 1}}}, 3);
+    plan r = make_plan(g, three, 1);
+    REQUIRE(r.find_reduce(2, 2) != nullptr);
+    CHECK(r.find_reduce(2, 2)->from == 2);
+    CHECK(r.find_reduce(2, 2)->to == 0);
+    CHECK(r.find_reduce(2, 2)->bytes_per_micro_batch == 512 * 4 / 3);
+    CHECK(r.edges.size() == 9);  // three ops with parameters, three hops each, no data edge
+    CHECK(format_plan(g, four_nodes(), r).find("reduce  wte -> wte[1]") != std::string::npos);
   }
 
   SUBCASE("the diff from the pipeline plan lists new replicas, routes and edges") {
@@ -121,10 +145,11 @@ TEST_CASE("scheduler/replicas: a replicated stage is wired to every replica its 
     std::vector<replica_change> want_replicas = {{1, 1, -1, 3}, {4, 1, -1, 3}, {5, 1, -1, 3}};
     CHECK(d.replicas == want_replicas);
     CHECK(d.routes_changed);
-    // The edge to replica 0 keeps its id; the edges to replica 1 are new.
+    // The edge to replica 0 keeps its id; the edges to replica 1 and lm_head's ring are new.
     CHECK(d.changed.empty());
-    REQUIRE(d.added.size() == 2);
+    REQUIRE(d.added.size() == 4);
     CHECK(d.added[0].consumer_replica == 1);
+    CHECK(d.added[2].kind == edge_kind::reduce);
     CHECK(d.added[0].id >= before.next_edge_id);  // numbered after every id the old plan used
     CHECK(d.removed.empty());
     std::string text = format_diff(g, four_nodes(), d);
@@ -134,7 +159,7 @@ TEST_CASE("scheduler/replicas: a replicated stage is wired to every replica its 
     plan_diff back = diff(after, replan(g, after, pipeline));
     std::vector<replica_change> gone = {{1, 1, 3, -1}, {4, 1, 3, -1}, {5, 1, 3, -1}};
     CHECK(back.replicas == gone);
-    CHECK(back.removed.size() == 2);
+    CHECK(back.removed.size() == 4);
   }
 }
 
@@ -207,7 +232,10 @@ TEST_CASE("scheduler/replicas: two replicas of a stage take half the compute plu
 
   // The whole model on a0 and b0 (equal nodes, 1 s per 512 bytes between them).
   plan two = make_plan(g, replicate(one, {{{0, 2}, {1, 1}}}, 4));
-  CHECK(two.edges.empty());  // each replica holds every op: nothing crosses during the pipeline
+  // Each replica holds every op: nothing crosses during the pipeline, only the gradient rings
+  // of the three ops with parameters (two hops each).
+  CHECK(two.edges.size() == 6);
+  for (auto& e : two.edges) CHECK(e.kind == edge_kind::reduce);
   step_estimate s = est.simulate(two);
   CHECK(s.feed_interval_s == 0);
   // Each node runs 2 micro-batches: 22 s. The all-reduces of lm_head (done long before) and fc
