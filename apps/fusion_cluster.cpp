@@ -51,7 +51,7 @@ plan    predicts a run without running it: places the model (loaded for micro-ba
         predicted transfer time, the predicted step time and tokens/s, the nodes used and the
         gradient all-reduce of replicas. With OP-Fence also its fences and chosen chain, and
         with opfence the pipeline-only prediction beside it (docs/scheduler.md). --compression MODE
-        (none, topk or adatopk; docs/compression.md) predicts with that codec's default
+        (none, topk, adatopk, int8 or int4; docs/compression.md) predicts with that codec's default
         settings and lists every edge's codec and bytes on the wire. --json prints the
         prediction as one JSON object.
 netns   prints the cluster for shell scripts, one item per line, fields separated by spaces:
