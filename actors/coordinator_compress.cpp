@@ -59,9 +59,9 @@ void adapt_compression(coord_ptr self) {
                    static_cast<long long>(st.train.step), link.c_str(), level_name(after, c.adaptive).c_str(),
                    level_name(before, c.adaptive).c_str(), why, proposed.reason.c_str());
     if (st.train.metrics.is_open())
-      st.train.metrics << compression_metrics_line({st.train.step, link, before, after, g.load.mbit, dense, g.load.budget_s,
-                                                    level_name(before, c.adaptive), level_name(after, c.adaptive),
-                                                    proposed.reason})
+      st.train.metrics << compression_metrics_line({st.train.step, link, before, after, g.load.mbit, dense,
+                                                    g.load.budget_s, level_name(before, c.adaptive),
+                                                    level_name(after, c.adaptive), proposed.reason})
                  << '\n' << std::flush;
   }
 }

@@ -1,8 +1,9 @@
 // fusion-bench-codec: the CPU edge codecs on one core.
 //
-// Table 1, topk (compression/topk.hpp). For fp32 tensors of 4 MiB and 64 MiB (normal random data), block 4096, fp16 values, at 1%,
-// 10% and 30% kept: encode and decode rates (dense fp32 bytes / seconds, best of several
-// repetitions), next to two references measured in the same run on the same buffer size:
+// Table 1, topk (compression/topk.hpp). For fp32 tensors of 4 MiB and 64 MiB (normal random
+// data), block 4096, fp16 values, at 1%, 10% and 30% kept: encode and decode rates (dense fp32
+// bytes / seconds, best of several repetitions), next to two references measured in the same run
+// on the same buffer size:
 //   memcpy       copying the dense tensor (the bandwidth bar: the target is encode >= 25% of it)
 //   nth_element  a global top-k threshold the textbook way: |x| into a scratch copy, then
 //                std::nth_element (no payload built)

@@ -106,8 +106,8 @@ rung_choice choose_rung(const link_load& load, const adaptive_settings& s) {
     const double t = link_seconds(load, rung, s);
     if (t <= load.budget_s) return {rung, head + level_name(rung, s) + " " + seconds_words(t) + ": fits " + budget};
   }
-  return {floor, head + "even the floor " + level_name(floor, s) + " needs " + seconds_words(link_seconds(load, floor, s)) +
-                     ", more than " + budget};
+  return {floor, head + "even the floor " + level_name(floor, s) + " needs " +
+                     seconds_words(link_seconds(load, floor, s)) + ", more than " + budget};
 }
 
 double propose_ratio(const link_load& load, const adaptive_settings& s) { return choose_rung(load, s).level; }

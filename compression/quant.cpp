@@ -111,7 +111,8 @@ FUSION_AVX512 void quantize_avx512(const float* x, uint32_t len, float scale, fl
   const __m512 s = _mm512_set1_ps(scale), lo = _mm512_set1_ps(-qmax), hi = _mm512_set1_ps(qmax);
   uint32_t j = 0;
   for (; j + 16 <= len; j += 16) {
-    __m512 v = _mm512_roundscale_ps(_mm512_div_ps(_mm512_loadu_ps(x + j), s), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512 v = _mm512_roundscale_ps(_mm512_div_ps(_mm512_loadu_ps(x + j), s),
+                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     v = _mm512_min_ps(_mm512_max_ps(v, lo), hi);
     _mm_storeu_si128(reinterpret_cast<__m128i*>(q + j), _mm512_cvtsepi32_epi8(_mm512_cvtps_epi32(v)));
   }
@@ -267,11 +268,13 @@ result<quant_layout> read_quant_header(std::span<const std::byte> payload, unsig
     return fail(what + "carries " + std::to_string(l.bits) + "-bit codes, not " + std::to_string(want_bits));
   if (static_cast<uint8_t>(p[5]) != 0)
     return fail(what + "unknown scale type " + std::to_string(static_cast<uint8_t>(p[5])) + " (0 f32)");
-  if (load<uint16_t>(p + 6) != 0 || load<uint32_t>(p + 20) != 0) return fail(what + "reserved header bytes are not zero");
+  if (load<uint16_t>(p + 6) != 0 || load<uint32_t>(p + 20) != 0)
+    return fail(what + "reserved header bytes are not zero");
   l.n = load<uint64_t>(p + 8);
   l.block = load<uint32_t>(p + 16);
   if (l.block < 1 || l.block > codec_max_block)
-    return fail(what + "block of " + std::to_string(l.block) + " elements (1.." + std::to_string(codec_max_block) + ")");
+    return fail(what + "block of " + std::to_string(l.block) + " elements (1.." + std::to_string(codec_max_block) +
+                ")");
   l.blocks = block_count(l.n, l.block);
   l.total = quant_payload_bytes(l.n, l.bits, l.block);
   if (l.total != payload.size())

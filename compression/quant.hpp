@@ -71,7 +71,8 @@ quant_path quant_best_path();
 /// element that is inf or NaN (the message names it and its block).
 void encode_quant(std::span<const float> x, unsigned bits, uint32_t block, std::vector<std::byte>& out);
 /// encode_quant on a chosen path; std::invalid_argument when it is not one of quant_paths().
-void encode_quant(std::span<const float> x, unsigned bits, uint32_t block, std::vector<std::byte>& out, quant_path path);
+void encode_quant(std::span<const float> x, unsigned bits, uint32_t block, std::vector<std::byte>& out,
+                  quant_path path);
 
 /// The encoders' refusal of element `element` (of value `value`, inf or NaN) in a tensor cut
 /// into blocks of `block`: every path and the CUDA encoder say the same.

@@ -22,24 +22,12 @@
 #include <stdexcept>
 #include <string>
 
+#include "compression/cuda/check.cuh"
 #include "compression/quant_cuda.hpp"
 
 namespace fusion {
 
 namespace {
-
-[[noreturn]] void throw_cuda_error(cudaError_t e, const char* expr, const char* file, int line) {
-  throw std::runtime_error(std::string(file) + ":" + std::to_string(line) + ": " + expr +
-                           " failed: " + cudaGetErrorName(e) + " (" + cudaGetErrorString(e) + ")");
-}
-
-// Checks a CUDA runtime call (as compression/cuda/topk.cu's TOPK_CUDA_CHECK).
-#define QUANT_CUDA_CHECK(expr)                                       \
-  do {                                                               \
-    const cudaError_t quant_cuda_err_ = (expr);                      \
-    if (quant_cuda_err_ != cudaSuccess)                              \
-      throw_cuda_error(quant_cuda_err_, #expr, __FILE__, __LINE__);  \
-  } while (0)
 
 constexpr int threads = 256;
 constexpr uint64_t max_grid = 1u << 16;
@@ -83,19 +71,11 @@ __global__ void __launch_bounds__(threads) code_kernel(const float* __restrict__
   for (uint64_t j = uint64_t(blockIdx.x) * threads + threadIdx.x; j < bytes; j += stride) {
     const uint64_t i = 2 * j;
     const unsigned lo = static_cast<unsigned>(quantize_one(x[i], scales[i / block], qmax)) & 0x0fu;
-    const unsigned hi = i + 1 < n ? static_cast<unsigned>(quantize_one(x[i + 1], scales[(i + 1) / block], qmax)) & 0x0fu : 0u;
+    const unsigned hi =
+        i + 1 < n ? static_cast<unsigned>(quantize_one(x[i + 1], scales[(i + 1) / block], qmax)) & 0x0fu : 0u;
     codes[j] = static_cast<unsigned char>(lo | (hi << 4));
   }
 }
-
-// Frees a device buffer on every path out of encode_quant_cuda (errors ignored: it runs while
-// an exception may already be on its way, and at exit the runtime may be gone).
-struct device_buffer {
-  void* p = nullptr;
-  ~device_buffer() {
-    if (p != nullptr && cudaFree(p) != cudaSuccess) (void)cudaGetLastError();
-  }
-};
 
 unsigned grid_for(uint64_t work, uint64_t per_block) {
   return static_cast<unsigned>(std::clamp<uint64_t>((work + per_block - 1) / per_block, 1, max_grid));
@@ -121,37 +101,39 @@ void encode_quant_cuda(const float* x, uint64_t n, unsigned bits, uint32_t block
 
   // Run on the device that holds x (actor threads come from a pool).
   cudaPointerAttributes attr{};
-  QUANT_CUDA_CHECK(cudaPointerGetAttributes(&attr, x));
+  CODEC_CUDA_CHECK(cudaPointerGetAttributes(&attr, x));
   if (attr.type != cudaMemoryTypeDevice && attr.type != cudaMemoryTypeManaged)
     throw std::runtime_error("encode_quant_cuda: cudaPointerGetAttributes: the input is not CUDA device memory");
-  QUANT_CUDA_CHECK(cudaSetDevice(attr.device));
+  CODEC_CUDA_CHECK(cudaSetDevice(attr.device));
 
   // The body (scales, then codes) and, 8-aligned after it, the flag of the first bad block.
   const uint64_t body = total - quant_header_bytes, flag_at = (body + 7) / 8 * 8;
-  device_buffer buf;
-  QUANT_CUDA_CHECK(cudaMalloc(&buf.p, flag_at + sizeof(unsigned long long)));
+  codec_cuda::device_buffer buf;
+  CODEC_CUDA_CHECK(cudaMalloc(&buf.p, flag_at + sizeof(unsigned long long)));
   auto* base = static_cast<unsigned char*>(buf.p);
   auto* flag = reinterpret_cast<unsigned long long*>(base + flag_at);
-  QUANT_CUDA_CHECK(cudaMemsetAsync(flag, 0xff, sizeof(unsigned long long), cudaStreamLegacy));
+  CODEC_CUDA_CHECK(cudaMemsetAsync(flag, 0xff, sizeof(unsigned long long), cudaStreamLegacy));
   const float qmax = bits == 8 ? 127.0f : 7.0f;
   auto* scales = reinterpret_cast<float*>(base);
   scale_kernel<<<grid_for(blocks, threads / 32), threads, 0, cudaStreamLegacy>>>(x, n, block, qmax, scales, flag);
-  QUANT_CUDA_CHECK(cudaGetLastError());
+  CODEC_CUDA_CHECK(cudaGetLastError());
   const uint64_t work = bits == 8 ? n : n / 2 + n % 2;
   code_kernel<<<grid_for(work, threads), threads, 0, cudaStreamLegacy>>>(x, n, block, bits, qmax, scales,
                                                                           base + blocks * sizeof(float));
-  QUANT_CUDA_CHECK(cudaGetLastError());
+  CODEC_CUDA_CHECK(cudaGetLastError());
   unsigned long long bad = no_block;
-  QUANT_CUDA_CHECK(cudaMemcpyAsync(out.data() + quant_header_bytes, base, body, cudaMemcpyDeviceToHost, cudaStreamLegacy));
-  QUANT_CUDA_CHECK(cudaMemcpyAsync(&bad, flag, sizeof bad, cudaMemcpyDeviceToHost, cudaStreamLegacy));
-  QUANT_CUDA_CHECK(cudaStreamSynchronize(cudaStreamLegacy));
+  CODEC_CUDA_CHECK(
+      cudaMemcpyAsync(out.data() + quant_header_bytes, base, body, cudaMemcpyDeviceToHost, cudaStreamLegacy));
+  CODEC_CUDA_CHECK(cudaMemcpyAsync(&bad, flag, sizeof bad, cudaMemcpyDeviceToHost, cudaStreamLegacy));
+  CODEC_CUDA_CHECK(cudaStreamSynchronize(cudaStreamLegacy));
   if (bad == no_block) return;
   // Name the first inf or NaN of the first bad block, as the CPU encoder does.
   const uint64_t start = bad * block;
   std::vector<float> values(static_cast<size_t>(std::min<uint64_t>(block, n - start)));
-  QUANT_CUDA_CHECK(cudaMemcpy(values.data(), x + start, values.size() * sizeof(float), cudaMemcpyDeviceToHost));
+  CODEC_CUDA_CHECK(cudaMemcpy(values.data(), x + start, values.size() * sizeof(float), cudaMemcpyDeviceToHost));
   for (size_t j = 0; j < values.size(); ++j)
-    if (!std::isfinite(values[j])) throw std::invalid_argument(quant_non_finite_message(bits, start + j, values[j], block));
+    if (!std::isfinite(values[j]))
+      throw std::invalid_argument(quant_non_finite_message(bits, start + j, values[j], block));
   throw std::logic_error(name + ": the GPU flagged block " + std::to_string(bad) + " but its values are finite");
 }
 

@@ -17,31 +17,17 @@
 
 #include "compression/quant.hpp"
 #include "compression/topk.hpp"
+#include "tests/compression/codec_test_util.hpp"
 
 namespace fusion {
 namespace {
 
-using payload_t = std::vector<std::byte>;
-const float nan_f = std::numeric_limits<float>::quiet_NaN(), inf_f = std::numeric_limits<float>::infinity();
-
-std::vector<float> normal_data(size_t n, uint32_t seed, float sd = 1.0f) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> nd(0.0f, sd);
-  std::vector<float> x(n);
-  for (auto& v : x) v = nd(rng);
-  return x;
-}
-
-template <class T>
-T rd(const payload_t& p, size_t off) {
-  T v;
-  std::memcpy(&v, p.data() + off, sizeof v);
-  return v;
-}
-template <class T>
-void wr(payload_t& p, size_t off, T v) {
-  std::memcpy(p.data() + off, &v, sizeof v);
-}
+using codec_test::inf_f;
+using codec_test::nan_f;
+using codec_test::normal_data;
+using codec_test::payload_t;
+using codec_test::rd;
+using codec_test::wr;
 
 // |x - y| <= scale / 2, plus the fp32 rounding of the division and of the product.
 bool within_half_step(float x, float y, float scale) {
@@ -101,7 +87,8 @@ TEST_CASE("quant: every value comes back within half its block's scale") {
           const size_t b = i / block;
           const float scale = rd<float>(p, quant_header_bytes + 4 * b);
           float absmax = 0;
-          for (size_t j = b * block; j < std::min<size_t>(n, (b + 1) * block); ++j) absmax = std::max(absmax, std::fabs(x[j]));
+          for (size_t j = b * block; j < std::min<size_t>(n, (b + 1) * block); ++j)
+            absmax = std::max(absmax, std::fabs(x[j]));
           CHECK(scale == absmax / q);
           CHECK(within_half_step(x[i], y[i], scale));
         }
@@ -249,7 +236,8 @@ TEST_CASE("quant: damaged payloads are refused by name and the tensor is left al
   };
   check_rejected(payload_t(good8.begin(), good8.begin() + 10), 100, "shorter than the 24-byte header");
   check_rejected(payload_t(good8.begin(), good8.end() - 1), 100, "the header implies 140");
-  check_rejected(damaged(good8, [](payload_t& p) { p.push_back(std::byte{0}); }), 100, "141 bytes, the header implies 140");
+  check_rejected(damaged(good8, [](payload_t& p) { p.push_back(std::byte{0}); }), 100,
+                 "141 bytes, the header implies 140");
   check_rejected(payload_t(good4.begin(), good4.end() - 1), 100, "the header implies 90");
   check_rejected(good8, 99, "carries 100 elements, the destination holds 99");
   check_rejected(damaged(good8, [](payload_t& p) { p[0] = std::byte{'X'}; }), 100, "bad magic");
