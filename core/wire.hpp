@@ -34,7 +34,8 @@ namespace fusion {
 /// 4: wire headers carry an encoding (raw or topk payload) and the payload's size; edge senders
 /// take codec settings (edge_atom, compress_atom).
 /// 5: admission by certificate: challenge_atom, and node_hello carries a security::proof.
-inline constexpr uint32_t wire_protocol_version = 6;
+/// 7: encodings 3 (int8) and 4 (int4); codec settings carry the quantizing codecs' scale_block.
+inline constexpr uint32_t wire_protocol_version = 7;
 
 /// Largest tensor a header may announce (16 GiB); anything larger is a corrupt header.
 inline constexpr uint64_t wire_max_tensor_bytes = uint64_t{1} << 34;

@@ -120,7 +120,7 @@ TEST_CASE("quant: the payload layout, byte by byte") {
   REQUIRE(p.size() == 24 + 2 * 4 + 5);
   CHECK(rd<float>(p, 24) == 7.0f / 127.0f);
   CHECK(static_cast<int8_t>(p[32]) == 127);
-  CHECK(static_cast<int8_t>(p[33]) == static_cast<int8_t>(__builtin_roundevenf(-3.5f / (7.0f / 127.0f))));
+  CHECK(static_cast<int8_t>(p[33]) == static_cast<int8_t>(std::nearbyint(-3.5f / (7.0f / 127.0f))));
   CHECK(static_cast<int8_t>(p[36]) == -127);
 }
 
