@@ -99,12 +99,7 @@ void encode_quant_cuda(const float* x, uint64_t n, unsigned bits, uint32_t block
   std::memcpy(out.data(), header, quant_header_bytes);
   if (n == 0) return;
 
-  // Run on the device that holds x (actor threads come from a pool).
-  cudaPointerAttributes attr{};
-  CODEC_CUDA_CHECK(cudaPointerGetAttributes(&attr, x));
-  if (attr.type != cudaMemoryTypeDevice && attr.type != cudaMemoryTypeManaged)
-    throw std::runtime_error("encode_quant_cuda: cudaPointerGetAttributes: the input is not CUDA device memory");
-  CODEC_CUDA_CHECK(cudaSetDevice(attr.device));
+  codec_cuda::use_device_of(x, "encode_quant_cuda");
 
   // The body (scales, then codes) and, 8-aligned after it, the flag of the first bad block.
   const uint64_t body = total - quant_header_bytes, flag_at = (body + 7) / 8 * 8;

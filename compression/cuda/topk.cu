@@ -234,14 +234,9 @@ void encode_topk_cuda(const float* x, uint64_t n, double ratio, value_type value
   std::memcpy(out.data(), header, codec_header_bytes);
   if (n == 0) return;
 
-  // Run on the device that holds x (actor threads come from a pool).
-  cudaPointerAttributes attr{};
-  CODEC_CUDA_CHECK(cudaPointerGetAttributes(&attr, x));
-  if (attr.type != cudaMemoryTypeDevice && attr.type != cudaMemoryTypeManaged)
-    throw std::runtime_error("encode_topk_cuda: cudaPointerGetAttributes: the input is not CUDA device memory");
-  CODEC_CUDA_CHECK(cudaSetDevice(attr.device));
+  const int device = codec_cuda::use_device_of(x, "encode_topk_cuda");
   int pools = 0;
-  CODEC_CUDA_CHECK(cudaDeviceGetAttribute(&pools, cudaDevAttrMemoryPoolsSupported, attr.device));
+  CODEC_CUDA_CHECK(cudaDeviceGetAttribute(&pools, cudaDevAttrMemoryPoolsSupported, device));
 
   const uint64_t body = total - codec_header_bytes;
   codec_cuda::device_buffer buf;
