@@ -11,16 +11,6 @@
 
 namespace fusion {
 
-namespace {
-
-std::string percent(double ratio) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.3g%%", ratio * 100);
-  return buf;
-}
-
-}  // namespace
-
 void plan_compression(coord_ptr self) {
   auto& st = self->state;
   const auto& c = st.in->cfg.compression;
@@ -46,8 +36,8 @@ void adapt_compression(coord_ptr self) {
     auto it = st.exec.governors.find(key);
     if (it == st.exec.governors.end()) it = st.exec.governors.emplace(key, ratio_governor(1.0)).first;
     const double before = it->second.current();
-    const double proposed = propose_ratio(g.load, c.adaptive);
-    if (!it->second.update(proposed, c.adaptive)) continue;
+    const rung_choice proposed = choose_rung(g.load, c.adaptive);
+    if (!it->second.update(proposed.level, c.adaptive)) continue;
     const double after = it->second.current();
     uint64_t dense = 0;
     for (size_t i : g.edges) {
@@ -59,16 +49,19 @@ void adapt_compression(coord_ptr self) {
     }
     const std::string link = link_group_name(st.in->cluster, g);
     char why[256];
-    std::snprintf(why, sizeof why, "link %.1f Mbit/s, %s per micro-batch dense: %s now, %s at the new ratio; "
+    std::snprintf(why, sizeof why, "link %.1f Mbit/s, %s per micro-batch dense: %s now, %s at the new rung; "
                   "slowest stage %s",
                   g.load.mbit, human_bytes(static_cast<double>(dense)).c_str(),
                   seconds_text(link_seconds(g.load, before, c.adaptive)).c_str(),
                   seconds_text(link_seconds(g.load, after, c.adaptive)).c_str(), seconds_text(g.load.budget_s).c_str());
     if (st.in->cfg.progress)
-      std::fprintf(stderr, "fusion-train: step %lld: %s keeps %s (was %s): %s\n", static_cast<long long>(st.train.step),
-                   link.c_str(), percent(after).c_str(), percent(before).c_str(), why);
+      std::fprintf(stderr, "fusion-train: step %lld: %s sends %s (was %s): %s (%s)\n",
+                   static_cast<long long>(st.train.step), link.c_str(), level_name(after, c.adaptive).c_str(),
+                   level_name(before, c.adaptive).c_str(), why, proposed.reason.c_str());
     if (st.train.metrics.is_open())
-      st.train.metrics << compression_metrics_line({st.train.step, link, before, after, g.load.mbit, dense, g.load.budget_s})
+      st.train.metrics << compression_metrics_line({st.train.step, link, before, after, g.load.mbit, dense,
+                                                    g.load.budget_s, level_name(before, c.adaptive),
+                                                    level_name(after, c.adaptive), proposed.reason})
                  << '\n' << std::flush;
   }
 }

@@ -280,7 +280,8 @@ typename Inspector::result_type inspect(Inspector& f, edge_stat& x) {
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, codec_settings& x) {
-  return f(caf::meta::type_name("codec_settings"), x.kind, x.keep_ratio, x.values, x.block, x.error_feedback);
+  return f(caf::meta::type_name("codec_settings"), x.kind, x.keep_ratio, x.values, x.block, x.error_feedback,
+           x.scale_block);
 }
 
 /// A node's answer to stats_atom: edge traffic sent from it since the last poll, and the wire

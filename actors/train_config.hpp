@@ -76,7 +76,7 @@ struct train_config {
   int64_t peer_timeout_ms = 2000;          ///< a peer silent this long is dead (hung or gone)
   std::string transport = "tcp";           ///< cross-process tensors: "tcp" data channel or "caf" messages
   flow_config flow;                        ///< flow control of cross-process edges (core/wire.hpp)
-  /// Codecs of cross-node edges ([compression], docs/compression.md): none, topk or adatopk.
+  /// Codecs of cross-node edges ([compression], docs/compression.md): none, topk, adatopk, int8 or int4.
   compression_config compression;
   /// The live scheduler ([scheduler], docs/migration.md): on for OP-Fence cluster runs.
   rebalance_settings rebalance;

@@ -52,8 +52,10 @@ plan    predicts a run without running it: places the model (micro-batches of B/
         micro-batches), per cut edge the bytes and predicted transfer time, the predicted step
         time and tokens/s, the nodes used and the gradient all-reduce of replicas. With OP-Fence
         also its fences and chosen chain, and with opfence the pipeline-only prediction beside it
-        (docs/scheduler.md). A plan that puts more on a node than its memory is refused, naming
-        the node. --json prints the prediction as one JSON object.
+        (docs/scheduler.md). --compression.mode MODE (none, topk, adatopk, int8 or int4;
+        docs/compression.md) predicts with that codec's default settings and lists every edge's
+        codec and bytes on the wire. A plan that puts more on a node than its memory is refused,
+        naming the node. --json prints the prediction as one JSON object.
 netns   prints the cluster for shell scripts, one item per line, fields separated by spaces:
           site NAME INDEX            (INDEX from 1, file order)
           node NAME SITE DEVICE CPU_SHARE
@@ -75,7 +77,7 @@ options (the names and meanings of fusion-train's settings where they are the sa
                                file's placement policy)
   --cluster.profile FILE       measured rates from fusion-train's profile file (--profile for
                                short; default: the rates the cluster file states)
-  --compression.mode MODE      none, topk or adatopk (docs/compression.md): predict with that
+  --compression.mode MODE      none, topk, adatopk, int8 or int4 (docs/compression.md): predict with that
                                codec's default settings and list every edge's codec and bytes
                                (default: none)
   --json                       plan: one JSON object instead of the table

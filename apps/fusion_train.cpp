@@ -91,9 +91,11 @@ struct train_app_config : table_config {
   uint64_t metrics_port = 0;             ///< [metrics] port: Prometheus endpoint (0: off)
   std::string metrics_host = "127.0.0.1";  ///< [metrics] host
   security::security_settings security;  ///< [security] (train_config::credentials)
-  /// [compression] mode, values, block (train_config::compression, checked in check_settings).
+  /// [compression] mode, values, blocks, floors (train_config::compression, checked in
+  /// check_settings).
   std::string compression_mode = "none", compression_values = "f16";
-  uint64_t compression_block = 4096, compression_confirm = 2;
+  uint64_t compression_block = 4096, compression_scale_block = quant_default_block, compression_confirm = 2;
+  std::string compression_floor_activations = "1", compression_floor_gradients = "1";
 
   train_app_config() {
     auto& o = run.optim;
@@ -192,21 +194,23 @@ struct train_app_config : table_config {
         {"flow", "window", "chunks in flight per cross-process edge", &window},
         {"flow", "chunk-kib", "largest chunk of a tensor on a cross-process edge, KiB", &chunk_kib},
         {"compression", "mode",
-         "codec of cross-node edges: none, topk (fixed ratio) or adatopk (ratio per link from measured rates)",
+         "codec of cross-node edges: none, topk (fixed ratio), adatopk (a rung per link from measured rates), "
+         "int8 or int4 (a code per element, a scale per block)",
          &compression_mode},
         {"compression", "ratio",
          "topk: fraction of each tensor's elements kept (0 < ratio <= 1; 1 keeps all, values rounded)", &cmp.ratio},
         {"compression", "values", "element type of kept values: f32, f16 or bf16", &compression_values},
         {"compression", "block", "elements per top-k block (1..65536)", &compression_block},
+        {"compression", "scale-block", "int8 and int4: elements per scale (1..65536)", &compression_scale_block},
         {"compression", "error-feedback", "gradient directions carry the dropped part over (residual)",
          &cmp.error_feedback},
         {"compression", "every", "adatopk: re-evaluate the ratios every N steps", &cmp.every},
         {"compression", "floor-activations",
-         "adatopk: lowest keep ratio of a forward (activation) link (1: values rounded, no top-k)",
-         &cmp.adaptive.floor_activations},
+         "adatopk: lowest rung of a forward (activation) link: f16 (or 1), int8, int4 or a top-k ratio below 1",
+         &compression_floor_activations},
         {"compression", "floor-gradients",
-         "adatopk: lowest keep ratio of a backward (gradient) link (1: values rounded, no top-k)",
-         &cmp.adaptive.floor_gradients},
+         "adatopk: lowest rung of a backward (gradient) link: f16 (or 1), int8, int4 or a top-k ratio below 1",
+         &compression_floor_gradients},
         {"compression", "band", "adatopk: relative ratio change below which a link's ratio stays put",
          &cmp.adaptive.band},
         {"compression", "confirm", "adatopk: evaluations in a row that must agree before a ratio changes",
@@ -327,15 +331,18 @@ void check_settings(const train_app_config& cfg) {
   auto ratio_ok = [](double x) { return x > 0 && x <= 1; };
   if (!ratio_ok(c.ratio))
     problems.push_back("compression.ratio must be above 0 and at most 1, got " + format_number(c.ratio));
-  if (!ratio_ok(c.adaptive.floor_activations))
-    problems.push_back("compression.floor-activations must be above 0 and at most 1, got " +
-                      format_number(c.adaptive.floor_activations));
-  if (!ratio_ok(c.adaptive.floor_gradients))
-    problems.push_back("compression.floor-gradients must be above 0 and at most 1, got " +
-                      format_number(c.adaptive.floor_gradients));
+  double level = 1;
+  for (const auto& [key, text] : {std::pair{"floor-activations", &cfg.compression_floor_activations},
+                                  std::pair{"floor-gradients", &cfg.compression_floor_gradients}})
+    if (!parse_level(*text, level))
+      problems.push_back(std::string("compression.") + key +
+                        " must be f16, int8, int4 or a keep ratio above 0 and at most 1, got \"" + *text + "\"");
   if (cfg.compression_block < 1 || cfg.compression_block > codec_max_block)
     problems.push_back("compression.block must be 1 to " + std::to_string(codec_max_block) + ", got " +
                       std::to_string(cfg.compression_block));
+  if (cfg.compression_scale_block < 1 || cfg.compression_scale_block > codec_max_block)
+    problems.push_back("compression.scale-block must be 1 to " + std::to_string(codec_max_block) + ", got " +
+                      std::to_string(cfg.compression_scale_block));
   if (c.every < 1) problems.push_back("compression.every must be at least 1 step, got " + std::to_string(c.every));
   if (!(c.adaptive.band >= 0)) problems.push_back("compression.band must be at least 0, got " + format_number(c.adaptive.band));
   if (cfg.compression_confirm < 1 || cfg.compression_confirm > 1000)
@@ -353,6 +360,9 @@ void apply_compression(train_app_config& cfg) {
   parse_codec_kind(cfg.compression_mode, c.mode);
   parse_value_type(cfg.compression_values, c.adaptive.values);
   c.adaptive.block = static_cast<uint32_t>(cfg.compression_block);
+  c.adaptive.scale_block = static_cast<uint32_t>(cfg.compression_scale_block);
+  parse_level(cfg.compression_floor_activations, c.adaptive.floor_activations);
+  parse_level(cfg.compression_floor_gradients, c.adaptive.floor_gradients);
   c.adaptive.confirm = static_cast<uint32_t>(cfg.compression_confirm);
 }
 

@@ -1,11 +1,20 @@
-// fusion-bench-codec: the CPU topk edge codec (compression/topk.hpp) on one core.
+// fusion-bench-codec: the CPU edge codecs on one core.
 //
-// For fp32 tensors of 4 MiB and 64 MiB (normal random data), block 4096, fp16 values, at 1%,
-// 10% and 30% kept: encode and decode rates (dense fp32 bytes / seconds, best of several
-// repetitions), next to two references measured in the same run on the same buffer size:
+// Table 1, topk (compression/topk.hpp). For fp32 tensors of 4 MiB and 64 MiB (normal random
+// data), block 4096, fp16 values, at 1%, 10% and 30% kept: encode and decode rates (dense fp32
+// bytes / seconds, best of several repetitions), next to two references measured in the same run
+// on the same buffer size:
 //   memcpy       copying the dense tensor (the bandwidth bar: the target is encode >= 25% of it)
 //   nth_element  a global top-k threshold the textbook way: |x| into a scratch copy, then
 //                std::nth_element (no payload built)
+//
+// Table 2, every codec side by side (and the block size of int8 / int4, compression/quant.hpp):
+// for a 16 MiB fp32 tensor, the payload over the dense bytes, encode and decode rates (dense
+// bytes / second, best of several), the RMS error over the tensor's RMS on normal data and on
+// heavy-tailed data (normal, with 1% of the elements 30x larger: the outlier features of
+// transformer activations), beside memcpy measured in the same run. f16 is topk keep-all with
+// f16 values (AdaTopK's first rung); int8 and int4 also on the scalar path, to show what the
+// run-time chosen SIMD path gains.
 //
 //   fusion-bench-codec [--quick]
 #include <algorithm>
@@ -18,6 +27,7 @@
 #include <string>
 #include <vector>
 
+#include "compression/quant.hpp"
 #include "compression/topk.hpp"
 
 using namespace fusion;
@@ -38,6 +48,91 @@ double best_seconds(int reps, const std::function<void()>& fn) {
 }
 
 double gbps(size_t bytes, double seconds) { return static_cast<double>(bytes) / seconds / 1e9; }
+
+// ||x - y|| / ||x||
+double relative_rms(const std::vector<float>& x, const std::vector<float>& y) {
+  double diff = 0, norm = 0;
+  for (size_t i = 0; i < x.size(); ++i) {
+    diff += (double{x[i]} - y[i]) * (double{x[i]} - y[i]);
+    norm += double{x[i]} * x[i];
+  }
+  return std::sqrt(diff / norm);
+}
+
+struct codec_row {
+  std::string name;
+  std::function<void(const std::vector<float>&, std::vector<std::byte>&)> encode;
+  std::function<status(const std::vector<std::byte>&, std::vector<float>&)> decode;
+};
+
+int codec_table(bool quick) {
+  const size_t n = size_t{16} << 18, bytes = n * sizeof(float);
+  const int reps = quick ? 3 : 15;
+  std::mt19937 rng(7);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::uniform_real_distribution<float> unit(0.0f, 1.0f);
+  std::vector<float> x(n), heavy(n), copy(n), dense(n);
+  for (size_t i = 0; i < n; ++i) {
+    x[i] = normal(rng);
+    heavy[i] = normal(rng) * (unit(rng) < 0.01f ? 30.0f : 1.0f);
+  }
+  std::memset(copy.data(), 0, bytes);
+  std::memset(dense.data(), 0, bytes);
+  const double t_memcpy = best_seconds(reps, [&] { std::memcpy(copy.data(), x.data(), bytes); });
+
+  std::vector<codec_row> rows;
+  rows.push_back({"f16 (topk keep-all)",
+                  [](const std::vector<float>& v, std::vector<std::byte>& p) {
+                    encode_topk(v, keep_all_ratio, value_type::f16, 4096, p);
+                  },
+                  [](const std::vector<std::byte>& p, std::vector<float>& d) { return decode_topk(p, d); }});
+  rows.push_back({"topk 10% f16",
+                  [](const std::vector<float>& v, std::vector<std::byte>& p) {
+                    encode_topk(v, 0.1, value_type::f16, 4096, p);
+                  },
+                  [](const std::vector<std::byte>& p, std::vector<float>& d) { return decode_topk(p, d); }});
+  auto decode_q = [](const std::vector<std::byte>& p, std::vector<float>& d) { return decode_quant(p, d); };
+  for (const unsigned bits : {8u, 4u}) {
+    for (const uint32_t block : {32u, 64u, 128u, 256u})
+      rows.push_back({"int" + std::to_string(bits) + " /" + std::to_string(block) + " " + to_string(quant_best_path()),
+                      [=](const std::vector<float>& v, std::vector<std::byte>& p) { encode_quant(v, bits, block, p); },
+                      decode_q});
+    rows.push_back({"int" + std::to_string(bits) + " /64 scalar",
+                    [=](const std::vector<float>& v, std::vector<std::byte>& p) {
+                      encode_quant(v, bits, 64, p, quant_path::scalar);
+                    },
+                    decode_q});
+  }
+
+  std::printf("\nevery codec, one core, %zu MiB fp32 tensor, best of %d; err = RMS error / RMS of the tensor\n",
+              bytes >> 20, reps);
+  std::printf("%-22s %9s %9s %9s %11s %11s %11s\n", "codec", "bytes", "encode", "decode", "err normal",
+              "err heavy", "enc/memcpy");
+  std::printf("%-22s %9s %9s %9s %11s %11s %11s\n", "", "/ dense", "GB/s", "GB/s", "", "", "");
+  std::printf("%-22s %9.3f %9.2f %9.2f %11s %11s %10.0f%%\n", "memcpy", 1.0, gbps(bytes, t_memcpy),
+              gbps(bytes, t_memcpy), "0", "0", 100.0);
+  for (const codec_row& r : rows) {
+    std::vector<std::byte> payload;
+    r.encode(heavy, payload);
+    if (auto s = r.decode(payload, dense); !s) {
+      std::fprintf(stderr, "fusion-bench-codec: %s: decode failed: %s\n", r.name.c_str(), s.error().c_str());
+      return 1;
+    }
+    const double err_heavy = relative_rms(heavy, dense);
+    r.encode(x, payload);
+    const double t_enc = best_seconds(reps, [&] { r.encode(x, payload); });
+    status decoded;
+    const double t_dec = best_seconds(reps, [&] { decoded = r.decode(payload, dense); });
+    if (!decoded) {
+      std::fprintf(stderr, "fusion-bench-codec: %s: decode failed: %s\n", r.name.c_str(), decoded.error().c_str());
+      return 1;
+    }
+    std::printf("%-22s %9.3f %9.2f %9.2f %11.2e %11.2e %10.0f%%\n", r.name.c_str(),
+                static_cast<double>(payload.size()) / static_cast<double>(bytes), gbps(bytes, t_enc),
+                gbps(bytes, t_dec), relative_rms(x, dense), err_heavy, 100.0 * t_memcpy / t_enc);
+  }
+  return 0;
+}
 
 }  // namespace
 
@@ -94,5 +189,5 @@ int main(int argc, char** argv) {
                   gbps(bytes, t_memcpy), gbps(bytes, t_nth), 100.0 * t_memcpy / t_enc);
     }
   }
-  return 0;
+  return codec_table(quick);
 }

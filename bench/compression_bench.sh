@@ -98,6 +98,6 @@ print("dense validation losses: one-process run (equal to a dense cluster run); 
       "the first run's steps over the sites")
 ratios = [r for r in rows("adatopk") if r.get("type") == "compression"]
 print("RESULT " + " ".join(results))
-print(f"adatopk ratio changes: {len(ratios)}" + "".join(f"\n  step {r['step']}: {r['link']} {r['keep_before']:g} -> {r['keep_after']:g}" for r in ratios))
+print(f"adatopk ratio changes: {len(ratios)}" + "".join(f"\n  step {r['step']}: {r['link']} {r.get('codec_before', r['keep_before'])} -> {r.get('codec_after', r['keep_after'])}" for r in ratios))
 PY
 echo "runs: $out"

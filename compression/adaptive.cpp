@@ -1,18 +1,40 @@
-// The AdaTopK rule (compression/adaptive.hpp): link time per keep ratio, the ladder search and
-// the hysteresis of ratio_governor.
+// The AdaTopK rule (compression/adaptive.hpp): link time per level, the ladder search with its
+// reason, the floors' names and the hysteresis of ratio_governor.
 #include "compression/adaptive.hpp"
 
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <limits>
 
 namespace fusion {
 
 namespace {
 
-// Densest first: propose_ratio takes the first rung that fits.
-constexpr std::array<double, 11> ratio_ladder = {keep_all_ratio, 0.5, 0.3, 0.2, 0.15, 0.1, 0.07, 0.05, 0.03, 0.02, 0.01};
+// Densest first: choose_rung takes the first rung that fits. The top-k rungs above 0.2 are
+// larger than int4 with f16 values; they only serve floors between them.
+constexpr std::array<double, 13> ratio_ladder = {keep_all_ratio, int8_level, int4_level, 0.5, 0.3, 0.2, 0.15,
+                                                 0.1,            0.07,       0.05,       0.03, 0.02, 0.01};
+
+// Which codec a level is: raw, keep-all, int8, int4 or top-k (a change between two of them is
+// never noise).
+enum class rung_family { raw, keep_all, int8, int4, topk };
+rung_family family_of(double level) {
+  if (level >= 1) return rung_family::raw;
+  if (level >= keep_all_ratio) return rung_family::keep_all;
+  if (level >= int8_level) return rung_family::int8;
+  if (level >= int4_level) return rung_family::int4;
+  return rung_family::topk;
+}
+
+std::string seconds_words(double s) {
+  char buf[32];
+  if (std::isinf(s)) return "forever";
+  std::snprintf(buf, sizeof buf, s < 0.1 ? "%.3g ms" : "%.3g s", s < 0.1 ? s * 1e3 : s);
+  return buf;
+}
 
 // The direction's floor as a usable keep ratio: encode_topk takes (0, 1], so a floor >= 1 means
 // "never compress" and a non-positive (or NaN) floor falls back to the lowest rung rather than
@@ -26,11 +48,37 @@ double floor_of(const link_load& load, const adaptive_settings& s) {
 
 }  // namespace
 
+bool parse_level(std::string_view text, double& level) {
+  if (text == "f16") return level = 1, true;
+  if (text == "int8") return level = int8_level, true;
+  if (text == "int4") return level = int4_level, true;
+  const std::string t(text);
+  char* end = nullptr;
+  const double v = std::strtod(t.c_str(), &end);
+  if (t.empty() || *end != '\0' || !(v > 0 && v <= 1)) return false;
+  level = v;
+  return true;
+}
+
+std::string level_name(double level, const adaptive_settings& s) {
+  switch (family_of(level)) {
+    case rung_family::raw: return "f32";
+    case rung_family::keep_all: return to_string(s.values) + " keep-all";
+    case rung_family::int8: return "int8 /" + std::to_string(s.scale_block);
+    case rung_family::int4: return "int4 /" + std::to_string(s.scale_block);
+    case rung_family::topk: break;
+  }
+  char buf[48];
+  std::snprintf(buf, sizeof buf, "top-k %.3g%% %s", level * 100, to_string(s.values).c_str());
+  return buf;
+}
+
 codec_settings rung_codec(double ratio, const adaptive_settings& s) {
   if (ratio >= 1) return {};  // the link keeps up: raw fp32
   codec_settings run;
   run.values = s.values;
   run.block = s.block;
+  run.scale_block = s.scale_block;
   return codec_of(codec_kind::adatopk).at(ratio, run);
 }
 
@@ -44,17 +92,25 @@ double link_seconds(const link_load& load, double ratio, const adaptive_settings
   return static_cast<double>(bytes) * 8.0 / (load.mbit * 1e6) + load.rtt_s / 2;
 }
 
-double propose_ratio(const link_load& load, const adaptive_settings& s) {
-  if (!(load.mbit > 0)) return 1.0;
-  if (link_seconds(load, 1.0, s) <= load.budget_s) return 1.0;
+rung_choice choose_rung(const link_load& load, const adaptive_settings& s) {
+  if (!(load.mbit > 0)) return {1.0, "the link's rate is not measured yet: f32"};
+  const double dense = link_seconds(load, 1.0, s);
+  const std::string budget = "the slowest stage's " + seconds_words(load.budget_s);
+  if (dense <= load.budget_s) return {1.0, "f32 needs " + seconds_words(dense) + " per micro-batch: fits " + budget};
+  const std::string head = "f32 needs " + seconds_words(dense) + " per micro-batch, ";
   const double floor = floor_of(load, s);
-  // Payloads grow with the ratio, so the first (densest) rung that fits is the answer.
+  // Payloads shrink down the ladder (but for top-k rungs above int4, which then do not fit
+  // either), so the first rung that fits is the densest.
   for (const double rung : ratio_ladder) {
     if (rung < floor) break;
-    if (link_seconds(load, rung, s) <= load.budget_s) return rung;
+    const double t = link_seconds(load, rung, s);
+    if (t <= load.budget_s) return {rung, head + level_name(rung, s) + " " + seconds_words(t) + ": fits " + budget};
   }
-  return floor;
+  return {floor, head + "even the floor " + level_name(floor, s) + " needs " +
+                     seconds_words(link_seconds(load, floor, s)) + ", more than " + budget};
 }
+
+double propose_ratio(const link_load& load, const adaptive_settings& s) { return choose_rung(load, s).level; }
 
 bool ratio_governor::update(double proposed, const adaptive_settings& s) {
   auto reset = [this] {
@@ -67,8 +123,9 @@ bool ratio_governor::update(double proposed, const adaptive_settings& s) {
   }
   // A current ratio of 0 or less never comes from the rule; treat any proposal as a real change
   // instead of dividing by it.
-  // Between exact (raw fp32) and lossy is a change of kind, never noise: the band does not apply.
-  const bool changes_kind = (current_ >= 1) != (proposed >= 1);
+  // A change of codec (raw fp32, keep-all, int8, int4, top-k) is never noise: the band only
+  // applies between two top-k ratios.
+  const bool changes_kind = family_of(current_) != family_of(proposed);
   if (!changes_kind && current_ > 0 && std::abs(proposed - current_) / current_ <= s.band) {
     reset();
     return false;

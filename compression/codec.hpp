@@ -7,7 +7,9 @@
 //           the rules and the payload layout); at keep_all_ratio it keeps every element and
 //           only rounds the values
 //   adatopk topk on the wire; the scheduler sets the ratio per edge and direction
-//           (compression/adaptive.hpp)
+//           (compression/adaptive.hpp); its ladder's quantizing rungs are int8 and int4
+//   int8    a signed 8-bit code per element and an f32 scale per block of scale_block elements
+//   int4    the same with 4-bit codes, two per byte (compression/quant.hpp has both formats)
 //
 // Everything outside compression/ asks the table (codec_of, codec_on_wire) instead of knowing
 // a codec's format: the wire validates and decodes through it, the planner and the estimator
@@ -38,13 +40,13 @@ enum class codec_kind : uint8_t {
 /// Element type of the values a codec sends.
 enum class value_type : uint8_t { f32 = 0, f16 = 1, bf16 = 2 };
 
-/// "none", "topk", "adatopk" / "f32", "f16", "bf16".
+/// "none", "topk", "adatopk", "int8", "int4" / "f32", "f16", "bf16".
 std::string to_string(codec_kind k);
 std::string to_string(value_type v);
 /// Parses a name; false when unknown.
 bool parse_codec_kind(std::string_view text, codec_kind& out);
 bool parse_value_type(std::string_view text, value_type& out);
-/// The names for a usage message: "none, topk or adatopk" / "f32, f16 or bf16".
+/// The names for a usage message: "none, topk, adatopk, int8 or int4" / "f32, f16 or bf16".
 std::string codec_names();
 std::string value_type_names();
 
@@ -58,6 +60,9 @@ struct codec_settings {
   value_type values = value_type::f16;
   uint32_t block = 4096;             ///< elements per block, 1..codec_max_block
   bool error_feedback = false;       ///< gradient direction only (edge_encoder)
+  /// int8 / int4: elements per scale, 1..codec_max_block (compression/quant.hpp's
+  /// quant_default_block).
+  uint32_t scale_block = 64;
   bool operator==(const codec_settings&) const = default;
 };
 
@@ -115,7 +120,7 @@ const codec& codec_of(codec_kind kind);
 const codec* codec_on_wire(uint32_t encoding);
 /// Every codec of the table, in codec_kind order.
 std::span<const codec* const> all_codecs();
-/// "0 raw, 1 topk": the encodings a wire header may carry, for error messages.
+/// "0 raw, 1 topk, 3 int8, 4 int4": the encodings a wire header may carry, for error messages.
 std::string wire_encoding_names();
 
 /// A GPU encoder of a codec: `n` floats at device pointer `x` into a host payload that equals

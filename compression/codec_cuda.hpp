@@ -9,6 +9,7 @@
 #pragma once
 
 #include "compression/codec.hpp"
+#include "compression/quant_cuda.hpp"
 #include "compression/topk_cuda.hpp"
 
 namespace fusion {
@@ -19,6 +20,8 @@ inline device_encode_fn device_encoder(codec_kind kind) {
   // One line per wire encoding with a CUDA encoder (compression/cuda/).
   switch (codec_of(kind).wire_encoding()) {
     case codec_kind::topk: return &encode_topk_cuda_settings;
+    case codec_kind::int8: return &encode_int8_cuda_settings;
+    case codec_kind::int4: return &encode_int4_cuda_settings;
     default: break;
   }
 #else

@@ -10,3 +10,5 @@
 FUSION_CODEC(none, 0, dense_codec)    // compression/codec.cpp
 FUSION_CODEC(topk, 1, topk_codec)     // compression/topk.cpp
 FUSION_CODEC(adatopk, 2, adatopk_codec)  // compression/topk.cpp
+FUSION_CODEC(int8, 3, int8_codec)    // compression/quant.cpp
+FUSION_CODEC(int4, 4, int4_codec)    // compression/quant.cpp

@@ -36,6 +36,7 @@
 #endif
 
 #include "compression/half.hpp"
+#include "compression/quant.hpp"
 #include "compression/select.hpp"
 
 namespace fusion {
@@ -344,6 +345,9 @@ class topk_codec_impl final : public codec {
   bool adaptive() const override { return adaptive_; }
 
   codec_settings at(double ratio, const codec_settings& run) const override {
+    // adatopk's ladder has quantizing rungs between keep-all and top-k (compression/quant.hpp).
+    if (adaptive_ && ratio >= int4_level && ratio < keep_all_ratio)
+      return codec_of(ratio >= int8_level ? codec_kind::int8 : codec_kind::int4).at(ratio, run);
     codec_settings s = run;
     s.kind = kind();
     s.keep_ratio = std::clamp(ratio, 1e-6, 1.0);

@@ -135,7 +135,10 @@ std::string compression_metrics_line(const compression_change& c) {
                   {"keep_after", printed(c.keep_after, "%.6g")},
                   {"mbit", printed(c.mbit, "%.6g")},
                   {"dense_bytes", c.dense_bytes},
-                  {"budget_s", printed(c.budget_s, "%.6g")}});
+                  {"budget_s", printed(c.budget_s, "%.6g")},
+                  {"codec_before", c.codec_before},
+                  {"codec_after", c.codec_after},
+                  {"reason", c.reason}});
 }
 
 }  // namespace fusion

@@ -61,15 +61,18 @@ struct eval_result {
   double bits_per_byte = NAN;  ///< text: loss in bits per byte of text, comparable across tokenizers
 };
 
-/// One change of a link's AdaTopK keep ratio (actors/coordinator_compress.cpp).
+/// One change of a link's AdaTopK rung (actors/coordinator_compress.cpp).
 struct compression_change {
   int64_t step = 0;
   std::string link;          ///< scheduler/compression_plan.hpp link_group_name: "a1 -> b1 fwd"
-  double keep_before = 1;
+  double keep_before = 1;    ///< the rungs' levels (compression/adaptive.hpp)
   double keep_after = 1;
   double mbit = 0;           ///< the link's rate in Mbit/s
   uint64_t dense_bytes = 0;  ///< what the link's edges carry per micro-batch uncompressed
   double budget_s = 0;       ///< the slowest stage's time, which the link should stay under
+  std::string codec_before;  ///< the rungs in words (level_name): "f16 keep-all", "int8 /64"
+  std::string codec_after;
+  std::string reason;        ///< the rule's reason (rung_choice::reason)
 };
 
 /// `t` as ISO 8601 in UTC with milliseconds, "2026-01-31T12:34:56.789Z": the "time" of records.
@@ -86,7 +89,7 @@ std::string step_metrics_line(const step_record& rec, const graph& g, double ela
 std::string eval_metrics_line(int64_t step, const eval_result& v, const std::string& time);
 
 /// {"type": "compression", "step", "link", "keep_before", "keep_after", "mbit", "dense_bytes",
-/// "budget_s"}.
+/// "budget_s", "codec_before", "codec_after", "reason"}.
 std::string compression_metrics_line(const compression_change& c);
 
 }  // namespace fusion

@@ -36,7 +36,8 @@ namespace fusion {
 /// 5: admission by certificate: challenge_atom, and node_hello carries a security::proof.
 /// 6: live migration: export_atom, import_atom, retire_atom and state tensors (pass_mode::state).
 /// 7: stage replicas: the reduce direction (gradient ring), reduce_atom, connect_atom with per
-/// micro-batch sinks and the replica ring, grads_atom names the replica.
+/// micro-batch sinks and the replica ring, grads_atom names the replica; encodings 3 (int8) and 4
+/// (int4), and codec settings carry the quantizing codecs' scale_block.
 inline constexpr uint32_t wire_protocol_version = 7;
 
 /// Largest tensor a header may announce (16 GiB); anything larger is a corrupt header.

@@ -11,6 +11,7 @@ codec_settings codec_for_edge(const plan_edge& e, const compression_config& c, c
   codec_settings run;
   run.values = c.adaptive.values;
   run.block = c.adaptive.block;
+  run.scale_block = c.adaptive.scale_block;
   run.error_feedback = c.error_feedback && e.kind == edge_kind::backward;
   if (st.pinned) return codec_of(st.pinned->kind).at(st.pinned->ratio, run);
   const codec& mode = codec_of(c.mode);

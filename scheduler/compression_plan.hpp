@@ -18,11 +18,11 @@ namespace fusion {
 
 /// Compression settings of a run.
 struct compression_config {
-  codec_kind mode = codec_kind::none;  ///< none, topk (fixed ratio) or adatopk
+  codec_kind mode = codec_kind::none;  ///< none, topk (fixed ratio), adatopk, int8 or int4
   double ratio = 0.1;                  ///< topk: keep ratio of every compressed edge
   bool error_feedback = false;         ///< gradient directions keep a residual (off: measured no gain)
   int64_t every = 10;                  ///< adatopk: re-evaluate every N steps
-  adaptive_settings adaptive;          ///< floors, hysteresis, value type, block
+  adaptive_settings adaptive;          ///< floors, hysteresis, value type, blocks
 };
 
 /// The admin's codec for one edge (fusion-admin `compress EDGE none|RATIO`).

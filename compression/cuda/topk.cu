@@ -24,25 +24,12 @@
 #include <stdexcept>
 #include <string>
 
+#include "compression/cuda/check.cuh"
 #include "compression/topk_cuda.hpp"
 
 namespace fusion {
 
 namespace {
-
-[[noreturn]] void throw_cuda_error(cudaError_t e, const char* expr, const char* file, int line) {
-  throw std::runtime_error(std::string(file) + ":" + std::to_string(line) + ": " + expr +
-                           " failed: " + cudaGetErrorName(e) + " (" + cudaGetErrorString(e) + ")");
-}
-
-// Checks a CUDA runtime call (ops/cuda/common.cuh's CUDA_CHECK, but std::runtime_error: this
-// library does not depend on the ops layer).
-#define TOPK_CUDA_CHECK(expr)                                                \
-  do {                                                                       \
-    const cudaError_t topk_cuda_err_ = (expr);                               \
-    if (topk_cuda_err_ != cudaSuccess)                                       \
-      throw_cuda_error(topk_cuda_err_, #expr, __FILE__, __LINE__);           \
-  } while (0)
 
 constexpr int max_threads = 512;
 constexpr int max_warps = max_threads / 32;
@@ -201,18 +188,6 @@ uint64_t section_bytes(uint32_t len, uint32_t k, bool bitmap, uint32_t value_byt
   return (bitmap ? (uint64_t(len) + 7) / 8 : 2 * uint64_t(k)) + uint64_t(k) * value_bytes;
 }
 
-// Frees a device buffer on every path out of encode_topk_cuda (errors ignored: it runs while
-// an exception may already be on its way, and at exit the runtime may be gone).
-struct device_buffer {
-  void* p = nullptr;
-  bool pooled = false;
-  ~device_buffer() {
-    if (p == nullptr) return;
-    const cudaError_t e = pooled ? cudaFreeAsync(p, cudaStreamLegacy) : cudaFree(p);
-    if (e != cudaSuccess) (void)cudaGetLastError();
-  }
-};
-
 }  // namespace
 
 void encode_topk_cuda(const float* x, uint64_t n, double ratio, value_type values, uint32_t block,
@@ -259,31 +234,26 @@ void encode_topk_cuda(const float* x, uint64_t n, double ratio, value_type value
   std::memcpy(out.data(), header, codec_header_bytes);
   if (n == 0) return;
 
-  // Run on the device that holds x (actor threads come from a pool).
-  cudaPointerAttributes attr{};
-  TOPK_CUDA_CHECK(cudaPointerGetAttributes(&attr, x));
-  if (attr.type != cudaMemoryTypeDevice && attr.type != cudaMemoryTypeManaged)
-    throw std::runtime_error("encode_topk_cuda: cudaPointerGetAttributes: the input is not CUDA device memory");
-  TOPK_CUDA_CHECK(cudaSetDevice(attr.device));
+  const int device = codec_cuda::use_device_of(x, "encode_topk_cuda");
   int pools = 0;
-  TOPK_CUDA_CHECK(cudaDeviceGetAttribute(&pools, cudaDevAttrMemoryPoolsSupported, attr.device));
+  CODEC_CUDA_CHECK(cudaDeviceGetAttribute(&pools, cudaDevAttrMemoryPoolsSupported, device));
 
   const uint64_t body = total - codec_header_bytes;
-  device_buffer buf;
+  codec_cuda::device_buffer buf;
   buf.pooled = pools != 0;
   if (buf.pooled)
-    TOPK_CUDA_CHECK(cudaMallocAsync(&buf.p, body, cudaStreamLegacy));
+    CODEC_CUDA_CHECK(cudaMallocAsync(&buf.p, body, cudaStreamLegacy));
   else
-    TOPK_CUDA_CHECK(cudaMalloc(&buf.p, body));
+    CODEC_CUDA_CHECK(cudaMalloc(&buf.p, body));
   // Full warps (the ballot scans need them), no more threads than a block has elements.
   const int threads = static_cast<int>(std::clamp<uint32_t>((block + 31) / 32 * 32, 32, max_threads));
   const uint64_t blocks = full_blocks + (tail != 0 ? 1 : 0);
   const unsigned grid = static_cast<unsigned>(std::min(blocks, max_grid));
   topk_kernel<<<grid, threads, 0, cudaStreamLegacy>>>(x, L, static_cast<unsigned char*>(buf.p));
-  TOPK_CUDA_CHECK(cudaGetLastError());
-  TOPK_CUDA_CHECK(cudaMemcpyAsync(out.data() + codec_header_bytes, buf.p, body, cudaMemcpyDeviceToHost,
+  CODEC_CUDA_CHECK(cudaGetLastError());
+  CODEC_CUDA_CHECK(cudaMemcpyAsync(out.data() + codec_header_bytes, buf.p, body, cudaMemcpyDeviceToHost,
                                   cudaStreamLegacy));
-  TOPK_CUDA_CHECK(cudaStreamSynchronize(cudaStreamLegacy));
+  CODEC_CUDA_CHECK(cudaStreamSynchronize(cudaStreamLegacy));
 }
 
 }  // namespace fusion

@@ -36,7 +36,10 @@ TEST_CASE("cli errors: fusion-train's value mistakes are said in plain words wit
       {"--optim.lr=abc", "bad value in '--optim.lr=abc': optim.lr takes a number, e.g. 0.001"},
       {"--optim.lr=1", "optim.lr takes a real number with a decimal point, e.g. 1.0 (as in INI files)"},
       {"--cluster.policy=evn", "cluster.policy must be one of opfence, even, explicit, opfence-replicas, got \"evn\" (did you mean 'even'?)"},
-      {"--compression.mode=tpok", "compression.mode must be"},
+      {"--compression.mode=tpok", "compression.mode must be none, topk, adatopk, int8 or int4, got \"tpok\""},
+      {"--compression.floor-gradients=int2",
+       "compression.floor-gradients must be f16, int8, int4 or a keep ratio above 0 and at most 1, got \"int2\""},
+      {"--compression.scale-block=0", "compression.scale-block must be 1 to 65536, got 0"},
       {"--train.stepz=5", "unknown option '--train.stepz' (did you mean '--train.steps'?)"},
   };
   for (auto& m : mistakes) {

@@ -1,10 +1,12 @@
 // The AdaTopK rule on synthetic links: slow links get the densest ladder rung whose payload fits
-// the compute budget, fast ones stay dense, floors hold per direction, an unknown rate means
-// dense, and the governor ignores bandwidth noise but follows a real step change.
+// the compute budget (f32 -> f16 -> int8 -> int4 -> top-k), fast ones stay dense, floors hold
+// per direction, an unknown rate means dense, every proposal says why, and the governor ignores
+// bandwidth noise but follows a real step change.
 #include <doctest/doctest.h>
 
 #include <cmath>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "compression/adaptive.hpp"
@@ -15,7 +17,8 @@ namespace {
 
 // One activation tensor of 1 MiB fp32 per micro-batch (64 full blocks of 4096).
 constexpr uint64_t edge_elements = 262144;
-const std::vector<double> ladder = {1.0, keep_all_ratio, 0.5, 0.3, 0.2, 0.15, 0.1, 0.07, 0.05, 0.03, 0.02, 0.01};
+const std::vector<double> ladder = {1.0,  keep_all_ratio, int8_level, int4_level, 0.5,  0.3, 0.2,
+                                   0.15, 0.1,            0.07,       0.05,       0.03, 0.02, 0.01};
 
 // Settings that allow top-k (the defaults allow only the quantized keep-all rung): activations
 // down to 10%, gradients down to 20%.
@@ -131,10 +134,10 @@ TEST_CASE("adaptive: a link too slow even for the floor gets the floor") {
   CHECK(propose_ratio(l, s) == 0.25);
   // ... and a rung above it is still chosen when that fits.
   link_load mid = make_link(true, 0, 0.05);
-  mid.mbit = rate_between(mid, 0.3, 0.5, s);
-  CHECK(propose_ratio(mid, s) == 0.3);
-  // Between the floor and the next rung up: no rung >= 0.25 fits, so the floor.
-  mid.mbit = rate_between(mid, 0.25, 0.3, s);
+  mid.mbit = rate_between(mid, int4_level, int8_level, s);
+  CHECK(propose_ratio(mid, s) == int4_level);
+  // Where int4 does not fit, no top-k rung >= 0.25 does either (all larger than int4): the floor.
+  mid.mbit = rate_between(mid, 0.2, int4_level, s);
   CHECK(propose_ratio(mid, s) == 0.25);
 }
 
@@ -152,7 +155,7 @@ TEST_CASE("adaptive: an unknown rate keeps the link dense") {
 TEST_CASE("adaptive: bandwidth noise of 10% does not move the governed ratio") {
   const adaptive_settings s = topk_floors();
   link_load l = make_link(true, 0, 0.05);
-  const double base = rate_between(l, 0.3, 0.5, s);
+  const double base = rate_between(l, 0.1, 0.15, s);
   std::mt19937 rng(20240611);
   std::uniform_real_distribution<double> noise(0.9, 1.1);
   ratio_governor gov;
@@ -168,7 +171,7 @@ TEST_CASE("adaptive: bandwidth noise of 10% does not move the governed ratio") {
     }
   }
   CHECK(changes == 1);
-  CHECK(gov.current() == 0.3);
+  CHECK(gov.current() == 0.1);
 }
 
 TEST_CASE("adaptive: the governor ignores proposals inside the band and interrupted streaks") {
@@ -223,6 +226,115 @@ TEST_CASE("adaptive: confirm=1 adopts a proposal at once") {
   l.mbit = 1000;
   CHECK(gov.update(propose_ratio(l, s), s));
   CHECK(gov.current() == 1.0);
+}
+
+TEST_CASE("adaptive: the ladder walks f32, f16, int8, int4, then top-k as the link slows") {
+  adaptive_settings s;
+  s.floor_activations = 0.01;
+  link_load l = make_link(true, 0, 0.05);
+  std::vector<double> seen;
+  for (double mbit = 2000; mbit > 0.5; mbit /= 1.05) {
+    l.mbit = mbit;
+    const double r = propose_ratio(l, s);
+    if (seen.empty() || seen.back() != r) seen.push_back(r);
+  }
+  // Never back up the ladder while the rate falls, and every quantizing rung is used.
+  for (size_t i = 1; i < seen.size(); ++i) CHECK(seen[i] < seen[i - 1]);
+  REQUIRE(seen.size() >= 6);
+  CHECK(seen[0] == 1.0);
+  CHECK(seen[1] == keep_all_ratio);
+  CHECK(seen[2] == int8_level);
+  CHECK(seen[3] == int4_level);
+  CHECK(seen[4] <= 0.2);  // top-k rungs above 0.2 are larger than int4 with f16 values
+  CHECK(seen.back() == 0.01);
+  // The rungs' codecs: int8 and int4 with the settings' scale block, priced by their payloads.
+  s.scale_block = 128;
+  const codec_settings q8 = rung_codec(int8_level, s), q4 = rung_codec(int4_level, s);
+  CHECK(q8.kind == codec_kind::int8);
+  CHECK(q4.kind == codec_kind::int4);
+  CHECK(q8.scale_block == 128);
+  l.mbit = 8;
+  l.elements = {1000, 3000};
+  CHECK(link_seconds(l, int8_level, s) ==
+        doctest::Approx(double(quant_payload_bytes(1000, 8, 128) + quant_payload_bytes(3000, 8, 128)) * 8 / 8e6));
+}
+
+TEST_CASE("adaptive: floors name rungs, per direction") {
+  double level = 0;
+  CHECK(parse_level("int8", level));
+  CHECK(level == int8_level);
+  CHECK(parse_level("int4", level));
+  CHECK(level == int4_level);
+  CHECK(parse_level("f16", level));
+  CHECK(level == 1);
+  CHECK(parse_level("1.0", level));
+  CHECK(level == 1);
+  CHECK(parse_level("0.1", level));
+  CHECK(level == 0.1);
+  for (const char* bad : {"", "0", "-0.5", "1.5", "int2", "0.1x", "nan"}) CHECK_FALSE(parse_level(bad, level));
+
+  adaptive_settings s;  // default floors: f16 only
+  link_load fwd = make_link(true, 0, 0.05);
+  fwd.mbit = rate_between(fwd, int4_level, int8_level, s);  // int4 fits, int8 does not
+  CHECK(propose_ratio(fwd, s) == keep_all_ratio);           // the floor: int8 and int4 are opt-in
+  s.floor_activations = int4_level;
+  s.floor_gradients = int8_level;
+  link_load bwd = fwd;
+  bwd.forward = false;
+  CHECK(propose_ratio(fwd, s) == int4_level);
+  CHECK(propose_ratio(bwd, s) == int8_level);  // its floor, although it does not fit
+  // Too slow for any rung: each direction stops at its floor, never at top-k.
+  fwd.mbit = bwd.mbit = 0.01;
+  CHECK(propose_ratio(fwd, s) == int4_level);
+  CHECK(propose_ratio(bwd, s) == int8_level);
+}
+
+TEST_CASE("adaptive: every proposal says why, in words") {
+  adaptive_settings s;
+  s.floor_activations = int4_level;
+  link_load l = make_link(true, 1000, 0.05);
+  rung_choice c = choose_rung(l, s);
+  CHECK(c.level == 1.0);
+  CHECK(c.reason.find("f32 needs") == 0);
+  CHECK(c.reason.find("fits the slowest stage's 50 ms") != std::string::npos);
+  l.mbit = rate_between(l, int8_level, keep_all_ratio, s);
+  c = choose_rung(l, s);
+  CAPTURE(c.reason);
+  CHECK(c.level == int8_level);
+  CHECK(c.reason.find("int8 /64") != std::string::npos);
+  CHECK(c.reason.find(": fits the slowest stage's 50 ms") != std::string::npos);
+  l.mbit = 0.01;
+  c = choose_rung(l, s);
+  CAPTURE(c.reason);
+  CHECK(c.level == int4_level);
+  CHECK(c.reason.find("even the floor int4 /64 needs") != std::string::npos);
+  l.mbit = 0;
+  CHECK(choose_rung(l, s).reason.find("not measured") != std::string::npos);
+  CHECK(level_name(1.0, s) == "f32");
+  CHECK(level_name(keep_all_ratio, s) == "f16 keep-all");
+  CHECK(level_name(int8_level, s) == "int8 /64");
+  CHECK(level_name(int4_level, s) == "int4 /64");
+  CHECK(level_name(0.2, s) == "top-k 20% f16");
+}
+
+TEST_CASE("adaptive: a change of codec is never noise for the governor") {
+  adaptive_settings s;
+  s.band = 0.5;
+  s.confirm = 2;
+  ratio_governor gov(keep_all_ratio);
+  // f16 -> int8: the levels differ by 2^-53, far inside any band, but the codec changes.
+  CHECK_FALSE(gov.update(int8_level, s));
+  CHECK(gov.update(int8_level, s));
+  CHECK(gov.current() == int8_level);
+  CHECK_FALSE(gov.update(int4_level, s));
+  CHECK(gov.update(int4_level, s));
+  // int4 -> top-k 0.15 and back up: changes of codec too.
+  CHECK_FALSE(gov.update(0.15, s));
+  CHECK(gov.update(0.15, s));
+  // Between two top-k ratios the band still holds: 0.15 -> 0.1 is 33%, inside 50%.
+  CHECK_FALSE(gov.update(0.1, s));
+  CHECK_FALSE(gov.update(0.1, s));
+  CHECK(gov.current() == 0.15);
 }
 
 }  // namespace

@@ -64,9 +64,9 @@ TEST_CASE("codec table: one codec per kind, found by kind and by name") {
 }
 
 TEST_CASE("codec table: the names of usage messages and of the wire's refusals") {
-  CHECK(codec_names() == "none, topk or adatopk");
+  CHECK(codec_names() == "none, topk, adatopk, int8 or int4");
   CHECK(value_type_names() == "f32, f16 or bf16");
-  CHECK(wire_encoding_names() == "0 raw, 1 topk");  // adatopk travels as topk
+  CHECK(wire_encoding_names() == "0 raw, 1 topk, 3 int8, 4 int4");  // adatopk travels as topk
   CHECK(codec_on_wire(static_cast<uint32_t>(codec_kind::adatopk)) == nullptr);
 }
 
@@ -132,6 +132,7 @@ TEST_CASE("codec table: a codec's settings at a level keep the run's value type 
   codec_settings run;
   run.values = value_type::bf16;
   run.block = 512;
+  run.scale_block = 32;
   run.error_feedback = true;
   for (const codec* c : all_codecs()) {
     INFO(c->name());
@@ -144,6 +145,7 @@ TEST_CASE("codec table: a codec's settings at a level keep the run's value type 
       CHECK(s.kind == c->kind());
       CHECK(s.values == run.values);
       CHECK(s.block == run.block);
+      CHECK(s.scale_block == run.scale_block);
       CHECK(s.error_feedback);
       CHECK(s.keep_ratio > 0);
       CHECK(s.keep_ratio <= 1);

@@ -128,9 +128,14 @@ TEST_CASE("core/metrics_record: a compression record escapes the link name") {
   c.mbit = 8;
   c.dense_bytes = 123456789012;
   c.budget_s = 0.5;
+  c.codec_before = "f16 keep-all";
+  c.codec_after = "top-k 12.3% f16";
+  c.reason = "f32 needs 1 s per micro-batch, top-k 12.3% f16 0.4 s: fits the slowest stage's 0.5 s";
   const json j = json::parse(compression_metrics_line(c));
   CHECK(keys_of(j) == std::vector<std::string>{"type", "step", "link", "keep_before", "keep_after", "mbit",
-                                               "dense_bytes", "budget_s"});
+                                               "dense_bytes", "budget_s", "codec_before", "codec_after", "reason"});
+  CHECK(j["codec_after"] == c.codec_after);
+  CHECK(j["reason"] == c.reason);
   CHECK(j["link"] == c.link);
   CHECK(j["keep_after"].get<double>() == 0.123457);  // what std::ostream wrote before
   CHECK(j["dense_bytes"] == 123456789012);

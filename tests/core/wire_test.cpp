@@ -4,6 +4,7 @@
 #include <cstring>
 #include <vector>
 
+#include "compression/quant.hpp"
 #include "compression/topk.hpp"
 #include "core/wire.hpp"
 
@@ -260,4 +261,55 @@ TEST_CASE("wire: a topk payload that does not decode is refused, not delivered")
   CHECK_FALSE(whole);
   CHECK(whole.error().find("edge 42 micro-batch 3") != std::string::npos);
   CHECK(a.partial_count() == 0);
+}
+
+TEST_CASE("wire: int8 and int4 payloads travel under their own encodings and decode into the tensor") {
+  std::vector<float> x(2 * 3 * 101);  // 606 elements: blocks of 64 and a partial one
+  for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>((i * 37) % 101) / 7.0f - 7.0f;
+  for (const codec_kind kind : {codec_kind::int8, codec_kind::int4}) {
+    CAPTURE(to_string(kind));
+    // What an edge sender does: the settings from the codec table, the payload from its encoder,
+    // the header's encoding from the codec.
+    const codec& c = codec_of(kind);
+    edge_encoder sender(c.at(1.0, codec_settings{}));
+    REQUIRE(sender.encodes(x.size()));
+    std::vector<std::byte> payload;
+    sender.encode(x, 0, payload);
+    std::vector<float> expect(x.size());
+    REQUIRE(decode_quant(payload, expect).ok());
+    wire_header base = sample_header();
+    base.shape = {2, 3, 101};
+    base.total_bytes = x.size() * 4;
+    base.encoding = c.wire_encoding();
+    base.payload_bytes = base.chunk_bytes = payload.size();
+    wire_assembler a;
+    std::optional<tensor> whole;
+    for (const auto& chunk : split_into_chunks(base, 100)) {
+      auto h = decode_wire_header(encode_wire_header(chunk), chunk.chunk_bytes);
+      REQUIRE(h.ok());
+      CHECK(h->encoding == kind);
+      auto dst = a.begin_chunk(*h);
+      REQUIRE(dst);
+      std::memcpy(*dst, payload.data() + h->offset, h->chunk_bytes);
+      auto done = a.end_chunk(*h);
+      REQUIRE(done);
+      if (done->has_value()) whole = std::move(*done);
+    }
+    REQUIRE(whole);
+    CHECK(std::memcmp(whole->f32(), expect.data(), expect.size() * 4) == 0);
+    // A damaged scale is refused by name, and nothing is delivered.
+    std::memcpy(payload.data() + quant_header_bytes + 4, &x[0], 4);  // -7: a negative scale
+    auto h = decode_wire_header(encode_wire_header(base), payload.size());
+    REQUIRE(h.ok());
+    auto dst = a.begin_chunk(*h);
+    REQUIRE(dst);
+    std::memcpy(*dst, payload.data(), payload.size());
+    auto refused = a.end_chunk(*h);
+    CHECK_FALSE(refused);
+    CHECK(refused.error().find("edge 42 micro-batch 3: " + to_string(kind) +
+                               " payload: the scale of block 1 is negative") != std::string::npos);
+    // More bytes than any payload of the codec for this tensor: refused before allocating.
+    base.payload_bytes = base.chunk_bytes = c.payload_limits(x.size()).max + 1;
+    CHECK(decode_error(base, base.chunk_bytes).find(to_string(kind) + " payload of") != std::string::npos);
+  }
 }

@@ -156,10 +156,13 @@ TEST_CASE("cuda topk: a large tensor in full-size blocks") {
 }
 
 TEST_CASE("cuda codecs: every GPU encoder of the table writes what its CPU encoder writes") {
-  // Without CUDA no codec has one; with it, topk and adatopk do (compression/codec_cuda.hpp).
+  // Without CUDA no codec has one; with it, topk, adatopk, int8 and int4 do
+  // (compression/codec_cuda.hpp).
   auto has_gpu_encoder = [](codec_kind k) { return device_encoder(k) != nullptr; };
   CHECK(has_gpu_encoder(codec_kind::topk) == topk_cuda_compiled());
   CHECK(has_gpu_encoder(codec_kind::adatopk) == topk_cuda_compiled());
+  CHECK(has_gpu_encoder(codec_kind::int8) == quant_cuda_compiled());
+  CHECK(has_gpu_encoder(codec_kind::int4) == quant_cuda_compiled());
   CHECK_FALSE(has_gpu_encoder(codec_kind::none));
   FUSION_GPU_OR_SKIP(g);
   std::mt19937 rng(19);

@@ -1,20 +1,27 @@
-// Fuzzes the compression payload decoder (compression/topk.hpp decode_topk and
-// topk_payload_elements): header, block sizes, kept counts, u16 index lists and bitmaps, f32,
-// f16 and bf16 values, exact length.
+// Fuzzes the compression payload decoders of the codec table (compression/codec.hpp): every
+// codec a wire header can name (raw, topk: compression/topk.hpp, int8 and int4:
+// compression/quant.hpp) gets the same bytes, so a codec added to the table is fuzzed without
+// touching this file: headers, block sizes, kept counts, index lists and bitmaps, scales, codes,
+// padding, exact length.
 //
-// Input: one mode byte, then the payload. Even modes decode the payload into a destination of
-// the size it announces (capped), odd ones into a destination one element off, as a receiver
-// whose wire header disagrees with the payload would. Mode >= 0x80 instead encodes the bytes as
-// floats with encode_topk and checks that the decoder accepts its own encoder's output and that
-// every decoded element is zero or (close to) the original.
+// Input: one mode byte, then the payload. Modes below 0x80 hand the payload to every decoder,
+// into a destination of the size it announces (capped; odd modes one element off, as a receiver
+// whose wire header disagrees with the payload would). Modes >= 0x80 instead encode the bytes as
+// floats, with topk (bits 5-6 of the mode 0 or 3), int8 (1) or int4 (2), and check that the
+// decoder accepts its own encoder's output and that every decoded element is close to the
+// original (or, for topk, zero).
+#include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <span>
+#include <stdexcept>
 #include <vector>
 
+#include "compression/codec.hpp"
+#include "compression/quant.hpp"
 #include "compression/topk.hpp"
 
 namespace {
@@ -23,9 +30,7 @@ namespace {
 // harness keeps it below its memory limit.
 constexpr uint64_t max_elements = uint64_t{1} << 22;
 
-void round_trip(uint8_t mode, const uint8_t* data, size_t size) {
-  std::vector<float> x(size / sizeof(float));
-  if (!x.empty()) std::memcpy(x.data(), data, x.size() * sizeof(float));
+void round_trip_topk(uint8_t mode, const std::vector<float>& x) {
   const double ratio = ((mode & 0x0f) + 1) / 16.0;
   const auto values = static_cast<fusion::value_type>((mode >> 4) % 3);
   const uint32_t block = 1u + (mode & 0x03) * 7u;  // 1, 8, 15, 22: full and partial blocks
@@ -40,6 +45,31 @@ void round_trip(uint8_t mode, const uint8_t* data, size_t size) {
   }
 }
 
+void round_trip_quant(uint8_t mode, unsigned bits, const std::vector<float>& x) {
+  const uint32_t block = 1u + (mode & 0x0f) * 5u;  // 1..76: int4 bytes that straddle blocks
+  std::vector<std::byte> payload;
+  try {
+    fusion::encode_quant(x, bits, block, payload);
+  } catch (const std::invalid_argument&) {
+    // Refused: only for an inf or NaN element.
+    if (std::all_of(x.begin(), x.end(), [](float v) { return std::isfinite(v); })) std::abort();
+    return;
+  }
+  std::vector<float> y(x.size(), 1.0f);
+  if (!fusion::decode_quant(payload, y).ok()) std::abort();
+  for (size_t b = 0; b * block < x.size(); ++b) {
+    const size_t end = std::min(x.size(), (b + 1) * size_t{block});
+    double absmax = 0;
+    for (size_t i = b * block; i < end; ++i) absmax = std::max(absmax, std::fabs(double{x[i]}));
+    const double step = absmax / (bits == 8 ? 127 : 7);
+    // Half a step, plus fp32 rounding: relative for normal numbers, and absolute (a few units of
+    // 2^-149) where the scale or the decoded value is subnormal.
+    for (size_t i = b * block; i < end; ++i)
+      if (std::fabs(double{y[i]} - x[i]) > step * 0.5 * (1 + 1e-5) + std::fabs(double{x[i]}) * 1e-6 + 1e-42)
+        std::abort();
+  }
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
@@ -47,14 +77,22 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const uint8_t mode = data[0];
   std::span<const std::byte> payload(reinterpret_cast<const std::byte*>(data + 1), size - 1);
   if (mode >= 0x80) {
-    round_trip(mode, data + 1, size - 1);
+    std::vector<float> x((size - 1) / sizeof(float));
+    if (!x.empty()) std::memcpy(x.data(), data + 1, x.size() * sizeof(float));
+    const unsigned which = (mode >> 5) & 3u;
+    if (which == 1 || which == 2)
+      round_trip_quant(mode, which == 1 ? 8 : 4, x);
+    else
+      round_trip_topk(mode, x);
     return 0;
   }
   uint64_t n = 0;
-  if (!fusion::topk_payload_elements(payload, n)) n = payload.size();
+  if (!fusion::topk_payload_elements(payload, n) && !fusion::quant_payload_elements(payload, n))
+    n = payload.size() / sizeof(float);
   if (mode & 1) ++n;
   if (n > max_elements) return 0;
   std::vector<float> dst(static_cast<size_t>(n));
-  (void)fusion::decode_topk(payload, dst);
+  for (const fusion::codec* c : fusion::all_codecs())
+    if (c->wire_encoding() == c->kind()) (void)c->decode(payload, dst);
   return 0;
 }

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "compression/quant.hpp"
 #include "compression/topk.hpp"
 #include "core/checkpoint.hpp"
 #include "core/wire.hpp"
@@ -110,6 +111,19 @@ void codecs() {
   std::string enc(1, '\x95');  // mode >= 0x80: encode these floats, then decode
   enc.append(reinterpret_cast<const char*>(x.data()), 64 * sizeof(float));
   write("codec", "round-trip", enc.data(), enc.size());
+  for (unsigned bits : {8u, 4u})
+    for (uint32_t block : {7u, 64u}) {  // int4 bytes across blocks, and whole ones
+      std::vector<std::byte> payload;
+      fusion::encode_quant(std::span<const float>(x.data(), 99), bits, block, payload);  // odd n
+      std::string s(1, '\0');
+      s.append(reinterpret_cast<const char*>(payload.data()), payload.size());
+      write("codec", "int" + std::to_string(bits) + "-" + std::to_string(block), s.data(), s.size());
+    }
+  for (const char m : {'\xa3', '\xc7'}) {  // round trips through int8 and int4
+    std::string q(1, m);
+    q.append(reinterpret_cast<const char*>(x.data()), 63 * sizeof(float));
+    write("codec", std::string("round-trip-") + (m == '\xa3' ? "int8" : "int4"), q.data(), q.size());
+  }
 }
 
 void preambles() {
