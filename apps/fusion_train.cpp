@@ -26,6 +26,7 @@
 #include <sstream>
 #include <variant>
 
+#include "actors/op_device.hpp"
 #include "actors/trainer.hpp"
 #include "apps/app_options.hpp"
 #include "apps/prometheus.hpp"
@@ -348,6 +349,10 @@ void check_settings(const train_app_config& cfg) {
   if (cfg.compression_confirm < 1 || cfg.compression_confirm > 1000)
     problems.push_back("compression.confirm must be 1 to 1000, got " + std::to_string(cfg.compression_confirm));
   if (auto in_range = r.rebalance.check(); !in_range) problems.push_back(in_range.error());
+  // A device this machine cannot give is a setting to change, as fusion-node says too (exit 2).
+  // With a cluster file, each node checks its own device.
+  if (r.cluster_file.empty())
+    if (auto usable = device_usable(r.device); !usable) problems.push_back("runtime.device: " + usable.error());
   if (problems.empty()) return;
   std::string all = problems.front();
   for (size_t i = 1; i < problems.size(); ++i) all += "\nfusion-train: " + problems[i];

@@ -44,7 +44,7 @@ TEST_CASE("apps/input errors: the same bad cluster file exits 1 from fusion-trai
   CHECK(check.status == 1);
   CHECK(contains(check.output, "fusion-cluster: " + says));
   check_no_library_text(check.output);
-  for (const std::string args : {" netns " + file, " plan " + file + " --model configs/models/gpt-char-tiny.pbtxt"}) {
+  for (const std::string& args : {" netns " + file, " plan " + file + " --model configs/models/gpt-char-tiny.pbtxt"}) {
     auto r = run_in_source(prog("fusion-cluster") + args);
     INFO(args << "\n" << r.output);
     CHECK(r.status == 1);
