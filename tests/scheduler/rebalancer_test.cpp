@@ -65,6 +65,13 @@ struct fixture {
     }
   }
   plan proposal() const { return make_plan(g, opfence_place(est), current.next_edge_id); }
+  // The running plan splits the ops in three runs of ids, one per node.
+  void run_in_thirds() {
+    placement thirds = current.where;
+    for (size_t id = 0; id < thirds.node_of_op.size(); ++id)
+      thirds.node_of_op[id] = static_cast<int>(3 * id / thirds.node_of_op.size());
+    current = make_plan(g, thirds, 1);
+  }
 };
 
 }  // namespace
@@ -122,13 +129,9 @@ TEST_CASE("rebalance: a node 5x slower is left after exactly K confirmations, th
 }
 
 TEST_CASE("rebalance: the migration's cost over the horizon counts") {
-  // Sites behind 2 Mbit/s links: moving megabytes of state costs seconds. The running plan
-  // splits the ops in three runs of ids, one per node.
+  // Sites behind 2 Mbit/s links: moving megabytes of state costs seconds.
   fixture f(2);
-  placement thirds = f.current.where;
-  for (size_t id = 0; id < thirds.node_of_op.size(); ++id)
-    thirds.node_of_op[id] = static_cast<int>(3 * id / thirds.node_of_op.size());
-  f.current = make_plan(f.g, thirds, 1);
+  f.run_in_thirds();
   std::mt19937 rng(7);
   for (int i = 0; i < 10; ++i) f.observe(rng, 0.0, 1, 5.0);
   auto p = f.proposal();
@@ -184,10 +187,7 @@ TEST_CASE("rebalance: the candidate is confirmed while it pays, whatever the pro
 TEST_CASE("rebalance: the first re-plan moves at once when the move repays itself before the run ends") {
   // Sites behind 2 Mbit/s links: the move costs seconds, so the run's remaining steps decide.
   fixture f(2);
-  placement thirds = f.current.where;
-  for (size_t id = 0; id < thirds.node_of_op.size(); ++id)
-    thirds.node_of_op[id] = static_cast<int>(3 * id / thirds.node_of_op.size());
-  f.current = make_plan(f.g, thirds, 1);
+  f.run_in_thirds();
   std::mt19937 rng(7);
   for (int i = 0; i < 2; ++i) f.observe(rng, 0.0, 1, 5.0);  // two measured steps: node 1 is slow
   auto p = f.proposal();
