@@ -106,6 +106,8 @@ print("| throttled, before the move | %d-%d | %.0f | %.0f |" % (slow_at, end_thr
 if first:
     last = after[-1]["step"]
     a, b = last + 3, restore_at
+    if a >= b - 1:  # the scheduler kept moving until the restore: measure after the first move
+        a = min(first + 3, b - 1)
     m, p = tps(a, b), predicted_tps(a, b)
     print("| after the move(s) | %d-%d | %.0f | %.0f |" % (a, b, m, p))
 back = [m for m in migs if m["step"] >= restore_at]
