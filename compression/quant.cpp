@@ -24,6 +24,8 @@
 #pragma GCC diagnostic pop
 #endif
 
+#include "compression/payload_bytes.hpp"
+
 namespace fusion {
 
 static_assert(std::endian::native == std::endian::little, "the codec stores little-endian with memcpy");
@@ -31,16 +33,13 @@ static_assert(codec_settings{}.scale_block == quant_default_block, "codec_settin
 
 namespace {
 
+using payload_bytes::load;
+using payload_bytes::sat_add;
+using payload_bytes::sat_mul;
+using payload_bytes::store;
+
 constexpr uint32_t abs_mask = 0x7fffffffu, inf_bits = 0x7f800000u;
 
-uint64_t sat_mul(uint64_t a, uint64_t b) {
-  uint64_t r;
-  return __builtin_mul_overflow(a, b, &r) ? UINT64_MAX : r;
-}
-uint64_t sat_add(uint64_t a, uint64_t b) {
-  uint64_t r;
-  return __builtin_add_overflow(a, b, &r) ? UINT64_MAX : r;
-}
 
 float qmax_of(unsigned bits) { return bits == 8 ? 127.0f : 7.0f; }
 uint64_t code_bytes(uint64_t n, unsigned bits) { return bits == 8 ? n : n / 2 + n % 2; }
@@ -145,16 +144,6 @@ kernels kernels_of(quant_path p) {
 
 // ---- encoder -----------------------------------------------------------------------------------
 
-template <class T>
-void store(std::byte* p, T v) {
-  std::memcpy(p, &v, sizeof v);
-}
-template <class T>
-T load(const std::byte* p) {
-  T v;
-  std::memcpy(&v, p, sizeof v);
-  return v;
-}
 
 std::string codec_name(unsigned bits) { return bits == 8 ? "int8" : "int4"; }
 
@@ -368,9 +357,7 @@ status decode_quant(std::span<const std::byte> payload, std::span<float> dst) {
 }
 
 bool quant_payload_elements(std::span<const std::byte> payload, uint64_t& n) {
-  if (payload.size() < quant_header_bytes || std::memcmp(payload.data(), "FZQ1", 4) != 0) return false;
-  n = load<uint64_t>(payload.data() + 8);
-  return true;
+  return payload_bytes::elements(payload, "FZQ1", quant_header_bytes, n);
 }
 
 namespace {

@@ -37,6 +37,7 @@
 
 #include "compression/half.hpp"
 #include "compression/quant.hpp"
+#include "compression/payload_bytes.hpp"
 #include "compression/select.hpp"
 
 namespace fusion {
@@ -53,15 +54,12 @@ uint32_t keep_count(uint32_t len, double ratio) {
 
 namespace {
 
-constexpr uint64_t saturated = UINT64_MAX;
-uint64_t sat_mul(uint64_t a, uint64_t b) {
-  uint64_t r;
-  return __builtin_mul_overflow(a, b, &r) ? saturated : r;
-}
-uint64_t sat_add(uint64_t a, uint64_t b) {
-  uint64_t r;
-  return __builtin_add_overflow(a, b, &r) ? saturated : r;
-}
+using payload_bytes::load;
+using payload_bytes::sat_add;
+using payload_bytes::sat_mul;
+using payload_bytes::saturated;
+using payload_bytes::store;
+
 
 uint32_t value_bytes(value_type v) { return v == value_type::f32 ? 4 : 2; }
 
@@ -106,16 +104,6 @@ layout plan(uint64_t n, double ratio, value_type values, uint32_t block) {
   return l;
 }
 
-template <class T>
-T load(const std::byte* p) {
-  T v;
-  std::memcpy(&v, p, sizeof v);
-  return v;
-}
-template <class T>
-void store(std::byte* p, T v) {
-  std::memcpy(p, &v, sizeof v);
-}
 
 // Converts values to the payload's type (loops stay branch-free so they vectorise).
 void write_values(std::byte* p, const float* v, uint32_t k, value_type t, uint16_t* tmp) {
@@ -329,9 +317,7 @@ status decode_topk(std::span<const std::byte> payload, std::span<float> dst) {
 }
 
 bool topk_payload_elements(std::span<const std::byte> payload, uint64_t& n) {
-  if (payload.size() < codec_header_bytes || std::memcmp(payload.data(), "FZK1", 4) != 0) return false;
-  n = load<uint64_t>(payload.data() + 8);
-  return true;
+  return payload_bytes::elements(payload, "FZK1", codec_header_bytes, n);
 }
 
 namespace {
