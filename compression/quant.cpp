@@ -42,6 +42,14 @@ constexpr uint32_t abs_mask = 0x7fffffffu, inf_bits = 0x7f800000u;
 
 
 float qmax_of(unsigned bits) { return bits == 8 ? 127.0f : 7.0f; }
+
+// absmax / Q, one step lower where the division rounded up so far that Q * scale overflows: an
+// absmax near FLT_MAX must decode to a finite value (found by fuzz_codec). The GPU encoder does
+// the same (compression/cuda/quant.cu).
+float scale_of(float absmax, float qmax) {
+  const float scale = absmax / qmax;
+  return std::isinf(scale * qmax) ? std::nextafter(scale, 0.0f) : scale;
+}
 uint64_t code_bytes(uint64_t n, unsigned bits) { return bits == 8 ? n : n / 2 + n % 2; }
 uint64_t block_count(uint64_t n, uint32_t block) { return n / block + (n % block ? 1 : 0); }
 
@@ -235,7 +243,7 @@ void encode_quant(std::span<const float> x, unsigned bits, uint32_t block, std::
     const auto len = static_cast<uint32_t>(std::min<uint64_t>(block, n - start));
     const uint32_t m = k.max_abs_bits(x.data() + start, len);
     if (m >= inf_bits) refuse_non_finite(x.data(), start, len, block, bits);
-    const float scale = std::bit_cast<float>(m) / qmax;
+    const float scale = scale_of(std::bit_cast<float>(m), qmax);
     store<float>(scales + b * sizeof(float), scale);
     if (scale == 0)  // all zero, or an absmax so small that its scale underflows
       std::memset(q + start, 0, len);

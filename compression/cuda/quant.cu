@@ -5,7 +5,7 @@
 //   1. scales: one warp per codec block (grid-stride beyond the grid cap) takes the integer max
 //      of the bit patterns with the sign cleared, flags a block that holds inf or NaN (the
 //      lowest such block wins, atomicMin) and writes scale = absmax / Q (__fdiv_rn: the CPU's
-//      correctly rounded division);
+//      correctly rounded division; one step lower where Q * scale would overflow, as the CPU);
 //   2. codes: one thread per int8 code, or per int4 byte (two elements, which may lie in two
 //      blocks): roundeven(__fdiv_rn(x, scale)) clamped to +-Q, as the CPU does.
 // Both kernels write one device buffer laid out like the payload after its header; it is copied
@@ -48,7 +48,9 @@ __global__ void __launch_bounds__(threads) scale_kernel(const float* __restrict_
     m = __reduce_max_sync(0xffffffffu, m);
     if (lane == 0) {
       if (m >= inf_bits) atomicMin(bad_block, static_cast<unsigned long long>(b));
-      scales[b] = __fdiv_rn(__uint_as_float(m), qmax);
+      // As the CPU's scale_of: one step lower where Q * scale would overflow.
+      const float scale = __fdiv_rn(__uint_as_float(m), qmax);
+      scales[b] = isinf(__fmul_rn(scale, qmax)) ? nextafterf(scale, 0.0f) : scale;
     }
   }
 }

@@ -124,6 +124,26 @@ TEST_CASE("quant: the payload layout, byte by byte") {
   CHECK(static_cast<int8_t>(p[36]) == -127);
 }
 
+TEST_CASE("quant: an absmax near the largest float decodes finite, within half a step") {
+  // FLT_MAX / 127 rounds up, and 127 x that scale overflowed to inf (found by fuzz_codec).
+  const float big = std::numeric_limits<float>::max();
+  for (const unsigned bits : {8u, 4u}) {
+    const std::vector<float> x = {big, -big, 2.976e38f, 1.0f, 0.0f};
+    for (const quant_path path : quant_paths()) {
+      payload_t p;
+      encode_quant(x, bits, 64, p, path);
+      std::vector<float> y(x.size());
+      REQUIRE(decode_quant(p, y).ok());
+      const double step = rd<float>(p, quant_header_bytes);
+      for (size_t i = 0; i < x.size(); ++i) {
+        INFO(bits << "-bit, path " << to_string(path) << ", element " << i);
+        CHECK(std::isfinite(y[i]));
+        CHECK(std::fabs(double{y[i]} - x[i]) <= step / 2);
+      }
+    }
+  }
+}
+
 TEST_CASE("quant: all-zero blocks decode to zero, next to blocks that are not") {
   std::vector<float> x(300, 0.0f);
   x[5] = 1.0f;
