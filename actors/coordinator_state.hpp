@@ -3,7 +3,8 @@
 // by actors/coordinator_phases.cpp (one behavior per phase), actors/coordinator.cpp (joining,
 // planning, wiring, re-wiring, failure, shutdown), actors/coordinator_profile.cpp (the cluster
 // profile: loaded or measured before placement), actors/coordinator_train.cpp (training steps
-// around core/step_machine.hpp, checkpoints, metrics), actors/coordinator_eval.cpp (evaluation
+// around core/step_machine.hpp, metrics), actors/coordinator_checkpoint.cpp (saving and loading
+// checkpoints, the replicas' divergence check), actors/coordinator_eval.cpp (evaluation
 // and sampling) and actors/coordinator_admin.cpp (queries, pause/resume, the admin actor).
 // Internal to actors/.
 #pragma once
@@ -233,13 +234,20 @@ void feed(coord_ptr self, uint64_t s, pass_mode mode, const std::vector<tensor>&
           int64_t first = 0, int64_t last = -1);
 void begin_sample(coord_ptr self, int count, std::string prompt, double temperature, uint64_t seed,
                   std::function<void(std::string)> done);
+void finish_training(coord_ptr self, bool interrupted);
+/// Creates the directories above `file`; a failure throws with the directory named.
+void make_parent_dirs(const std::string& file);
+/// Fails the run because training diverged: `what`, a hint, and where the last good state is.
+void fail_diverged(coord_ptr self, const std::string& what);
+void write_run_record(coord_ptr self);
+
+// ---- actors/coordinator_checkpoint.cpp ----
 /// Writes a checkpoint of every op's state to `path`, then calls `done`. A file that cannot be
 /// written fails the run, or goes to `on_write_error` when one is given (an admin command).
 void save_checkpoint_async(coord_ptr self, std::string path, std::function<void()> done,
                            std::function<void(const std::string&)> on_write_error = nullptr);
+/// Loads the checkpoint at `path` into every replica of every op, then calls `done`.
 void load_checkpoint_async(coord_ptr self, std::string path, std::function<void()> done);
-void finish_training(coord_ptr self, bool interrupted);
-void write_run_record(coord_ptr self);
 
 // ---- actors/coordinator_profile.cpp ----
 /// Cluster mode, once every node has joined: sets st.profile from cfg.profile_file when that

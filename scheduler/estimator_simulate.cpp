@@ -1,0 +1,303 @@
+// The workload estimator's discrete-event simulation of one training step: every (op,
+// micro-batch, direction) task on the node its route picks, the transfers between nodes, the
+// gradient all-reduce of stage replicas, then the optimizer step. It follows the runtime's
+// schedule (docs/distributed.md, actors/op_actor.cpp).
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <queue>
+#include <stdexcept>
+#include <tuple>
+
+#include "scheduler/estimator.hpp"
+
+namespace fusion {
+
+namespace {
+
+// A task is (op, micro-batch, direction): index (op * M + m) * 2 + (backward ? 1 : 0).
+struct sim_event {
+  double time;
+  uint64_t seq;   // insertion order: events at one time are handled first come, first served
+  int task;
+  bool done;      // completion (true) or became ready (false)
+  bool operator>(const sim_event& o) const { return std::tie(time, seq) > std::tie(o.time, o.seq); }
+};
+
+// What a node picks among its ready tasks: earliest ready, then micro-batch, forward before
+// backward, graph order.
+struct ready_key {
+  double ready;
+  int m, dir, op, task;
+  bool operator>(const ready_key& o) const {
+    return std::tie(ready, m, dir, op) > std::tie(o.ready, o.m, o.dir, o.op);
+  }
+};
+
+template <class T>
+using min_queue = std::priority_queue<T, std::vector<T>, std::greater<T>>;
+
+}  // namespace
+
+step_estimate workload_estimator::simulate(const plan& p) const {
+  const graph& g = *graph_;
+  const placement& pw = p.where;
+  const auto& where = pw.node_of_op;
+  if (static_cast<int>(where.size()) != ops_)
+    throw std::invalid_argument("workload estimator: the plan places " + std::to_string(where.size()) +
+                                " graph nodes but model '" + g.name + "' has " + std::to_string(ops_));
+  if (!pw.stages.empty() && (static_cast<int>(pw.stage_of_op.size()) != ops_ || pw.routes.empty()))
+    throw std::invalid_argument("workload estimator: the plan's stages do not cover model '" + g.name + "'");
+  const int M = micro_batches();
+  // The node of every (op, micro-batch): the replica its route picks.
+  std::vector<int> node_at(static_cast<size_t>(ops_) * M, 0);
+  for (int id = 0; id < ops_; ++id)
+    for (int m = 0; m < M; ++m) {
+      const int k = pw.node_of(id, pw.replica_of(id, m));
+      if (k < 0 || k >= nodes_)
+        throw std::invalid_argument("workload estimator: the plan puts graph node '" + g.nodes[id].name +
+                                    "' on cluster node " + std::to_string(k) + " of " + std::to_string(nodes_));
+      node_at[static_cast<size_t>(id) * M + m] = k;
+    }
+  auto node_of_task = [&](int op, int m) { return node_at[static_cast<size_t>(op) * M + m]; };
+  const size_t K = static_cast<size_t>(nodes_);
+
+  step_estimate est;
+  est.node_compute_s.assign(K, 0.0);
+  est.node_memory_bytes.assign(K, 0.0);
+  std::vector<double> node_update(K, 0.0);
+  // Per (op, micro-batch): the forward and backward seconds on the node its route picks.
+  std::vector<double> fwd(static_cast<size_t>(ops_) * M, 0.0), bwd(fwd.size(), 0.0);
+  for (int id = 0; id < ops_; ++id) {
+    if (keys_[id].empty()) continue;
+    std::vector<int> routed(pw.replicas(id), 0);
+    for (int m = 0; m < M; ++m) {
+      const int k = node_of_task(id, m);
+      const size_t at = static_cast<size_t>(id) * M + m;
+      fwd[at] = forward_s(id, k);
+      bwd[at] = backward_s(id, k);
+      est.node_compute_s[k] += fwd[at] + bwd[at];
+      ++routed[pw.replica_of(id, m)];
+    }
+    // Every replica holds the parameters and optimizer state and updates them; activations are
+    // saved for the micro-batches routed through it.
+    for (int r = 0; r < pw.replicas(id); ++r) {
+      const int k = pw.node_of(id, r);
+      const double upd = update_s(id, k);
+      node_update[k] += upd;
+      est.node_compute_s[k] += upd;
+      est.node_memory_bytes[k] += 4 * costs_[id].param_bytes + 2.0 * routed[r] * output_bytes(id);
+    }
+  }
+
+  // The plan's bytes per (producer, consumer index, direction); a crossing the plan lacks
+  // carries the graph's tensor (activation as typed, gradient as f32).
+  const int n_ends = consumer_base_[ops_];
+  std::vector<double> fwd_bytes(n_ends, -1.0), bwd_bytes(n_ends, -1.0);
+  est.edge_s.assign(p.edges.size(), 0.0);
+  // Micro-batches of a step that take each (producer, consumer index, replica pair).
+  std::map<std::tuple<int, int, int, int>, int> pair_count;
+  if (pw.replicated())
+    for (int id = 0; id < ops_; ++id)
+      for (size_t j = 0; j < g.nodes[id].consumers.size(); ++j)
+        for (int m = 0; m < M; ++m)
+          ++pair_count[{id, static_cast<int>(j), pw.replica_of(id, m), pw.replica_of(g.nodes[id].consumers[j].node, m)}];
+  for (size_t i = 0; i < p.edges.size(); ++i) {
+    const plan_edge& e = p.edges[i];
+    const double bytes = static_cast<double>(wire_bytes_per_micro_batch(e));
+    int uses = M;
+    if (pw.replicated()) {
+      auto it = pair_count.find({e.producer, e.consumer_index, e.producer_replica, e.consumer_replica});
+      uses = it == pair_count.end() ? 0 : it->second;
+    }
+    // A data input's gradient direction is wired but never sent.
+    if (bytes > 0 && e.from >= 0 && e.from < nodes_ && e.to >= 0 && e.to < nodes_)
+      est.edge_s[i] = uses * transfer_s(bytes, e.from, e.to);
+    if (e.producer < 0 || e.producer >= ops_ || e.consumer_index < 0 ||
+        e.consumer_index >= consumer_base_[e.producer + 1] - consumer_base_[e.producer])
+      continue;
+    (e.forward() ? fwd_bytes : bwd_bytes)[consumer_base_[e.producer] + e.consumer_index] = bytes;
+  }
+
+  // Link state per ordered node pair, rates looked up on first use.
+  std::vector<double> link_free(K * K, 0.0), link_sec_per_byte(K * K, -1.0), link_half_rtt(K * K, 0.0);
+  auto prepare = [&](size_t at, int a, int b) {
+    if (link_sec_per_byte[at] < 0) {
+      link_sec_per_byte[at] = 8 / (link_mbit(a, b) * 1e6);
+      link_half_rtt[at] = link_rtt_s(a, b) / 2;
+    }
+  };
+  auto send = [&](int a, int b, double bytes, double t) {
+    const size_t at = static_cast<size_t>(a) * K + b;
+    prepare(at, a, b);
+    const double start = std::max(t, link_free[at]);
+    link_free[at] = start + bytes * link_sec_per_byte[at];
+    return link_free[at] + link_half_rtt[at];
+  };
+
+  // Backward of one op actor runs in micro-batch order: each (op, m) waits for the previous
+  // micro-batch routed through the same replica (next_same[op][m] is the one after it, or -1).
+  std::vector<std::vector<int>> next_same(ops_, std::vector<int>(M, -1));
+  std::vector<std::vector<char>> has_prev(ops_, std::vector<char>(M, 0));
+  for (int id = 0; id < ops_; ++id) {
+    std::vector<int> last(pw.replicas(id), -1);
+    for (int m = 0; m < M; ++m) {
+      const int r = pw.replica_of(id, m);
+      if (last[r] >= 0) {
+        next_same[id][last[r]] = m;
+        has_prev[id][m] = 1;
+      }
+      last[r] = m;
+    }
+  }
+
+  const size_t n_tasks = static_cast<size_t>(ops_) * M * 2;
+  auto task_of = [M](int op, int m, int dir) { return (op * M + m) * 2 + dir; };
+  std::vector<int> pending(n_tasks, 0);
+  std::vector<double> ready_at(n_tasks, 0.0);
+  std::vector<int> backward_left(ops_, 0);
+  size_t expected = 0;
+  for (int id = 0; id < ops_; ++id) {
+    if (keys_[id].empty()) continue;
+    const graph_node& n = g.nodes[id];
+    // The loss turns around on its own seed gradient; every other op waits for one gradient
+    // per consumer.
+    const int grads = id == g.loss_node ? 0 : static_cast<int>(n.consumers.size());
+    backward_left[id] = M;
+    for (int m = 0; m < M; ++m) {
+      pending[task_of(id, m, 0)] = static_cast<int>(n.inputs.size());
+      pending[task_of(id, m, 1)] = 1 + grads + (has_prev[id][m] ? 1 : 0);
+      expected += 2;
+    }
+  }
+
+  min_queue<sim_event> events;
+  uint64_t seq = 0;
+  auto arrive = [&](int task, double t) {
+    ready_at[task] = std::max(ready_at[task], t);
+    if (--pending[task] == 0) events.push({ready_at[task], seq++, task, false});
+  };
+  // The output of `op` for micro-batch m is ready at t on its node: every consumer gets it.
+  auto emit_forward = [&](int op, int m, double t) {
+    const graph_node& n = g.nodes[op];
+    const int from = node_of_task(op, m);
+    for (size_t j = 0; j < n.consumers.size(); ++j) {
+      const int w = n.consumers[j].node;
+      const int to = node_of_task(w, m);
+      double at = t;
+      if (to != from) {
+        double bytes = fwd_bytes[consumer_base_[op] + j];
+        if (bytes < 0) bytes = output_bytes(op);
+        at = send(from, to, bytes, t);
+      }
+      arrive(task_of(w, m, 0), at);
+    }
+  };
+  // The gradient all-reduce of an op's replicas, started when its last backward is done on every
+  // replica (the runtime's buckets start as soon as they are full): a ring over the stage's
+  // nodes in order, 2 (R - 1) rounds of P / R bytes per link (reduce-scatter, then all-gather),
+  // every link busy with 2 (R - 1) / R x P bytes; the rounds add their latency.
+  double reduce_end = 0;
+  auto all_reduce = [&](int op, double t) {
+    const int R = pw.replicas(op);
+    const double bytes = costs_[op].param_bytes;
+    if (R < 2 || !(bytes > 0)) return;
+    const auto& ring = pw.stages[pw.stage_of(op)].nodes;
+    const double per_link = 2.0 * (R - 1) / R * bytes;
+    double done = t, half_rtt = 0, slowest = 0;
+    for (int r = 0; r < R; ++r) {
+      const int a = ring[r], b = ring[(r + 1) % R];
+      const size_t at = static_cast<size_t>(a) * K + b;
+      prepare(at, a, b);
+      done = std::max(done, send(a, b, per_link, t));
+      half_rtt = std::max(half_rtt, link_half_rtt[at]);
+      slowest = std::max(slowest, link_sec_per_byte[at]);
+    }
+    const double rounds = 2.0 * (R - 1);
+    done += (rounds - 1) * half_rtt;
+    reduce_end = std::max(reduce_end, done);
+    est.allreduce_bytes += per_link * R;
+    est.allreduce_s += per_link * slowest + rounds * half_rtt;
+  };
+  // Backward of `op` for micro-batch m is done at t: a gradient to every producer but the data.
+  auto emit_backward = [&](int op, int m, double t) {
+    const graph_node& n = g.nodes[op];
+    const int from = node_of_task(op, m);
+    for (size_t i = 0; i < n.inputs.size(); ++i) {
+      const int u = n.inputs[i];
+      if (keys_[u].empty()) continue;
+      const int to = node_of_task(u, m);
+      double at = t;
+      if (to != from) {
+        const int j = index_at_producer_[slot_base_[op] + static_cast<int>(i)];
+        double bytes = j >= 0 ? bwd_bytes[consumer_base_[u] + j] : -1.0;
+        if (bytes < 0) bytes = static_cast<double>(numel_of(g.nodes[u].shape)) * 4;
+        at = send(from, to, bytes, t);
+      }
+      arrive(task_of(u, m, 1), at);
+    }
+    if (next_same[op][m] >= 0) arrive(task_of(op, next_same[op][m], 1), t);
+    if (--backward_left[op] == 0) all_reduce(op, t);
+  };
+
+  // The coordinator feeds micro-batch m at m x the feed interval.
+  est.feed_interval_s = feed_interval_s(p);
+  for (int m = 0; m < M; ++m)
+    for (int id = 0; id < ops_; ++id)
+      if (keys_[id].empty()) emit_forward(id, m, m * est.feed_interval_s);
+
+  std::vector<min_queue<ready_key>> ready(K);
+  std::vector<char> busy(K, 0);
+  std::vector<int> touched;
+  double makespan = 0;
+  size_t completed = 0;
+  while (!events.empty()) {
+    const double now = events.top().time;
+    touched.clear();
+    // Everything that happens at `now` first, then the idle nodes choose.
+    while (!events.empty() && events.top().time <= now) {
+      const sim_event ev = events.top();
+      events.pop();
+      const int op = ev.task / 2 / M, m = (ev.task / 2) % M, dir = ev.task % 2;
+      const int k = node_of_task(op, m);
+      if (ev.done) {
+        busy[k] = 0;
+        ++completed;
+        makespan = std::max(makespan, ev.time);
+        if (dir == 0) {
+          emit_forward(op, m, ev.time);
+          arrive(task_of(op, m, 1), ev.time);
+        } else {
+          emit_backward(op, m, ev.time);
+        }
+      } else {
+        ready[k].push({ev.time, m, dir, op, ev.task});
+      }
+      touched.push_back(k);
+    }
+    for (int k : touched) {
+      if (busy[k] || ready[k].empty()) continue;
+      const ready_key r = ready[k].top();
+      ready[k].pop();
+      busy[k] = 1;
+      const size_t at = static_cast<size_t>(r.op) * M + r.m;
+      events.push({now + (r.dir == 0 ? fwd[at] : bwd[at]), seq++, r.task, true});
+    }
+  }
+  if (completed != expected)
+    throw std::logic_error("workload estimator: the simulated step stalled after " + std::to_string(completed) +
+                           " of " + std::to_string(expected) + " tasks (a dependency that never arrives)");
+
+  // The optimizer step waits for the last all-reduce; what of it the backward did not hide is
+  // the all-reduce's share of the step.
+  est.allreduce_exposed_s = std::max(0.0, reduce_end - makespan);
+  est.pipeline_s = std::max(makespan, reduce_end);
+  const double slowest_update = K ? *std::max_element(node_update.begin(), node_update.end()) : 0.0;
+  est.optimizer_s = 3 * options_.coordinator_rtt_s + slowest_update;
+  est.step_s = est.pipeline_s + est.optimizer_s;
+  return est;
+}
+
+}  // namespace fusion
