@@ -36,17 +36,18 @@ std::string seconds_words(double s) {
   return buf;
 }
 
-// The direction's floor as a usable keep ratio: encode_topk takes (0, 1], so a floor >= 1 means
-// "never compress" and a non-positive (or NaN) floor falls back to the lowest rung rather than
-// proposing a ratio no encoder accepts.
-double floor_of(const link_load& load, const adaptive_settings& s) {
-  const double f = load.forward ? s.floor_activations : s.floor_gradients;
+double floor_of(const link_load& load, const adaptive_settings& s) { return floor_level(load.forward, s); }
+
+}  // namespace
+
+// encode_topk takes (0, 1], so a floor >= 1 means "never top-k" and a non-positive (or NaN)
+// floor falls back to the lowest rung rather than proposing a ratio no encoder accepts.
+double floor_level(bool forward, const adaptive_settings& s) {
+  const double f = forward ? s.floor_activations : s.floor_gradients;
   if (!(f > 0)) return ratio_ladder.back();
   // A floor of 1 forbids top-k, not quantization: the densest lossy rung stays allowed.
   return f >= keep_all_ratio ? keep_all_ratio : f;
 }
-
-}  // namespace
 
 bool parse_level(std::string_view text, double& level) {
   if (text == "f16") return level = 1, true;

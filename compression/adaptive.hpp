@@ -67,6 +67,10 @@ struct link_load {
   double budget_s = 0;               ///< slowest compute stage of this phase, per micro-batch
 };
 
+/// The most compressed rung level a direction may reach (activations: forward): its floor as a
+/// level the ladder can use.
+double floor_level(bool forward, const adaptive_settings& s);
+
 /// The codec of ladder rung `ratio`: none (raw fp32) at 1, else adatopk at that level with the
 /// settings' value type and blocks (int8 or int4 at their levels).
 codec_settings rung_codec(double ratio, const adaptive_settings& s);

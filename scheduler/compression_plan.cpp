@@ -59,6 +59,29 @@ void assign_codecs(plan& p, const workload_estimator* est, const compression_con
   }
 }
 
+double cut_bytes_ratio(const compression_config& c) {
+  if (c.mode == codec_kind::none) return 1.0;
+  codec_settings run;
+  run.values = c.adaptive.values;
+  run.block = c.adaptive.block;
+  run.scale_block = c.adaptive.scale_block;
+  const codec& mode = codec_of(c.mode);
+  std::vector<codec_settings> settings;
+  if (mode.adaptive()) {
+    for (bool forward : {true, false}) settings.push_back(rung_codec(floor_level(forward, c.adaptive), c.adaptive));
+  } else {
+    settings.push_back(mode.at(c.ratio, run));
+  }
+  // A tensor of a typical activation's size; the ratio hardly depends on it (block headers).
+  constexpr uint64_t n = uint64_t{1} << 16;
+  double ratio = 0;
+  for (auto& s : settings) {
+    const double bytes = s.kind == codec_kind::none ? 4.0 * n : static_cast<double>(codec_of(s.kind).wire_bytes(n, s));
+    ratio = std::max(ratio, bytes / (4.0 * n));
+  }
+  return std::clamp(ratio, 1e-6, 1.0);
+}
+
 plan plan_compressed_run(const workload_estimator& est, const cluster_profile& profile, const compression_config& c,
                          uint64_t first_id, opfence_report* report) {
   const graph& g = est.model();
@@ -68,6 +91,7 @@ plan plan_compressed_run(const workload_estimator& est, const cluster_profile& p
     opfence_options o;
     o.replicas = cluster.placement.policy == placement_policy::opfence_replicas;
     if (c.mode != codec_kind::none) o.prepare_plan = [&](plan& candidate) { assign_codecs(candidate, &est, c); };
+    o.cut_bytes_ratio = cut_bytes_ratio(c);
     p = make_plan(g, opfence_place(est, o, report), first_id);
   } else {
     p = plan_run(g, cluster, profile, first_id);

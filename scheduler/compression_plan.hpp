@@ -64,10 +64,16 @@ std::vector<link_group> link_groups(const plan& p, const workload_estimator& est
 /// from the profile, before the first step). Non-compressible edges (token ids) stay none.
 void assign_codecs(plan& p, const workload_estimator* est, const compression_config& c);
 
+/// The fraction of its dense fp32 bytes a compressible edge carries at most compression under
+/// `c` (OP-Fence's compression-aware DP, opfence_options::cut_bytes_ratio): 1 for none; the
+/// codec's wire bytes per fp32 byte for a fixed codec; for an adaptive one, the rung of its
+/// floors, the denser of the two directions (a link carries both).
+double cut_bytes_ratio(const compression_config& c);
+
 /// The plan of a run with compression: placed by the cluster file's policy (as plan_run), codecs
-/// assigned by assign_codecs. Under OP-Fence with a codec, every candidate plan is simulated
-/// with the codecs it would get, so a slow link that compression makes cheap can carry a stage
-/// boundary. `est` is built from the run's profile; `report` receives OP-Fence's decision.
+/// assigned by assign_codecs. Under OP-Fence with a codec, the cut DP also prices links at
+/// cut_bytes_ratio(c) and every candidate plan is simulated with the codecs it would get, so a
+/// slow link that compression makes cheap can carry a stage boundary. `est` is built from the run's profile; `report` receives OP-Fence's decision.
 plan plan_compressed_run(const workload_estimator& est, const cluster_profile& profile, const compression_config& c,
                          uint64_t first_id = 1, opfence_report* report = nullptr);
 

@@ -204,6 +204,17 @@ cut_problem cut_problem_of(const workload_estimator& est, const std::vector<int>
   return p;
 }
 
+}  // namespace
+
+cut_problem compress_links(cut_problem p, double ratio) {
+  if (!(ratio > 0 && ratio <= 1)) throw std::invalid_argument("opfence: a cut's bytes ratio must be in (0, 1]");
+  for (auto& row : p.seconds_per_byte)
+    for (double& s : row) s *= ratio;
+  return p;
+}
+
+namespace {
+
 // Why nothing fits: names the node and the memory, in the words of placement_error.
 [[noreturn]] void throw_does_not_fit(const workload_estimator& est, const op_tables& ops, const opfence_options& options) {
   const graph& g = est.model();
@@ -493,6 +504,7 @@ placement opfence_pipeline_place(const workload_estimator& est, const opfence_op
     std::vector<int> chain;
     double bottleneck = 0;
     step_estimate step;
+    bool compressed = false;  // from the compression-aware DP
   };
   std::vector<candidate> all;
   // Per chain up to three cuts: the DP's (with empty nodes allowed on short chains), the DP's
@@ -501,13 +513,14 @@ placement opfence_pipeline_place(const workload_estimator& est, const opfence_op
   const std::vector<double> flops = op_flops(g);
   std::vector<double> op_cost(ops.ops.size());
   for (size_t i = 0; i < ops.ops.size(); ++i) op_cost[i] = flops[ops.ops[i]];
+  bool from_compressed_dp = false;
   auto consider = [&](const std::vector<int>& chain, const std::vector<int>& position_of_op, double bottleneck) {
     placement p;
     p.node_of_op.assign(g.nodes.size(), -1);
     for (size_t i = 0; i < ops.ops.size(); ++i) p.node_of_op[ops.ops[i]] = chain[position_of_op[i]];
     place_inputs(g, p, std::vector<bool>(g.nodes.size(), false));
     step_estimate step = simulate_candidate(est, options, p);
-    all.push_back({std::move(p), chain, bottleneck, std::move(step)});
+    all.push_back({std::move(p), chain, bottleneck, std::move(step), from_compressed_dp});
   };
   for (auto& chain : chains) {
     const bool skip = static_cast<int>(chain.size()) <= options.skip_nodes_up_to;
@@ -519,6 +532,21 @@ placement opfence_pipeline_place(const workload_estimator& est, const opfence_op
       every.allow_skip = false;
       cut_solution used = solve_cuts(every);
       if (used.feasible && used.position_of_op != cut.position_of_op) consider(chain, used.position_of_op, used.bottleneck);
+    }
+    // The compression-aware DP: the same problem with the links as cheap as the codec makes
+    // them; its cuts stand beside the dense ones and the simulator (with the codecs that
+    // prepare_plan assigns) judges both.
+    if (options.cut_bytes_ratio < 1) {
+      cut_problem compressed = compress_links(problem, options.cut_bytes_ratio);
+      for (bool every : {false, true}) {
+        if (every && !skip) break;
+        compressed.allow_skip = skip && !every;
+        cut_solution c = solve_cuts(compressed);
+        from_compressed_dp = true;
+        if (c.feasible && c.position_of_op != cut.position_of_op)
+          consider(chain, c.position_of_op, evaluate_cuts(problem, c.position_of_op).bottleneck);
+        from_compressed_dp = false;
+      }
     }
     if (chain.size() <= ops.ops.size()) {
       std::vector<size_t> bounds = balanced_cuts(op_cost, chain.size());
@@ -533,13 +561,22 @@ placement opfence_pipeline_place(const workload_estimator& est, const opfence_op
   std::stable_sort(all.begin(), all.end(), [](auto& a, auto& b) { return a.step.step_s < b.step.step_s; });
   result.candidates = static_cast<int>(all.size());
   result.dp_step_s = all.front().step.step_s;
-  // Hill-climbing depends on where it starts: refine the best few and keep the fastest.
-  const size_t top = std::min<size_t>(all.size(), 3);
+  // Hill-climbing depends on where it starts: refine the best few and keep the fastest. The
+  // compressed DP's candidates come on top of the best few of the others, never in their place,
+  // so the search with them is never predicted slower than without (same budget per start).
+  constexpr size_t starts = 3;
+  std::vector<size_t> refine;
+  for (bool dense_only : {false, true})
+    for (size_t i = 0, taken = 0; i < all.size() && taken < starts; ++i) {
+      if (dense_only && all[i].compressed) continue;
+      ++taken;
+      if (std::find(refine.begin(), refine.end(), i) == refine.end()) refine.push_back(i);
+    }
   opfence_options each = options;
-  each.refine_simulations = options.refine_simulations / static_cast<int>(top);
+  each.refine_simulations = options.refine_simulations / static_cast<int>(std::min(all.size(), starts));
   placement best;
   bool found = false;
-  for (size_t i = 0; i < top; ++i) {
+  for (size_t i : refine) {
     opfence_report r = result;
     r.chain = all[i].chain;
     r.bottleneck_s = all[i].bottleneck;

@@ -43,6 +43,13 @@ struct opfence_options {
   /// would give its edges (scheduler/compression_plan.hpp), so that a slow link that compression
   /// makes cheap can carry a stage boundary. Empty: plans are simulated as wired (dense).
   std::function<void(plan&)> prepare_plan;
+  /// The compression-aware DP: the fraction of its dense bytes a stage boundary carries under
+  /// the run's codec (scheduler/compression_plan.hpp: the codec's wire bytes per fp32 byte, or
+  /// AdaTopK's most compressed rung its floors allow). Below 1, every chain's cuts are also
+  /// solved with link costs scaled by it, as further candidates for the simulator: a slow link
+  /// that compression makes cheap may then carry a boundary the dense DP would avoid (or drop
+  /// the far node for). 1: dense only.
+  double cut_bytes_ratio = 1.0;
   /// Stage replicas (scheduler/opfence_replicas.cpp): also try chains of node groups, each group
   /// holding one stage with one replica per node, and keep the fastest plan; the pipeline-only
   /// plan stays when nothing beats it (policy "opfence-replicas"). Off: pipeline only (policy "opfence").
@@ -102,6 +109,10 @@ cut_solution brute_force_cuts(const cut_problem& p);
 
 /// The cost of one assignment under `p` (bottleneck and total), or infeasible (memory, order).
 cut_solution evaluate_cuts(const cut_problem& p, const std::vector<int>& position_of_op);
+
+/// `p` with every link's seconds per byte scaled by `ratio` in (0, 1] (what a codec that sends
+/// that fraction of the dense bytes makes of them); the compression-aware DP solves it.
+cut_problem compress_links(cut_problem p, double ratio);
 
 /// Fences: groups of cluster node indices, each sorted; nodes of one site are always in one
 /// fence. Rates come from est.link_mbit.

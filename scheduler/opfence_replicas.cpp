@@ -194,6 +194,16 @@ placement opfence_place(const workload_estimator& est, const opfence_options& op
         cut_solution every = solve_cuts(problem);
         if (every.feasible && (!skip.feasible || every.position_of_op != skip.position_of_op))
           cuts.push_back(every.position_of_op);
+        // The compression-aware DP (opfence_options::cut_bytes_ratio), as in the pipeline's search.
+        if (options.cut_bytes_ratio < 1) {
+          cut_problem compressed = compress_links(problem, options.cut_bytes_ratio);
+          for (bool allow : {true, false}) {
+            compressed.allow_skip = allow;
+            cut_solution c = solve_cuts(compressed);
+            if (c.feasible && std::find(cuts.begin(), cuts.end(), c.position_of_op) == cuts.end())
+              cuts.push_back(c.position_of_op);
+          }
+        }
         for (auto& position : cuts) {
           placement p = group_placement(est, groups, ops, position);
           plan wired = make_plan(est.model(), p);
