@@ -12,7 +12,12 @@
 // The targets (the bounds the unit tests once checked): the cut DP under 0.5 s, each whole plan
 // under 2 s (6 s with replicas). The exit status is 1 when a median misses its target.
 //
-//   fusion-bench-opfence [--reps N]          (from the repository root, or FUSION_SOURCE_DIR)
+// --compressed-dp prints, instead, what the compression-aware DP (opfence_options::
+// cut_bytes_ratio) gains: the predicted step of gpt-char-small (batch 16, 4 micro-batches) on
+// every shipped sites-* topology, per codec and with and without replicas, planned with the
+// codecs simulated only against that plus the compressed cuts (predictions, no timing).
+//
+//   fusion-bench-opfence [--reps N] [--compressed-dp]   (from the repository root, or FUSION_SOURCE_DIR)
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -24,6 +29,7 @@
 
 #include "core/cluster.hpp"
 #include "core/graph.hpp"
+#include "scheduler/compression_plan.hpp"
 #include "scheduler/opfence.hpp"
 #include "scheduler/profile.hpp"
 
@@ -97,20 +103,63 @@ cluster_spec fences_12() {
   return parse_cluster(text + nodes + links, "fences-12.pbtxt");
 }
 
+// The compression-aware DP's table (--compressed-dp): predictions only.
+int compressed_dp_table(const std::string& root) {
+  const graph g = load_graph(root + "/configs/models/gpt-char-small.pbtxt", 16);
+  std::printf("fusion-bench-opfence --compressed-dp: gpt-char-small, batch 16 in 4 micro-batches, rates as the "
+              "cluster files state them; predicted step seconds\n\n");
+  std::printf("| topology | codec | replicas | codecs simulated only | + compressed cuts | gain |\n"
+              "|---|---|---|---:|---:|---:|\n");
+  for (const char* name : {"sites-2-slow", "sites-3", "sites-4-pairs", "sites-6-tiers", "sites-2x3"}) {
+    const cluster_spec c = load_cluster(root + "/configs/clusters/" + name + ".pbtxt");
+    cluster_profile prof = profile_from_cluster(c);
+    prof.micro_batches = 4;
+    const workload_estimator est(g, c, prof);
+    for (codec_kind mode : {codec_kind::int8, codec_kind::int4, codec_kind::adatopk}) {
+      compression_config cc;
+      cc.mode = mode;
+      for (bool replicas : {false, true}) {
+        opfence_options o;
+        o.replicas = replicas;
+        o.prepare_plan = [&](plan& p) { assign_codecs(p, &est, cc); };
+        opfence_report before, after;
+        opfence_place(est, o, &before);
+        o.cut_bytes_ratio = cut_bytes_ratio(cc);
+        opfence_place(est, o, &after);
+        std::printf("| %s | %s | %s | %.3f | %.3f | %.3fx |\n", name, to_string(mode).c_str(), replicas ? "yes" : "no",
+                    before.estimate.step_s, after.estimate.step_s, before.estimate.step_s / after.estimate.step_s);
+        std::fflush(stdout);
+      }
+    }
+  }
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   int reps = 5;
+  bool compressed_dp = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--reps" && i + 1 < argc) {
       reps = std::max(1, std::atoi(argv[++i]));
+    } else if (a == "--compressed-dp") {
+      compressed_dp = true;
     } else {
-      std::fprintf(stderr, "usage: fusion-bench-opfence [--reps N]\n");
+      std::fprintf(stderr, "usage: fusion-bench-opfence [--reps N] [--compressed-dp]\n");
       return a == "--help" || a == "-h" ? 0 : 2;
     }
   }
   const char* root = std::getenv("FUSION_SOURCE_DIR");
+  if (compressed_dp) {
+    try {
+      return compressed_dp_table(root ? root : ".");
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "fusion-bench-opfence: %s (run from the repository root or set FUSION_SOURCE_DIR)\n", e.what());
+      return 2;
+    }
+  }
   const std::string model = std::string(root ? root : ".") + "/configs/models/gpt2-xl.pbtxt";
   graph g;
   try {
