@@ -105,7 +105,9 @@ TEST_CASE("core/checkpoint: round trip keeps every field and tensor bit for bit"
   CHECK(back.meta == c.meta);
   REQUIRE(back.tensors.size() == c.tensors.size());
   for (size_t i = 0; i < c.tensors.size(); ++i) {
-    const auto& [name, t] = c.tensors[i];
+    // Named, not a structured binding: clang 14 (the fuzz and sanitizer builds) cannot capture one.
+    const std::string& name = c.tensors[i].first;
+    const tensor& t = c.tensors[i].second;
     CAPTURE(name);
     CHECK(back.tensors[i].first == name);
     const tensor& u = back.tensors[i].second;

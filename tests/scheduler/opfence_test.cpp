@@ -158,7 +158,10 @@ TEST_CASE("scheduler/opfence: cut costs on hand-computed cases") {
 TEST_CASE("scheduler/opfence: the cut DP solves big problems") {
   std::mt19937 rng(7);
   std::uniform_real_distribution<double> unit(0.5, 1.5);
-  for (auto [k_count, n, skip] : {std::tuple{48, 485, false}, std::tuple{48, 800, false}, std::tuple{16, 800, true}}) {
+  for (auto [k_bound, n_bound, skip_bound] : {std::tuple{48, 485, false}, std::tuple{48, 800, false}, std::tuple{16, 800, true}}) {
+    // Plain copies: clang 14 (the fuzz and sanitizer builds) cannot capture structured bindings.
+    const int k_count = k_bound, n = n_bound;
+    const bool skip = skip_bound;
     cut_problem p = empty_problem(k_count, n, skip);
     for (int i = 0; i < n; ++i) {
       double base = unit(rng);
