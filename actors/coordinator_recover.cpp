@@ -140,7 +140,13 @@ void finish(coord_ptr self, std::shared_ptr<recovery_ctx> ctx) {
                 {"seconds_to_resume", seconds}, {"survivors", survivor_names(st)}, {"note", ctx->note}};
     st.train.metrics << rec.dump() << '\n' << std::flush;
   }
-  if (st.phase == run_phase::training && st.train.training_job) begin_step(self);
+  // A train request still open goes on from the restored step, also when the loss came after
+  // the last step (the final evaluation or checkpoint, which run again at the end).
+  if (st.pending.train_rp.pending() && (st.phase == run_phase::training || st.phase == run_phase::ready)) {
+    st.train.training_job = true;
+    if (st.phase != run_phase::training) enter(self, run_phase::training);
+    begin_step(self);
+  }
 }
 
 // The new actors hold the state of step ctx->resume_step (survivors) or the checkpoint's.
@@ -193,12 +199,9 @@ void retire_given_up(coord_ptr self, std::shared_ptr<recovery_ctx> ctx) {
       for (size_t r = 0; r < g.replicas[id].size(); ++r) {
         const auto& a = g.replicas[id][r];
         if (!a) continue;
-        st.recovery.retired.insert(a.address());
         const int node = g.p.where.node_of(static_cast<int>(id), static_cast<int>(r));
         if (st.members.nodes[node]) ask(self->request(st.members.nodes[node], control_timeout, retire_atom::value, a));
       }
-    for (auto& [id, sender] : g.senders)
-      if (sender) st.recovery.retired.insert(sender.address());
     for (auto& e : g.p.edges) {
       if (st.members.nodes[e.to]) ask(self->request(st.members.nodes[e.to], control_timeout, unroute_atom::value, e.id));
       if (st.members.nodes[e.from]) ask(self->request(st.members.nodes[e.from], control_timeout, drop_atom::value, e.id));
@@ -325,6 +328,13 @@ bool recover_from_loss(coord_ptr self, size_t node, const std::string& why) {
   }
   ctx->lost.push_back(node);
   ctx->given_up.push_back({st.exec.current, st.exec.replicas, st.exec.senders});
+  // Their reports (a loss, a failure) are of the plan given up from here on; their replies to
+  // the state requests below are still read.
+  for (auto& op : st.exec.replicas)
+    for (auto& a : op)
+      if (a) st.recovery.retired.insert(a.address());
+  for (auto& [id, sender] : st.exec.senders)
+    if (sender) st.recovery.retired.insert(sender.address());
   // Everything sent under the plan given up is stale from here on.
   ++st.epoch;
   ++st.timer;
