@@ -3,7 +3,14 @@
 // weights of a run resumed by hand from that checkpoint on the same survivor plan; a lost
 // replica's node costs no checkpoint and at most the step in flight, the losses staying those of
 // an undisturbed run; a loss with nothing to recover from fails naming why, writing nothing.
+// Nodes started with cluster.rejoin-timeout outlive their coordinator and rejoin the one that
+// resumes the run from its checkpoint.
 #include <doctest/doctest.h>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <nlohmann/json.hpp>
 
@@ -15,6 +22,7 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "actors/trainer.hpp"
@@ -27,6 +35,7 @@
 using namespace fusion;
 using fusion::test::child_process;
 using fusion::test::losses_of;
+using fusion::test::src;
 using namespace fusion::test::cluster;
 
 namespace {
@@ -47,9 +56,10 @@ std::vector<nlohmann::json> recovery_records(const std::string& metrics) {
 // Kills node `victim` from the coordinator's on_step once step `at` has ended, and notes when the
 // first step after that ends.
 struct killer {
-  std::vector<child_process>* nodes = nullptr;
-  size_t victim = 0;
-  int64_t at = 0;
+  killer(std::vector<child_process>* n, size_t v, int64_t a) : nodes(n), victim(v), at(a) {}
+  std::vector<child_process>* nodes;
+  size_t victim;
+  int64_t at;
   bool killed = false;
   clock_type::time_point kill_time, next_step_time;
 
@@ -64,6 +74,29 @@ struct killer {
   }
   double seconds_to_next_step() const { return std::chrono::duration<double>(next_step_time - kill_time).count(); }
 };
+
+// A TCP port nothing listens on right now (the coordinator of the rejoin test needs a fixed one).
+uint16_t free_port() {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t n = sizeof a;
+  uint16_t port = 0;
+  if (fd >= 0 && ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0 &&
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &n) == 0)
+    port = ntohs(a.sin_port);
+  if (fd >= 0) ::close(fd);
+  return port;
+}
+
+bool wait_for_text(const child_process& p, const std::string& text, double seconds) {
+  for (int i = 0; i < static_cast<int>(seconds * 50); ++i) {
+    if (p.output().find(text) != std::string::npos) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return false;
+}
 
 void check_consecutive_steps(const train_result& r, int64_t steps) {
   REQUIRE(r.steps.size() == static_cast<size_t>(steps));
@@ -216,4 +249,65 @@ TEST_CASE("recovery: a node lost with no replica and no checkpoint yet fails say
   CHECK(!std::filesystem::exists(c.checkpoint_file));
   CHECK(nodes[0].wait(15) >= 0);
   CHECK(nodes[2].wait(15) >= 0);
+}
+
+TEST_CASE("recovery: nodes with cluster.rejoin-timeout outlive a killed coordinator and rejoin the one that resumes") {
+  const std::string tag = "rec-rejoin";
+  const uint16_t port = free_port();
+  REQUIRE(port != 0);
+  const std::string cluster = temp_path(tag + ".pbtxt");
+  {
+    std::ofstream out(cluster);
+    out << "name: \"" << tag << "\"\ncoordinator { host: \"127.0.0.1\" port: " << port << " }\n";
+    for (int i = 0; i < 2; ++i)
+      out << "site { name: \"s" << i << "\" }\nnode { name: \"n" << i << "\" site: \"s" << i << "\" device: \"cpu\" }\n";
+    out << "placement { policy: \"even\" }\n";
+  }
+  const std::string ckpt = temp_path(tag + "-ckpt");
+  std::filesystem::remove_all(ckpt);
+  auto train = [&](const std::vector<std::string>& extra, const std::string& log) {
+    std::vector<std::string> args = {std::string(FUSION_BINARY_DIR) + "/apps/fusion-train", "--config",
+                                     src("configs/runs/char-tiny.ini"), "--cluster", cluster,
+                                     "--train.eval-batches=0", "--output.sample-chars=0", "--output.metrics=\"\"",
+                                     "--output.checkpoint=" + ckpt, "--output.checkpoint-every=2", "--train.log-every=1",
+                                     "--cluster.heartbeat-ms=100", "--cluster.peer-timeout-ms=1000",
+                                     fusion::test::certs_arg()};
+    args.insert(args.end(), extra.begin(), extra.end());
+    return child_process(args, temp_path(log), FUSION_SOURCE_DIR);
+  };
+  auto first = train({"--steps", "100000"}, tag + "-first.log");
+  REQUIRE(wait_for_text(first, "waiting for 2 node(s)", 30));
+  std::vector<child_process> nodes;
+  for (int i = 0; i < 2; ++i) {
+    const std::string name = "n" + std::to_string(i);
+    nodes.emplace_back(std::vector<std::string>{std::string(FUSION_BINARY_DIR) + "/apps/fusion-node", "--config",
+                                                src("configs/nodes/site-a.ini"), "--node.name=" + name,
+                                                "--node.coordinator=127.0.0.1:" + std::to_string(port),
+                                                "--runtime.threads=1", "--node.join-timeout=20.0",
+                                                "--cluster.rejoin-timeout=60.0", "--cluster.heartbeat-ms=100",
+                                                "--cluster.peer-timeout-ms=1000", fusion::test::certs_arg()},
+                       temp_path(tag + name + ".log"));
+  }
+  INFO(first.output());
+  REQUIRE(wait_for_text(first, "step 5/", 60));
+  first.signal(SIGKILL);
+  first.wait(10);
+  for (auto& n : nodes) CHECK(wait_for_text(n, "trying to rejoin the coordinator", 20));
+  const std::string latest = latest_checkpoint(ckpt);
+  REQUIRE(!latest.empty());
+  const auto at = static_cast<int64_t>(load_checkpoint(latest).step);
+  CHECK(at >= 4);
+  auto second = train({"--steps", std::to_string(at + 3), "--train.resume=" + latest}, tag + "-second.log");
+  const int status = second.wait(120);
+  INFO(second.output());
+  INFO(all_output(nodes));
+  CHECK(status == 0);
+  CHECK(second.output().find("node 'n0' (site s0) joined") != std::string::npos);
+  CHECK(second.output().find("node 'n1' (site s1) joined") != std::string::npos);
+  CHECK(second.output().find("step " + std::to_string(at + 3) + "/") != std::string::npos);
+  for (auto& n : nodes) {
+    CHECK(n.output().find("rejoined the coordinator") != std::string::npos);
+    CHECK(n.wait(15) == 0);
+  }
+  CHECK(load_checkpoint(latest_checkpoint(ckpt)).step == static_cast<uint64_t>(at + 3));
 }
