@@ -1,12 +1,12 @@
 // The coordinator's state, split by concern (membership, the plan's execution, training, the
-// requests being served, live rebalancing), and the functions its behaviors are made of, shared
+// requests being served, live rebalancing, recovery), and the functions its behaviors are made of, shared
 // by actors/coordinator_phases.cpp (one behavior per phase), actors/coordinator.cpp (joining,
 // planning, wiring, re-wiring, failure, shutdown), actors/coordinator_profile.cpp (the cluster
 // profile: loaded or measured before placement), actors/coordinator_train.cpp (training steps
 // around core/step_machine.hpp, metrics), actors/coordinator_checkpoint.cpp (saving and loading
 // checkpoints, the replicas' divergence check), actors/coordinator_eval.cpp (evaluation
-// and sampling) and actors/coordinator_admin.cpp (queries, pause/resume, the admin actor).
-// Internal to actors/.
+// and sampling), actors/coordinator_admin.cpp (queries, pause/resume, the admin actor) and
+// actors/coordinator_recover.cpp (going on without a lost node). Internal to actors/.
 #pragma once
 
 #include <caf/all.hpp>
