@@ -1,8 +1,8 @@
 // Automatic recovery from a lost node (docs/recovery.md), against real fusion-node processes: a
 // node SIGKILLed mid-step is recovered from the last checkpoint on the survivors, ending with the
-// weights of a run resumed by hand from that checkpoint on the same survivor plan; a lost
-// replica's node costs no checkpoint and at most the step in flight, the losses staying those of
-// an undisturbed run; a loss with nothing to recover from fails naming why, writing nothing.
+// weights of a run resumed by hand from that checkpoint on the same survivor plan; a replica's
+// node hung (SIGSTOP) costs no checkpoint and at most the step in flight, the losses staying
+// those of an undisturbed run; a loss with nothing to recover from fails naming why, writing nothing.
 // Nodes started with cluster.rejoin-timeout outlive their coordinator and rejoin the one that
 // resumes the run from its checkpoint.
 #include <doctest/doctest.h>
@@ -53,19 +53,21 @@ std::vector<nlohmann::json> recovery_records(const std::string& metrics) {
   return out;
 }
 
-// Kills node `victim` from the coordinator's on_step once step `at` has ended, and notes when the
-// first step after that ends.
+// Signals node `victim` (SIGKILL: gone at once; SIGSTOP: hung, declared lost after the peer
+// timeout) from the coordinator's on_step once step `at` has ended, and notes when the first
+// step after that ends.
 struct killer {
-  killer(std::vector<child_process>* n, size_t v, int64_t a) : nodes(n), victim(v), at(a) {}
+  killer(std::vector<child_process>* n, size_t v, int64_t a, int s = SIGKILL) : nodes(n), victim(v), at(a), sig(s) {}
   std::vector<child_process>* nodes;
   size_t victim;
   int64_t at;
+  int sig;
   bool killed = false;
   clock_type::time_point kill_time, next_step_time;
 
   void on_step(const step_record& rec) {
     if (!killed && rec.step == at) {
-      (*nodes)[victim].signal(SIGKILL);
+      (*nodes)[victim].signal(sig);
       killed = true;
       kill_time = clock_type::now();
     } else if (killed && next_step_time == clock_type::time_point{}) {
@@ -181,7 +183,7 @@ TEST_CASE("recovery: a node killed mid-step goes on from the last checkpoint and
   CHECK(worst <= 1e-6);
 }
 
-TEST_CASE("recovery: a replica's node lost costs no checkpoint and at most the step in flight, the losses unchanged") {
+TEST_CASE("recovery: a replica's node hung (SIGSTOP) costs no checkpoint and at most the step in flight, the losses unchanged") {
   const std::string tag = "rec-replica";
   const int64_t steps = 10;
   auto c = tiny_config(steps, 4);
@@ -195,7 +197,7 @@ TEST_CASE("recovery: a replica's node lost costs no checkpoint and at most the s
   c.recovery_mode = "auto";  // no checkpoint is kept: the replica is the only source
   c.metrics_file = temp_path(tag + ".jsonl");
   std::filesystem::remove(c.metrics_file);
-  killer k{&nodes, 2, 4};
+  killer k{&nodes, 2, 4, SIGSTOP};  // declared lost after the peer timeout (1 s here)
   c.on_step = [&](const step_record& rec, double) { k.on_step(rec); };
   train_result r;
   {
@@ -206,6 +208,7 @@ TEST_CASE("recovery: a replica's node lost costs no checkpoint and at most the s
   REQUIRE(k.killed);
   CHECK(nodes[0].wait(15) == 0);
   CHECK(nodes[1].wait(15) == 0);
+  CHECK(k.seconds_to_next_step() < 20);
   check_consecutive_steps(r, steps);
   auto recs = recovery_records(c.metrics_file);
   REQUIRE(recs.size() == 1);
