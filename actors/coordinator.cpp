@@ -187,8 +187,6 @@ void drop_edges(coord_ptr self, std::vector<plan_edge> drop, std::function<void(
   });
 }
 
-namespace {
-
 void spawn_ops(coord_ptr self, std::function<void()> done) {
   auto& st = self->state;
   const graph& g = st.in->model;
@@ -253,6 +251,8 @@ void check_replica_routes(const coordinator_state& st) {
                              std::to_string(nodes.size()) + " (or give the stage fewer replicas)");
   }
 }
+
+namespace {
 
 // Places the ops from st.exec.profile (cluster mode) and wires them.
 void place_and_wire(coord_ptr self) {
@@ -373,6 +373,7 @@ static void on_down(coord_ptr self, const caf::down_msg& dm) {
     st.members.node_state[i] = st.phase == run_phase::finished ? "exited" : "lost";
     if (st.phase == run_phase::finished || st.phase == run_phase::failed) continue;
     if (abandon_migration_on_loss(self, i)) continue;
+    if (recover_from_loss(self, i, describe(dm.reason))) continue;
     fail(self, make_error(fusion_errc::node_lost,
                           node_label(st, i) + " is gone (" + describe(dm.reason) +
                               "): it was killed, crashed or stopped answering heartbeats for " +

@@ -261,6 +261,10 @@ void end_migration(coord_ptr self, const caf::error& why) {
   m->done(why, {});
 }
 
+void abandon_migration(coord_ptr self, const std::string& why) {
+  if (auto m = self->state.rebalance.migration; m && !m->over) abandon(self, m, why);
+}
+
 bool abandon_migration_on_loss(coord_ptr self, size_t node) {
   auto& st = self->state;
   auto m = st.rebalance.migration;

@@ -92,7 +92,8 @@ caf::message_handler every_phase(coord_ptr self) {
         if (s.act == activity::joining) return join_timed_out(self);
         on_step_timeout(self);
       },
-      [=](fail_atom, caf::error& e) { fail(self, e); },
+      [=](fail_atom, caf::error& e) { on_failure_report(self, e); },
+      [=](fail_atom, caf::error& e, uint64_t losses) { held_failure_due(self, e, losses); },
       [=](query_atom, std::string& topic) -> caf::result<std::string> {
         if (auto refused = local_only(self, "query")) return refused;
         caf::error err;
@@ -165,8 +166,12 @@ caf::message_handler save_handler(coord_ptr self) {
 
 caf::message_handler pass_results(coord_ptr self) {
   return {
-      [=](loss_atom, uint64_t s, uint32_t mb, double l, std::vector<double>& m) { on_loss(self, s, mb, l, m); },
-      [=](output_atom, uint64_t, uint32_t, tensor& logits) { on_output(self, logits); },
+      [=](loss_atom, uint64_t s, uint32_t mb, double l, std::vector<double>& m) {
+        if (!from_retired(self)) on_loss(self, s, mb, l, m);
+      },
+      [=](output_atom, uint64_t, uint32_t, tensor& logits) {
+        if (!from_retired(self)) on_output(self, logits);
+      },
   };
 }
 
@@ -208,7 +213,9 @@ caf::message_handler training(coord_ptr self) {
       [=](resume_atom, bool) { begin_step(self); },  // the held step loop goes on
       [=](feed_atom, uint64_t s, uint32_t mb) { on_feed(self, s, mb); },
       [=](grads_atom, uint64_t s, int32_t id, int32_t replica, double v, std::vector<double>& fwd,
-          std::vector<double>& bwd) { on_grads(self, s, id, replica, v, fwd, bwd); },
+          std::vector<double>& bwd) {
+        if (!from_retired(self)) on_grads(self, s, id, replica, v, fwd, bwd);
+      },
   }
       .or_else(rewire_handler(self))
       .or_else(pass_results(self));

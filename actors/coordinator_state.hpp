@@ -1,12 +1,12 @@
 // The coordinator's state, split by concern (membership, the plan's execution, training, the
-// requests being served, live rebalancing), and the functions its behaviors are made of, shared
+// requests being served, live rebalancing, recovery), and the functions its behaviors are made of, shared
 // by actors/coordinator_phases.cpp (one behavior per phase), actors/coordinator.cpp (joining,
 // planning, wiring, re-wiring, failure, shutdown), actors/coordinator_profile.cpp (the cluster
 // profile: loaded or measured before placement), actors/coordinator_train.cpp (training steps
 // around core/step_machine.hpp, metrics), actors/coordinator_checkpoint.cpp (saving and loading
 // checkpoints, the replicas' divergence check), actors/coordinator_eval.cpp (evaluation
-// and sampling) and actors/coordinator_admin.cpp (queries, pause/resume, the admin actor).
-// Internal to actors/.
+// and sampling), actors/coordinator_admin.cpp (queries, pause/resume, the admin actor) and
+// actors/coordinator_recover.cpp (going on without a lost node). Internal to actors/.
 #pragma once
 
 #include <caf/all.hpp>
@@ -41,7 +41,7 @@ using clock_type = std::chrono::steady_clock;
 /// What the coordinator is waiting for, so that a timeout or a stray message is judged right.
 // `step`: a training step is in flight; which part of it (forward/backward or the update) is its
 // step machine's stage (core/step_machine.hpp), not a second copy here.
-enum class activity : uint8_t { idle, joining, profiling, wiring, step, polling, eval, sample, state, migrating };
+enum class activity : uint8_t { idle, joining, profiling, wiring, step, polling, eval, sample, state, migrating, recovering };
 
 /// The step in flight: its bookkeeping (core/step_machine.hpp), its batch and its record.
 struct step_ctx {
@@ -75,6 +75,7 @@ struct boundary_task {
 };
 
 struct migration_ctx;
+struct recovery_ctx;
 
 /// Who takes part (cluster mode): the nodes of the cluster file by index.
 struct membership_state {
@@ -138,6 +139,18 @@ struct rebalance_state {
   std::string last_verdict;                     // "scheduler at step 40: wait: ...", for status and watch
 };
 
+/// Automatic recovery from a lost node (actors/coordinator_recover.cpp, docs/recovery.md).
+struct recovery_state {
+  std::shared_ptr<recovery_ctx> ctx;            // the recovery in flight, if any
+  /// Op actors and edge senders of plans given up: their late reports are dropped.
+  std::set<caf::actor_addr> retired;
+  /// Data-channel failures reported before this follow a loss already handled (stale chunks of
+  /// given-up edges, connections to the lost node) and are not failures of the new plan.
+  clock_type::time_point quiet_until;
+  uint64_t losses = 0;                          // nodes lost so far: a held failure report checks it
+  int recoveries = 0;                           // completed
+};
+
 /// The coordinator's state, split by concern; the phase decides which messages it takes
 /// (actors/coordinator_phases.cpp).
 struct coordinator_state {
@@ -152,6 +165,10 @@ struct coordinator_state {
   training_state train;
   pending_requests pending;
   rebalance_state rebalance;
+  recovery_state recovery;
+  /// Raised when a recovery gives up the plan in flight: replies and errors of requests sent
+  /// before (gather, the optimizer step) belong to work that no longer exists and are dropped.
+  uint64_t epoch = 0;
   static inline const char* name = "coordinator";
 };
 
@@ -205,6 +222,11 @@ void create_edges(coord_ptr self, std::vector<plan_edge> add, std::function<void
 /// Removes the routes and edge senders of `drop` (edges of a plan that is no longer current).
 void drop_edges(coord_ptr self, std::vector<plan_edge> drop, std::function<void()> done);
 void shutdown_nodes(coord_ptr self, std::function<void()> done);
+/// Spawns an op actor for every (op, replica) of st.exec.current on its node (in one process:
+/// here), sets st.exec.actors and replicas, and calls `done`; errors fail the run.
+void spawn_ops(coord_ptr self, std::function<void()> done);
+/// Refuses (throws, in plain words) a replicated plan where some replica gets no micro-batch.
+void check_replica_routes(const coordinator_state& st);
 /// Every (graph node id, replica) of the current plan, op by op and replica 0 first: of every
 /// graph node, or of the compute nodes only.
 std::shared_ptr<std::vector<std::pair<int, int>>> replica_pairs(const coordinator_state& st, bool compute_only);
@@ -301,6 +323,27 @@ void end_migration(coord_ptr self, const caf::error& why);
 /// that hosts no op of the running placement) rather than failing the run; abandons it if so.
 bool abandon_migration_on_loss(coord_ptr self, size_t node);
 
+/// Abandons the migration in flight because `why` (a node it involves was lost): its fresh
+/// actors and transfer edges are removed, whoever asked hears why. Nothing when none runs.
+void abandon_migration(coord_ptr self, const std::string& why);
+
+// ---- actors/coordinator_recover.cpp ----
+/// Whether a lost node is recovered from (recovery.mode, docs/recovery.md) in this phase.
+bool recovery_enabled(const coordinator_state& st);
+/// Cluster node `node` is gone (`why`): abandons the step in flight, re-plans on the survivors,
+/// restores every op's state from a surviving replica or the last checkpoint, rewinds and goes
+/// on; an unrecoverable loss fails the run naming the last good checkpoint. False when recovery
+/// is off or the phase has nothing to recover (the caller fails the run as before).
+bool recover_from_loss(coord_ptr self, size_t node, const std::string& why);
+/// A fail_atom report: from an actor of a given-up plan it is dropped; a data-channel failure
+/// during or just after a recovery is logged; one that may be the first sign of a loss not
+/// yet detected is held for the peer timeout; anything else fails the run.
+void on_failure_report(coord_ptr self, caf::error& e);
+/// A held failure report is due: it fails the run unless a node was lost since (`losses`).
+void held_failure_due(coord_ptr self, caf::error& e, uint64_t losses);
+/// Whether the message being handled comes from an actor of a given-up plan.
+bool from_retired(coord_ptr self);
+
 // ---- actors/coordinator_commands.cpp ----
 /// An admin command (actors/admin_protocol.hpp): pause, resume, move, plan, rebalance, compress,
 /// checkpoint, scheduler, set.
@@ -333,7 +376,8 @@ std::string request_resume(coord_ptr self, caf::error& err);
 
 /// Sends one request per index and calls `done` with the n replies (in index order) once all
 /// are in; the first error fails the run, or goes to `on_error` when one is given (a migration
-/// that can be abandoned). `request_i(i)` returns CAF's response handle.
+/// that can be abandoned). `request_i(i)` returns CAF's response handle. Replies that arrive
+/// after a recovery gave up the plan they were sent under (st.epoch) are dropped.
 template <class T, class RequestI, class Done>
 void gather(coord_ptr self, size_t n, RequestI request_i, Done done,
             std::function<void(caf::error&)> on_error = nullptr) {
@@ -343,6 +387,7 @@ void gather(coord_ptr self, size_t n, RequestI request_i, Done done,
     bool failed = false;
   };
   auto g = std::make_shared<pending>();
+  const uint64_t epoch = self->state.epoch;
   g->values.resize(n);
   g->left = n;
   if (n == 0) {
@@ -352,12 +397,12 @@ void gather(coord_ptr self, size_t n, RequestI request_i, Done done,
   for (size_t i = 0; i < n; ++i)
     request_i(i).then(
         [=](T& v) {
-          if (g->failed) return;
+          if (g->failed || self->state.epoch != epoch) return;
           g->values[i] = std::move(v);
           if (--g->left == 0) done(std::move(g->values));
         },
         [=](caf::error& e) {
-          if (g->failed) return;
+          if (g->failed || self->state.epoch != epoch) return;
           g->failed = true;
           if (on_error)
             on_error(e);

@@ -117,13 +117,16 @@ void optimizer_step(coord_ptr self) {
   // (600 s): some 12 MiB of growth at 0.4 s a step (heaptrack, bench/soak_bench.sh).
   arm_timeout(self, st.in->cfg.step_timeout_s);
   auto failed = std::make_shared<bool>(false);
+  const uint64_t epoch = st.epoch;  // a recovery gives this step up: its replies are stale
   for (int id : st.exec.compute_nodes)
     for (auto& replica : st.exec.replicas[id])
       self->request(replica, caf::infinite, step_atom::value, c.machine.step(), rec.lr, scale)
           .then(
               [=](stepped_atom, int32_t) {
                 auto& s = self->state;
-                if (*failed || !s.train.cur || s.train.cur->machine.on_stepped() != step_machine::verdict::complete) return;
+                if (*failed || s.epoch != epoch || !s.train.cur ||
+                    s.train.cur->machine.on_stepped() != step_machine::verdict::complete)
+                  return;
                 ++s.train.step;
                 s.train.last_stepped = clock_type::now();
                 s.train.cur->rec.step_s = seconds_between(s.train.cur->t0, clock_type::now());
@@ -133,7 +136,7 @@ void optimizer_step(coord_ptr self) {
                 end_step(self, std::move(done));
               },
               [=](caf::error& e) {
-                if (*failed) return;
+                if (*failed || self->state.epoch != epoch) return;
                 *failed = true;
                 fail(self, e);
               });
@@ -242,7 +245,8 @@ void begin_training(coord_ptr self) {
 
 void begin_step(coord_ptr self) {
   auto& st = self->state;
-  if (st.phase == run_phase::failed || !st.train.training_job) return;
+  // A recovery in flight starts the step loop again once the survivors are ready.
+  if (st.phase == run_phase::failed || !st.train.training_job || st.recovery.ctx) return;
   if (st.train.stop_requested) {
     refuse_boundary_tasks(self, make_error(fusion_errc::interrupted, "the run was stopped first"));
     return finish_training(self, true);
@@ -435,6 +439,7 @@ void write_run_record(coord_ptr self) {
               {"runtime.precision", c.precision},
               {"runtime.cpu-ops", c.cpu_ops}, {"runtime.step-timeout", c.step_timeout_s},
               {"runtime.scheduler", c.scheduler}, {"cluster.file", c.cluster_file},
+              {"recovery.mode", c.recovery_mode.empty() ? (c.checkpoint_file.empty() ? "off" : "auto") : c.recovery_mode},
               {"flow.transport", c.transport}, {"flow.window", c.flow.window}, {"flow.chunk-kib", c.flow.chunk_bytes >> 10},
               {"scheduler.enabled", c.rebalance.enabled}, {"scheduler.every", c.rebalance.every},
               {"scheduler.min-gain", c.rebalance.min_gain}, {"scheduler.horizon", c.rebalance.horizon},

@@ -74,6 +74,9 @@ struct train_config {
   double join_timeout_s = 60;              ///< every node of the cluster file must join within this
   int64_t heartbeat_ms = 250;              ///< CAF middleman heartbeat between processes
   int64_t peer_timeout_ms = 2000;          ///< a peer silent this long is dead (hung or gone)
+  /// A lost node (docs/recovery.md): "auto" recovers on the survivors from a surviving replica or
+  /// the last checkpoint, "off" fails the run; empty: auto when checkpoint_file is set, else off.
+  std::string recovery_mode;
   std::string transport = "tcp";           ///< cross-process tensors: "tcp" data channel or "caf" messages
   flow_config flow;                        ///< flow control of cross-process edges (core/wire.hpp)
   /// Codecs of cross-node edges ([compression], docs/compression.md): none, topk, adatopk, int8 or int4.

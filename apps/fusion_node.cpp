@@ -3,8 +3,8 @@
 //
 //   fusion-node --config configs/nodes/site-a.ini [--node.coordinator=HOST:PORT] ...
 //
-// It exits 0 when the coordinator ends the run, 1 when the coordinator goes away or cannot be
-// reached, 2 for a bad configuration or when the coordinator refuses it, 130 when stopped by
+// It exits 0 when the coordinator ends the run, 1 when the coordinator goes away (after trying to
+// rejoin it for cluster.rejoin-timeout seconds, when set) or cannot be reached, 2 for a bad configuration or when the coordinator refuses it, 130 when stopped by
 // SIGINT/SIGTERM (the first stops it cleanly, a second exits at once). Its messages are log
 // lines with time and level (core/log.hpp).
 #include <caf/all.hpp>
@@ -46,6 +46,7 @@ struct node_app_config : table_config {
   std::string host = "127.0.0.1";
   uint64_t data_port = 0;
   double join_timeout_s = 60;
+  double rejoin_timeout_s = 0;
   int64_t heartbeat_ms = 250, peer_timeout_ms = 2000;
   uint64_t threads = 0, blas_threads = 1;
   std::string scheduler = "sharing";
@@ -61,6 +62,10 @@ struct node_app_config : table_config {
         {"node", "host", "address other nodes reach this node on", &host},
         {"node", "data-port", "TCP port of the tensor data channel (0: any free port)", &data_port},
         {"node", "join-timeout", "seconds to keep trying to reach the coordinator", &join_timeout_s},
+        {"cluster", "rejoin-timeout",
+         "after losing the coordinator, seconds to keep trying to rejoin it (a coordinator restarted with --resume "
+         "takes the node back; 0: exit at once)",
+         &rejoin_timeout_s},
         {"cluster", "heartbeat-ms", "heartbeat interval in milliseconds (same as the coordinator's)", &heartbeat_ms},
         {"cluster", "peer-timeout-ms", "a silent coordinator is declared dead after this (milliseconds)",
          &peer_timeout_ms},
@@ -263,126 +268,142 @@ int run(int argc, char** argv) {
 
   doing = "starting the actor system";
   caf::actor_system sys{cfg};
-  auto exit_code = std::make_shared<std::atomic<int>>(1);
-  auto routes = std::make_shared<route_table>();
-  auto node = spawn_node_actor(sys, cfg.id, exit_code, routes);
-  watcher.set_target(me, node);
-  if (cfg.data_port > 65535) {
-    log_error(me, "node.data-port " + std::to_string(cfg.data_port) + " is not a port (0..65535)");
-    anon_send_exit(node, caf::exit_reason::user_shutdown);
-    return 2;
-  }
-  std::unique_ptr<data_channel_server> data;
-  try {
-    data = std::make_unique<data_channel_server>(cfg.host, static_cast<uint16_t>(cfg.data_port),
-                                                 node, routes,
-                                                 cfg.id.tls);
-  } catch (const std::exception& e) {
-    log_error(me, e.what());
-    anon_send_exit(node, caf::exit_reason::user_shutdown);
-    return 2;
-  }
-  hello.data_port = data->port();
   caf::scoped_actor self{sys};
-  auto give_up = [&](int code) {
-    self->send_exit(node, caf::exit_reason::user_shutdown);
-    return code;
-  };
-  // Stopped by a signal: the node actor already has its exit; close the data channel before
-  // the actor system stops (when `sys` goes out of scope).
-  auto interrupted = [&]() {
-    watcher.await_acted(500);
-    stop_node(node);
-    self->wait_for(node);
-    data.reset();
-    log_info(me, std::string("stopped by ") + signal_name(watcher.signal()) + ", exiting with status 130");
-    return exit_interrupted;
-  };
-
-  // The coordinator may start after us: keep trying until join-timeout.
-  doing = "joining the coordinator";
+  // The coordinator may start after us: keep trying until join-timeout. After losing it, with
+  // cluster.rejoin-timeout, the node stops its operators and tries again that long, so a
+  // coordinator restarted with --resume on the same address takes it back (docs/recovery.md).
   auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(cfg.join_timeout_s);
-  caf::actor coordinator;
-  std::string last_error;
-  for (bool said = false;;) {
-    if (watcher.stopping()) return interrupted();
-    auto c = connect_actor(sys, coord_host, coord_port, tls);
-    if (c) {
-      coordinator = *c;
-      break;
+  for (bool rejoining = false;; rejoining = true) {
+    auto exit_code = std::make_shared<std::atomic<int>>(1);
+    auto routes = std::make_shared<route_table>();
+    auto node = spawn_node_actor(sys, cfg.id, exit_code, routes);
+    watcher.set_target(me, node);
+    if (cfg.data_port > 65535) {
+      log_error(me, "node.data-port " + std::to_string(cfg.data_port) + " is not a port (0..65535)");
+      anon_send_exit(node, caf::exit_reason::user_shutdown);
+      return 2;
     }
-    last_error = describe_connect_error(c.error(), tls, "the coordinator at " + cfg.coordinator);
-    // A refused handshake will not succeed on the next try: say so now, not at join-timeout.
-    if (c.error() == caf::sec::disconnect_during_handshake) {
-      log_error(me, last_error);
-      return give_up(2);
+    std::unique_ptr<data_channel_server> data;
+    try {
+      data = std::make_unique<data_channel_server>(cfg.host, static_cast<uint16_t>(cfg.data_port),
+                                                   node, routes,
+                                                   cfg.id.tls);
+    } catch (const std::exception& e) {
+      log_error(me, e.what());
+      anon_send_exit(node, caf::exit_reason::user_shutdown);
+      return 2;
     }
-    if (std::chrono::steady_clock::now() > deadline) {
-      log_error(me, "cannot reach the coordinator at " + cfg.coordinator + " within " +
-                        format_seconds(cfg.join_timeout_s) + " (node.join-timeout): " + last_error);
+    hello.data_port = data->port();
+    auto give_up = [&](int code) {
+      self->send_exit(node, caf::exit_reason::user_shutdown);
+      return code;
+    };
+    // Stopped by a signal: the node actor already has its exit; close the data channel before
+    // the actor system stops (when `sys` goes out of scope).
+    auto interrupted = [&]() {
+      watcher.await_acted(500);
+      stop_node(node);
+      self->wait_for(node);
+      data.reset();
+      log_info(me, std::string("stopped by ") + signal_name(watcher.signal()) + ", exiting with status 130");
+      return exit_interrupted;
+    };
+    const char* timeout_key = rejoining ? "cluster.rejoin-timeout" : "node.join-timeout";
+    const double timeout_s = rejoining ? cfg.rejoin_timeout_s : cfg.join_timeout_s;
+
+    doing = "joining the coordinator";
+    caf::actor coordinator;
+    std::string last_error;
+    for (bool said = false;;) {
+      if (watcher.stopping()) return interrupted();
+      auto c = connect_actor(sys, coord_host, coord_port, tls);
+      if (c) {
+        coordinator = *c;
+        break;
+      }
+      last_error = describe_connect_error(c.error(), tls, "the coordinator at " + cfg.coordinator);
+      // A refused handshake will not succeed on the next try: say so now, not at join-timeout.
+      // (Rejoining, it also ends a connection to the address of the coordinator that went
+      // away, which is no verdict on the one to come: retried until rejoin-timeout.)
+      if (c.error() == caf::sec::disconnect_during_handshake && !rejoining) {
+        log_error(me, last_error);
+        return give_up(2);
+      }
+      if (std::chrono::steady_clock::now() > deadline) {
+        log_error(me, "cannot reach the coordinator at " + cfg.coordinator + " within " + format_seconds(timeout_s) +
+                          " (" + timeout_key + "): " + last_error);
+        return give_up(1);
+      }
+      if (!said) log_info(me, "waiting for the coordinator at " + cfg.coordinator);
+      said = true;
+      for (int i = 0; i < 10 && !watcher.stopping(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+
+    if (tls) {
+      // The coordinator proves its role first, then this node answers its nonce (actors/secure_link.hpp).
+      auto challenge = challenge_server(self, coordinator, *creds, security::role::coordinator);
+      if (!challenge) {
+        log_error(me, "the coordinator at " + cfg.coordinator + " did not prove its identity: " + challenge.error());
+        return give_up(2);
+      }
+      hello.proof = security::make_proof(*creds, *challenge);
+    }
+    // The node actor learns its coordinator before the coordinator learns of the node: once
+    // welcomed, spawn requests and wire chunks may reach the node actor at once, and a rejection
+    // must already have somebody to be reported to. (Told after the welcome, from this thread, it
+    // raced the coordinator's first messages on a loaded machine and lost reports.)
+    bool told = false;
+    self->request(node, std::chrono::seconds(10), coordinator_atom::value, caf::actor_cast<op_reporter>(coordinator))
+        .receive([&](bool) { told = true; }, [&](caf::error& e) { last_error = describe(e); });
+    if (!told) {
+      log_error(me, "the node actor did not take its coordinator: " + last_error);
       return give_up(1);
     }
-    if (!said) log_info(me, "waiting for the coordinator at " + cfg.coordinator);
-    said = true;
-    for (int i = 0; i < 10 && !watcher.stopping(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-
-  if (tls) {
-    // The coordinator proves its role first, then this node answers its nonce (actors/secure_link.hpp).
-    auto challenge = challenge_server(self, coordinator, *creds, security::role::coordinator);
-    if (!challenge) {
-      log_error(me, "the coordinator at " + cfg.coordinator + " did not prove its identity: " + challenge.error());
-      return give_up(2);
+    int code = -1;
+    self->request(caf::actor_cast<coordinator_hub>(coordinator), std::chrono::seconds(30), hello_atom::value, hello, node)
+        .receive(
+            [&](welcome_atom, int32_t index, uint32_t version) {
+              if (version != wire_protocol_version) {
+                log_error(me, "the coordinator speaks protocol version " + std::to_string(version) + ", this node " +
+                                  std::to_string(wire_protocol_version) + ": run the same build everywhere");
+                code = 2;
+                return;
+              }
+              log_info(me, std::string(rejoining ? "rejoined" : "joined") + " the coordinator at " + cfg.coordinator +
+                               " as node " + std::to_string(index) + " (" + hello.device + ", " +
+                               std::to_string(static_cast<int>(hello.gflops)) + " GFLOP/s); data channel on port " +
+                               std::to_string(hello.data_port) + (tls ? ", TLS 1.3" : ", plaintext"));
+            },
+            [&](caf::error& e) {
+              // A refusal (wrong name, version or device) says why in plain words; anything else
+              // means the coordinator did not answer.
+              if (code_of(e) == fusion_errc::refused) {
+                log_error(me, "the coordinator refused this node: " + describe(e));
+                code = 2;
+                return;
+              }
+              log_error(me, "no answer from the coordinator at " + cfg.coordinator + ": " + describe(e));
+              code = 1;
+            });
+    if (watcher.stopping()) return interrupted();
+    if (code >= 0) return give_up(code);
+    doing = "hosting operators";
+    self->wait_for(node);
+    if (watcher.stopping()) return interrupted();
+    if (exit_code->load() == 0) {
+      log_info(me, "run ended, exiting");
+      return 0;
     }
-    hello.proof = security::make_proof(*creds, *challenge);
+    // The node actor ends with 1 only when the coordinator went away (its operators stopped).
+    if (cfg.rejoin_timeout_s <= 0) {
+      log_error(me, "exiting after an error");
+      return exit_code->load();
+    }
+    log_info(me, "trying to rejoin the coordinator at " + cfg.coordinator + " for " +
+                     format_seconds(cfg.rejoin_timeout_s) + " (cluster.rejoin-timeout)");
+    data.reset();
+    deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(cfg.rejoin_timeout_s);
   }
-  // The node actor learns its coordinator before the coordinator learns of the node: once
-  // welcomed, spawn requests and wire chunks may reach the node actor at once, and a rejection
-  // must already have somebody to be reported to. (Told after the welcome, from this thread, it
-  // raced the coordinator's first messages on a loaded machine and lost reports.)
-  bool told = false;
-  self->request(node, std::chrono::seconds(10), coordinator_atom::value, caf::actor_cast<op_reporter>(coordinator))
-      .receive([&](bool) { told = true; }, [&](caf::error& e) { last_error = describe(e); });
-  if (!told) {
-    log_error(me, "the node actor did not take its coordinator: " + last_error);
-    return give_up(1);
-  }
-  int code = -1;
-  self->request(caf::actor_cast<coordinator_hub>(coordinator), std::chrono::seconds(30), hello_atom::value, hello, node)
-      .receive(
-          [&](welcome_atom, int32_t index, uint32_t version) {
-            if (version != wire_protocol_version) {
-              log_error(me, "the coordinator speaks protocol version " + std::to_string(version) + ", this node " +
-                                std::to_string(wire_protocol_version) + ": run the same build everywhere");
-              code = 2;
-              return;
-            }
-            log_info(me, "joined the coordinator at " + cfg.coordinator + " as node " + std::to_string(index) + " (" +
-                             hello.device + ", " + std::to_string(static_cast<int>(hello.gflops)) +
-                             " GFLOP/s); data channel on port " + std::to_string(hello.data_port) +
-                             (tls ? ", TLS 1.3" : ", plaintext"));
-          },
-          [&](caf::error& e) {
-            // A refusal (wrong name, version or device) says why in plain words; anything else
-            // means the coordinator did not answer.
-            if (code_of(e) == fusion_errc::refused) {
-              log_error(me, "the coordinator refused this node: " + describe(e));
-              code = 2;
-              return;
-            }
-            log_error(me, "no answer from the coordinator at " + cfg.coordinator + ": " + describe(e));
-            code = 1;
-          });
-  if (watcher.stopping()) return interrupted();
-  if (code >= 0) return give_up(code);
-  doing = "hosting operators";
-  self->wait_for(node);
-  if (watcher.stopping()) return interrupted();
-  if (exit_code->load() == 0)
-    log_info(me, "run ended, exiting");
-  else
-    log_error(me, "exiting after an error");
-  return exit_code->load();
 }
 
 }  // namespace

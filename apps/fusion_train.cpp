@@ -190,6 +190,10 @@ struct train_app_config : table_config {
         {"cluster", "heartbeat-ms", "heartbeat interval between processes in milliseconds", &run.heartbeat_ms},
         {"cluster", "peer-timeout-ms", "a process silent this long is declared dead (milliseconds)",
          &run.peer_timeout_ms},
+        {"recovery", "mode",
+         "a lost node: auto (go on on the survivors, state from a surviving replica or the last checkpoint) or off "
+         "(the run fails); default auto with output.checkpoint, else off",
+         &run.recovery_mode},
         {"flow", "transport", "how tensors cross processes: tcp (data channel) or caf (CAF messages)",
          &run.transport},
         {"flow", "window", "chunks in flight per cross-process edge", &window},
@@ -349,6 +353,8 @@ void check_settings(const train_app_config& cfg) {
   if (cfg.compression_confirm < 1 || cfg.compression_confirm > 1000)
     problems.push_back("compression.confirm must be 1 to 1000, got " + std::to_string(cfg.compression_confirm));
   if (auto in_range = r.rebalance.check(); !in_range) problems.push_back(in_range.error());
+  if (!r.recovery_mode.empty() && r.recovery_mode != "auto" && r.recovery_mode != "off")
+    problems.push_back("recovery.mode must be auto or off, got \"" + r.recovery_mode + "\"");
   // A device this machine cannot give is a setting to change, as fusion-node says too (exit 2).
   // With a cluster file, each node checks its own device.
   if (r.cluster_file.empty())

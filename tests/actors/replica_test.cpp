@@ -1,8 +1,8 @@
 // Stage replicas executed (issue 29): replicated plans on fusion-node processes compute the
 // losses of one process with the same global batch and micro-batches (the gradients of each op's
 // replicas are summed by a ring all-reduce over the data channel), the replicas stay identical
-// (every checkpoint compares their state, XXH64 per tensor), a replica's node lost stops the run
-// naming it with a checkpoint that resumes on a pipeline-only plan, and a plan where a replica
+// (every checkpoint compares their state, XXH64 per tensor), a replica's node lost with recovery
+// off stops the run naming it with a checkpoint that resumes on a pipeline-only plan, and a plan where a replica
 // would get no micro-batch is refused before any op runs.
 #include <doctest/doctest.h>
 
@@ -190,9 +190,10 @@ TEST_CASE("replicas: a stage with more replicas than micro-batches is refused be
   for (auto& n : nodes) CHECK(n.wait(15) >= 0);  // told to stop, not left waiting for ops
 }
 
-TEST_CASE("replicas: a replica's node killed mid-run stops the run naming it, and the checkpoint resumes on a pipeline") {
+TEST_CASE("replicas: with recovery off, a replica's node killed mid-run stops the run naming it, and the checkpoint resumes on a pipeline") {
   const std::string tag = "replica-kill";
   auto c = tiny_config(100000, 4);
+  c.recovery_mode = "off";  // with recovery on, the run goes on: tests/actors/recovery_test.cpp
   std::vector<child_process> nodes;
   on_nodes(c, write_cluster(tag, 4, two_stages({"n0", "n1"}, {"n2", "n3"})), 4, nodes, tag);
   c.checkpoint_file = temp_path(tag + "-ckpt");

@@ -1,0 +1,316 @@
+// Automatic recovery from a lost node (docs/recovery.md), against real fusion-node processes: a
+// node SIGKILLed mid-step is recovered from the last checkpoint on the survivors, ending with the
+// weights of a run resumed by hand from that checkpoint on the same survivor plan; a replica's
+// node hung (SIGSTOP) costs no checkpoint and at most the step in flight, the losses staying
+// those of an undisturbed run; a loss with nothing to recover from fails naming why, writing nothing.
+// Nodes started with cluster.rejoin-timeout outlive their coordinator and rejoin the one that
+// resumes the run from its checkpoint.
+#include <doctest/doctest.h>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <csignal>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "actors/trainer.hpp"
+#include "core/checkpoint.hpp"
+#include "core/checkpoint_dir.hpp"
+#include "tests/support/child_process.hpp"
+#include "tests/support/cluster_fixtures.hpp"
+#include "tests/support/fixtures.hpp"
+
+using namespace fusion;
+using fusion::test::child_process;
+using fusion::test::losses_of;
+using fusion::test::src;
+using namespace fusion::test::cluster;
+
+namespace {
+
+using clock_type = std::chrono::steady_clock;
+
+// The recovery records of a metrics file.
+std::vector<nlohmann::json> recovery_records(const std::string& metrics) {
+  std::vector<nlohmann::json> out;
+  std::ifstream in(metrics);
+  for (std::string line; std::getline(in, line);) {
+    auto j = nlohmann::json::parse(line, nullptr, false);
+    if (!j.is_discarded() && j.value("type", "") == "recovery") out.push_back(j);
+  }
+  return out;
+}
+
+// Signals node `victim` (SIGKILL: gone at once; SIGSTOP: hung, declared lost after the peer
+// timeout) from the coordinator's on_step once step `at` has ended, and notes when the first
+// step after that ends.
+struct killer {
+  killer(std::vector<child_process>* n, size_t v, int64_t a, int s = SIGKILL) : nodes(n), victim(v), at(a), sig(s) {}
+  std::vector<child_process>* nodes;
+  size_t victim;
+  int64_t at;
+  int sig;
+  bool killed = false;
+  clock_type::time_point kill_time, next_step_time;
+
+  void on_step(const step_record& rec) {
+    if (!killed && rec.step == at) {
+      (*nodes)[victim].signal(sig);
+      killed = true;
+      kill_time = clock_type::now();
+    } else if (killed && next_step_time == clock_type::time_point{}) {
+      next_step_time = clock_type::now();
+    }
+  }
+  double seconds_to_next_step() const { return std::chrono::duration<double>(next_step_time - kill_time).count(); }
+};
+
+// A TCP port nothing listens on right now (the coordinator of the rejoin test needs a fixed one).
+uint16_t free_port() {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t n = sizeof a;
+  uint16_t port = 0;
+  if (fd >= 0 && ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0 &&
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &n) == 0)
+    port = ntohs(a.sin_port);
+  if (fd >= 0) ::close(fd);
+  return port;
+}
+
+bool wait_for_text(const child_process& p, const std::string& text, double seconds) {
+  for (int i = 0; i < static_cast<int>(seconds * 50); ++i) {
+    if (p.output().find(text) != std::string::npos) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return false;
+}
+
+void check_consecutive_steps(const train_result& r, int64_t steps) {
+  REQUIRE(r.steps.size() == static_cast<size_t>(steps));
+  for (int64_t i = 0; i < steps; ++i) CHECK(r.steps[i].step == i + 1);
+}
+
+}  // namespace
+
+TEST_CASE("recovery: a node killed mid-step goes on from the last checkpoint and ends with the weights of a run resumed by hand") {
+  const std::string tag = "rec-ckpt";
+  const int64_t steps = 12;
+  auto c = tiny_config(steps, 2);
+  std::vector<child_process> nodes;
+  on_nodes(c, write_cluster(tag, 3, "placement { policy: \"even\" }"), 3, nodes, tag);
+  c.checkpoint_file = temp_path(tag + "-ckpt");
+  c.checkpoint_every = 2;
+  c.keep_checkpoints = 0;  // the checkpoint the recovery used stays for the run resumed by hand
+  c.metrics_file = temp_path(tag + ".jsonl");
+  std::filesystem::remove_all(c.checkpoint_file);
+  std::filesystem::remove(c.metrics_file);
+  killer k{&nodes, 1, 5};
+  c.on_step = [&](const step_record& rec, double) { k.on_step(rec); };
+  train_result r;
+  {
+    session s(c);
+    r = s.train();
+  }
+  INFO(all_output(nodes));
+  REQUIRE(k.killed);
+  CHECK(nodes[0].wait(15) == 0);
+  CHECK(nodes[2].wait(15) == 0);
+  // Every step once (the rewound ones replaced), the run went on within 20 s of the loss.
+  check_consecutive_steps(r, steps);
+  CHECK(k.seconds_to_next_step() < 20);
+  auto recs = recovery_records(c.metrics_file);
+  REQUIRE(recs.size() == 1);
+  const auto& rec = recs[0];
+  INFO(rec.dump());
+  CHECK(rec["nodes"] == nlohmann::json::array({"n1"}));
+  CHECK(rec["state_from"] == "checkpoint");
+  // n1 dies as step 6 begins, so the checkpoint of step 4 is the last unless the machine was
+  // slow to notice (then that of step 6); the steps since it and the one in flight run again.
+  const int64_t from = rec["step"].get<int64_t>(), detected = rec["detected_step"].get<int64_t>();
+  CHECK(from % 2 == 0);
+  CHECK(from >= 4);
+  CHECK(rec["checkpoint"].get<std::string>().find(checkpoint_file_name(from)) != std::string::npos);
+  const int64_t lost = rec["steps_lost"].get<int64_t>();
+  CHECK((lost == detected - from || lost == detected + 1 - from));
+  CHECK(rec["seconds_to_resume"].get<double>() < 20);
+
+  // By hand: the same checkpoint on the survivors' plan (even over two nodes), to the same step.
+  auto h = tiny_config(steps, 2);
+  h.resume_from = rec["checkpoint"].get<std::string>();
+  h.checkpoint_file = temp_path(tag + "-hand.ckpt");
+  std::filesystem::remove(h.checkpoint_file);
+  std::vector<child_process> hand_nodes;
+  on_nodes(h, write_cluster(tag + "-hand", 2, "placement { policy: \"even\" }"), 2, hand_nodes, tag + "-hand");
+  train_result by_hand;
+  {
+    session s(h);
+    CHECK(s.step() == from);
+    by_hand = s.train();
+  }
+  for (auto& n : hand_nodes) CHECK(n.wait(15) == 0);
+  REQUIRE(by_hand.steps.size() == static_cast<size_t>(steps - from));
+  for (auto& step : by_hand.steps) CHECK(std::abs(step.loss - r.steps[step.step - 1].loss) <= 1e-6 * std::abs(step.loss));
+  const checkpoint mine = load_checkpoint(latest_checkpoint(c.checkpoint_file));
+  const checkpoint theirs = load_checkpoint(h.checkpoint_file);
+  CHECK(mine.step == static_cast<uint64_t>(steps));
+  CHECK(theirs.step == static_cast<uint64_t>(steps));
+  REQUIRE(mine.tensors.size() == theirs.tensors.size());
+  double worst = 0;
+  for (size_t i = 0; i < mine.tensors.size(); ++i) {
+    const auto& [name, a] = mine.tensors[i];
+    const auto& b = theirs.tensors[i].second;
+    CAPTURE(name);
+    REQUIRE(theirs.tensors[i].first == name);
+    REQUIRE(a.numel() == b.numel());
+    if (a.type() != dtype::f32) continue;
+    for (int64_t j = 0; j < a.numel(); ++j) worst = std::max(worst, std::abs(double(a.f32()[j]) - double(b.f32()[j])));
+  }
+  CHECK(worst <= 1e-6);
+}
+
+TEST_CASE("recovery: a replica's node hung (SIGSTOP) costs no checkpoint and at most the step in flight, the losses unchanged") {
+  const std::string tag = "rec-replica";
+  const int64_t steps = 10;
+  auto c = tiny_config(steps, 4);
+  std::vector<child_process> nodes;
+  // Two stages: the first on n0, the second on n1 with a replica on n2.
+  on_nodes(c,
+           write_cluster(tag, 3,
+                         "placement { policy: \"explicit\" assign { node: \"n0\" ops: \"wte\" ops: \"wpe\" ops: \"h0.*\" } "
+                         "assign { node: \"n1\" replica: \"n2\" ops: \"h1.*\" ops: \"lnf\" ops: \"lm_head\" ops: \"loss\" } }"),
+           3, nodes, tag);
+  c.recovery_mode = "auto";  // no checkpoint is kept: the replica is the only source
+  c.metrics_file = temp_path(tag + ".jsonl");
+  std::filesystem::remove(c.metrics_file);
+  killer k{&nodes, 2, 4, SIGSTOP};  // declared lost after the peer timeout (1 s here)
+  c.on_step = [&](const step_record& rec, double) { k.on_step(rec); };
+  train_result r;
+  {
+    session s(c);
+    r = s.train();
+  }
+  INFO(all_output(nodes));
+  REQUIRE(k.killed);
+  CHECK(nodes[0].wait(15) == 0);
+  CHECK(nodes[1].wait(15) == 0);
+  CHECK(k.seconds_to_next_step() < 20);
+  check_consecutive_steps(r, steps);
+  auto recs = recovery_records(c.metrics_file);
+  REQUIRE(recs.size() == 1);
+  INFO(recs[0].dump());
+  CHECK(recs[0]["nodes"] == nlohmann::json::array({"n2"}));
+  CHECK(recs[0]["state_from"] == "replicas");
+  CHECK(recs[0]["checkpoint"] == "");
+  CHECK(recs[0]["steps_lost"].get<int64_t>() <= 1);
+  CHECK(recs[0]["note"].get<std::string>().find("replica on lost node 'n2' dropped") != std::string::npos);
+  // The survivors held the state of the last step: every loss is an undisturbed run's (one
+  // process, the same batches), as a run resumed by hand from that state would compute them.
+  const auto reference = losses_of(session(tiny_config(steps, 4)).train());
+  const auto got = losses_of(r);
+  REQUIRE(got.size() == reference.size());
+  for (size_t i = 0; i < got.size(); ++i) CHECK(std::abs(got[i] - reference[i]) <= 1e-5 * std::abs(reference[i]));
+}
+
+TEST_CASE("recovery: a node lost with no replica and no checkpoint yet fails saying so, writing nothing") {
+  const std::string tag = "rec-none";
+  auto c = tiny_config(100000, 2);
+  std::vector<child_process> nodes;
+  on_nodes(c, write_cluster(tag, 3, "placement { policy: \"even\" }"), 3, nodes, tag);
+  c.checkpoint_file = temp_path(tag + ".ckpt");  // recovery on by default; written only at the end
+  c.checkpoint_every = 0;
+  std::filesystem::remove(c.checkpoint_file);
+  killer k{&nodes, 1, 3};
+  c.on_step = [&](const step_record& rec, double) { k.on_step(rec); };
+  std::string error;
+  try {
+    session s(c);
+    s.train();
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  INFO(error);
+  REQUIRE(k.killed);
+  CHECK(error.find("node 'n1' (site s1) was lost at step ") != std::string::npos);
+  CHECK(error.find("the run cannot go on: ops ") != std::string::npos);
+  CHECK(error.find("ran only there (no surviving replica) and no checkpoint was written yet") != std::string::npos);
+  CHECK(error.find("nothing was written or overwritten") != std::string::npos);
+  CHECK(!std::filesystem::exists(c.checkpoint_file));
+  CHECK(nodes[0].wait(15) >= 0);
+  CHECK(nodes[2].wait(15) >= 0);
+}
+
+TEST_CASE("recovery: nodes with cluster.rejoin-timeout outlive a killed coordinator and rejoin the one that resumes") {
+  const std::string tag = "rec-rejoin";
+  const uint16_t port = free_port();
+  REQUIRE(port != 0);
+  const std::string cluster = temp_path(tag + ".pbtxt");
+  {
+    std::ofstream out(cluster);
+    out << "name: \"" << tag << "\"\ncoordinator { host: \"127.0.0.1\" port: " << port << " }\n";
+    for (int i = 0; i < 2; ++i)
+      out << "site { name: \"s" << i << "\" }\nnode { name: \"n" << i << "\" site: \"s" << i << "\" device: \"cpu\" }\n";
+    out << "placement { policy: \"even\" }\n";
+  }
+  const std::string ckpt = temp_path(tag + "-ckpt");
+  std::filesystem::remove_all(ckpt);
+  auto train = [&](const std::vector<std::string>& extra, const std::string& log) {
+    std::vector<std::string> args = {std::string(FUSION_BINARY_DIR) + "/apps/fusion-train", "--config",
+                                     src("configs/runs/char-tiny.ini"), "--cluster", cluster,
+                                     "--train.eval-batches=0", "--output.sample-chars=0", "--output.metrics=\"\"",
+                                     "--output.checkpoint=" + ckpt, "--output.checkpoint-every=2", "--train.log-every=1",
+                                     "--cluster.heartbeat-ms=100", "--cluster.peer-timeout-ms=1000",
+                                     fusion::test::certs_arg()};
+    args.insert(args.end(), extra.begin(), extra.end());
+    return child_process(args, temp_path(log), FUSION_SOURCE_DIR);
+  };
+  auto first = train({"--steps", "100000"}, tag + "-first.log");
+  REQUIRE(wait_for_text(first, "waiting for 2 node(s)", 30));
+  std::vector<child_process> nodes;
+  for (int i = 0; i < 2; ++i) {
+    const std::string name = "n" + std::to_string(i);
+    nodes.emplace_back(std::vector<std::string>{std::string(FUSION_BINARY_DIR) + "/apps/fusion-node", "--config",
+                                                src("configs/nodes/site-a.ini"), "--node.name=" + name,
+                                                "--node.coordinator=127.0.0.1:" + std::to_string(port),
+                                                "--runtime.threads=1", "--node.join-timeout=20.0",
+                                                "--cluster.rejoin-timeout=60.0", "--cluster.heartbeat-ms=100",
+                                                "--cluster.peer-timeout-ms=1000", fusion::test::certs_arg()},
+                       temp_path(tag + name + ".log"));
+  }
+  INFO(first.output());
+  REQUIRE(wait_for_text(first, "step 5/", 60));
+  first.signal(SIGKILL);
+  first.wait(10);
+  for (auto& n : nodes) CHECK(wait_for_text(n, "trying to rejoin the coordinator", 20));
+  const std::string latest = latest_checkpoint(ckpt);
+  REQUIRE(!latest.empty());
+  const auto at = static_cast<int64_t>(load_checkpoint(latest).step);
+  CHECK(at >= 4);
+  auto second = train({"--steps", std::to_string(at + 3), "--train.resume=" + latest}, tag + "-second.log");
+  const int status = second.wait(120);
+  INFO(second.output());
+  INFO(all_output(nodes));
+  CHECK(status == 0);
+  CHECK(second.output().find("node 'n0' (site s0) joined") != std::string::npos);
+  CHECK(second.output().find("node 'n1' (site s1) joined") != std::string::npos);
+  CHECK(second.output().find("step " + std::to_string(at + 3) + "/") != std::string::npos);
+  for (auto& n : nodes) {
+    CHECK(n.output().find("rejoined the coordinator") != std::string::npos);
+    CHECK(n.wait(15) == 0);
+  }
+  CHECK(load_checkpoint(latest_checkpoint(ckpt)).step == static_cast<uint64_t>(at + 3));
+}
