@@ -70,18 +70,18 @@ void choose_run_schedule(coord_ptr self) {
   const bool fixed = parse_schedule(asked, s);
   if (!fixed && asked != "auto")
     throw std::runtime_error("train.schedule must be eager, gpipe, 1f1b or auto, got \"" + asked + "\"");
-  std::string why;
-  if (auto* est = estimator_of(self)) {
-    const schedule_choice c = choose_schedule(*est, st.exec.current);
-    if (!fixed) s = c.chosen;
-    why = (fixed ? "" : c.reason + "; ") + format_predictions(c);
-  } else if (!fixed) {
-    why = "one process, one pipeline stage";  // 1F1B would run the micro-batches one at a time
+  // One process: no estimator, one stage, and auto keeps eager (choose_schedule says why).
+  auto* est = estimator_of(self);
+  if (!est) {
+    st.exec.current.schedule = s;
+    return;
   }
+  const schedule_choice c = choose_schedule(*est, st.exec.current);
+  if (!fixed) s = c.chosen;
   st.exec.current.schedule = s;
   if (st.in->cfg.progress)
-    std::fprintf(stderr, "fusion-train: schedule %s (%s)%s%s\n", schedule_name(s),
-                 fixed ? "train.schedule" : "auto", why.empty() ? "" : ": ", why.c_str());
+    std::fprintf(stderr, "fusion-train: schedule %s (%s): %s%s\n", schedule_name(s), fixed ? "train.schedule" : "auto",
+                 fixed ? "" : (c.reason + "; ").c_str(), format_predictions(c).c_str());
 }
 
 void observe_step(coord_ptr self, const step_record& rec) {

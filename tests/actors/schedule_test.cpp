@@ -4,6 +4,7 @@
 // activations under 1F1B, while under GPipe every op actor holds all 8.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <map>
