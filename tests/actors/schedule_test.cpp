@@ -67,6 +67,12 @@ void check_same(const run_out& got, const run_out& want) {
     auto& b = want.final_state.tensors[k].second;
     CAPTURE(name);
     REQUIRE(a.numel() == b.numel());
+    REQUIRE(a.type() == b.type());
+    if (a.type() == dtype::i32) {  // the vocabulary
+      for (int64_t i = 0; i < a.numel(); ++i) CHECK(a.i32()[i] == b.i32()[i]);
+      continue;
+    }
+    REQUIRE(a.type() == dtype::f32);
     double worst = 0;
     for (int64_t i = 0; i < a.numel(); ++i)
       worst = std::max(worst, std::abs(double{a.f32()[i]} - b.f32()[i]) / (1e-3 + std::abs(double{b.f32()[i]})));
