@@ -1,7 +1,8 @@
 // Pipeline schedules end to end: 1F1B and GPipe train the losses and final weights of eager in
 // one process and on 2 and 4 node processes, and they really are what they say: with 8
 // micro-batches on 4 stages no op actor holds more than (stages - position) micro-batches of
-// activations under 1F1B, while under GPipe every op actor holds all 8.
+// activations under 1F1B, while under GPipe every op actor holds all 8; the same with stage
+// replicas.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -95,6 +96,11 @@ const char* four_stages =
     "assign { node: \"n1\" ops: \"h0.*\" } assign { node: \"n2\" ops: \"h1.*\" } "
     "assign { node: \"n3\" ops: \"lnf\" ops: \"lm_head\" ops: \"loss\" } }";
 
+// gpt-char-tiny on two stages, the first with two replicas (n0, n1), the second on n2.
+const char* replicated_stages =
+    "placement { policy: \"explicit\" assign { node: \"n0\" replica: \"n1\" ops: \"wte\" ops: \"wpe\" "
+    "ops: \"h0.*\" } assign { node: \"n2\" ops: \"h1.*\" ops: \"lnf\" ops: \"lm_head\" ops: \"loss\" } }";
+
 int stage_of(const std::string& op) {
   if (op.rfind("h0.", 0) == 0) return 1;
   if (op.rfind("h1.", 0) == 0) return 2;
@@ -144,6 +150,25 @@ TEST_CASE("schedule: 1F1B and GPipe on 2 and 4 node processes train the losses a
     for (auto& [op, peak] : peaks(gpipe.result, c.model_file)) {
       CAPTURE(op);
       CHECK(peak == 8);
+    }
+  }
+  SUBCASE("two stages, the first with two replicas") {
+    // Replicas sum their gradients in another order than one process, so the reference is the
+    // same placement under eager.
+    const run_out eager = run(c, "eager", "sched-rep-eager", 3, replicated_stages);
+    const run_out f1b1 = run(c, "1f1b", "sched-rep-1f1b", 3, replicated_stages);
+    const run_out gpipe = run(c, "gpipe", "sched-rep-gpipe", 3, replicated_stages);
+    check_same(f1b1, eager);
+    check_same(gpipe, eager);
+    // Each replica of the first stage runs 4 of the 8 micro-batches.
+    auto first = [](const std::string& op) { return op == "wte" || op == "wpe" || op.rfind("h0.", 0) == 0; };
+    for (auto& [op, peak] : peaks(f1b1.result, c.model_file)) {
+      CAPTURE(op);
+      CHECK(peak <= (first(op) ? 2 : 1));
+    }
+    for (auto& [op, peak] : peaks(gpipe.result, c.model_file)) {
+      CAPTURE(op);
+      CHECK(peak == (first(op) ? 4 : 8));
     }
   }
 }
