@@ -94,6 +94,8 @@ wiring wiring_of(coordinator_state& st, int id, int r) {
   wiring out;
   out.ring.replica = static_cast<uint32_t>(r);
   out.ring.replicas = static_cast<uint32_t>(w.replicas(id));
+  out.ring.live_limit = static_cast<uint32_t>(live_limits(g, w, st.exec.current.schedule).at(id));
+  out.ring.forwards_first = st.exec.current.schedule == pipeline_schedule::gpipe && !n.is_input();
   for (int m = 0; m < M; ++m)
     if (w.replica_of(id, m) == r) out.ring.local_mbs.push_back(static_cast<uint32_t>(m));
   for (int i = 0; i < static_cast<int>(n.consumers.size()); ++i)
@@ -266,6 +268,7 @@ void place_and_wire(coord_ptr self) {
     } else {
       st.exec.current = make_plan(g, placement{std::vector<int>(g.nodes.size(), 0)}, 1);
     }
+    choose_run_schedule(self);
   } catch (const std::exception& e) {
     return fail(self, make_error(fusion_errc::bad_config, e.what()));
   }

@@ -1,12 +1,15 @@
 // The coordinator's workload estimator: built from the run's profile on the first step of a
 // cluster run, it predicts every step of the current plan before it runs (predicted_step_s in
 // the metrics) and learns from what every step measured (per-op times, per-edge transfers).
+#include <cstdio>
 #include <map>
+#include <stdexcept>
 #include <utility>
 
 #include "actors/coordinator_state.hpp"
 #include "core/log.hpp"
 #include "scheduler/plan_report.hpp"
+#include "scheduler/schedule.hpp"
 
 namespace fusion {
 
@@ -58,6 +61,27 @@ std::string describe_prediction(coord_ptr self) {
   } catch (const std::exception& e) {
     return std::string("no prediction: ") + e.what() + "\n";
   }
+}
+
+void choose_run_schedule(coord_ptr self) {
+  auto& st = self->state;
+  const std::string& asked = st.in->cfg.schedule;
+  pipeline_schedule s = pipeline_schedule::eager;
+  const bool fixed = parse_schedule(asked, s);
+  if (!fixed && asked != "auto")
+    throw std::runtime_error("train.schedule must be eager, gpipe, 1f1b or auto, got \"" + asked + "\"");
+  // One process: no estimator, one stage, and auto keeps eager (choose_schedule says why).
+  auto* est = estimator_of(self);
+  if (!est) {
+    st.exec.current.schedule = s;
+    return;
+  }
+  const schedule_choice c = choose_schedule(*est, st.exec.current);
+  if (!fixed) s = c.chosen;
+  st.exec.current.schedule = s;
+  if (st.in->cfg.progress)
+    std::fprintf(stderr, "fusion-train: schedule %s (%s): %s%s\n", schedule_name(s), fixed ? "train.schedule" : "auto",
+                 fixed ? "" : (c.reason + "; ").c_str(), format_predictions(c).c_str());
 }
 
 void observe_step(coord_ptr self, const step_record& rec) {

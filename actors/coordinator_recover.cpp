@@ -173,6 +173,8 @@ void install(coord_ptr self, std::shared_ptr<recovery_ctx> ctx) {
   st.rebalance.settling.clear();
   try {
     check_replica_routes(st);
+    // make_plan gives eager; train.schedule (or auto, for the survivors' stages) decides.
+    choose_run_schedule(self);
   } catch (const std::exception& e) {
     return give_up(self, ctx, std::string("the survivors' plan cannot run: ") + e.what());
   }

@@ -237,9 +237,10 @@ void begin_training(coord_ptr self);
 void begin_step(coord_ptr self);
 void on_loss(coord_ptr self, uint64_t s, uint32_t mb, double loss, const std::vector<double>& metrics);
 void on_feed(coord_ptr self, uint64_t s, uint32_t mb);
-/// Replica `replica` of op `id` reports its squared gradient norm and per micro-batch times.
+/// Replica `replica` of op `id` reports its squared gradient norm, per micro-batch times and
+/// the peak of micro-batches it held alive.
 void on_grads(coord_ptr self, uint64_t s, int32_t id, int32_t replica, double sq, std::vector<double>& fwd,
-              std::vector<double>& bwd);
+              std::vector<double>& bwd, int32_t peak_live);
 void on_output(coord_ptr self, tensor& logits);
 void on_step_timeout(coord_ptr self);
 void begin_eval(coord_ptr self, std::function<void(eval_result)> done);
@@ -283,6 +284,9 @@ void prepare_profile(coord_ptr self, std::function<void()> done);
 step_estimate predict_step(coord_ptr self);
 /// The predicted cost of the current plan per stage and cut (plan_report), "" in one process.
 std::string describe_prediction(coord_ptr self);
+/// Sets the current plan's pipeline schedule from train.schedule (auto: the estimator's
+/// choice) and prints it with the predicted step time of both schedules.
+void choose_run_schedule(coord_ptr self);
 /// Feeds a finished step's op and edge times to the estimator (moving averages).
 void observe_step(coord_ptr self, const step_record& rec);
 /// The estimator (cluster mode; built from st.profile on first use), or null in one process.

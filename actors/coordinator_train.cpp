@@ -329,7 +329,7 @@ void on_loss(coord_ptr self, uint64_t s, uint32_t mb, double loss, const std::ve
 }
 
 void on_grads(coord_ptr self, uint64_t s, int32_t id, int32_t replica, double sq, std::vector<double>& fwd,
-              std::vector<double>& bwd) {
+              std::vector<double>& bwd, int32_t peak_live) {
   auto& st = self->state;
   if (st.act != activity::step || !st.train.cur) return;
   auto& c = *st.train.cur;
@@ -339,8 +339,9 @@ void on_grads(coord_ptr self, uint64_t s, int32_t id, int32_t replica, double sq
   // so the op's record is the sum of its replicas' arrays.
   auto same = std::find_if(c.rec.ops.begin(), c.rec.ops.end(), [id](auto& o) { return o.node == id; });
   if (same == c.rec.ops.end()) {
-    c.rec.ops.push_back({id, std::move(fwd), std::move(bwd)});
+    c.rec.ops.push_back({id, std::move(fwd), std::move(bwd), peak_live});
   } else {
+    same->peak_live = std::max(same->peak_live, static_cast<int>(peak_live));
     for (size_t m = 0; m < same->forward_s.size() && m < fwd.size(); ++m) same->forward_s[m] += fwd[m];
     for (size_t m = 0; m < same->backward_s.size() && m < bwd.size(); ++m) same->backward_s[m] += bwd[m];
   }
@@ -426,7 +427,8 @@ void write_run_record(coord_ptr self) {
   const auto& o = c.optim;
   json cfg = {{"model.file", c.model_file}, {"data.file", c.data_file}, {"data.vocab", c.vocab_file},
               {"data.val-fraction", c.val_fraction}, {"train.batch", c.batch},
-              {"train.micro-batches", c.micro_batches}, {"train.steps", c.steps}, {"train.seed", c.seed},
+              {"train.micro-batches", c.micro_batches}, {"train.schedule", c.schedule},
+              {"train.steps", c.steps}, {"train.seed", c.seed},
               {"train.eval-every", c.eval_every}, {"train.eval-batches", c.eval_batches},
               {"train.resume", c.resume_from}, {"optim.kind", o.kind}, {"optim.lr", o.lr}, {"optim.min-lr", o.min_lr},
               {"optim.warmup-steps", o.warmup_steps}, {"optim.total-steps", o.total_steps},

@@ -17,8 +17,8 @@
 //   op replica  -> ring successor reduce_atom(S, k, gradient chunk)                 R > 1: ring all-reduce
 //                                 step k of 2 (R - 1), after its last backward
 //   op actor    -> coordinator    grads_atom(S, node id, replica, sum of squared grads, forward
-//                                 seconds per micro-batch, backward seconds per micro-batch)
-//                                 after its last backward (and the all-reduce)
+//                                 seconds per micro-batch, backward seconds per micro-batch,
+//                                 peak of live micro-batches) after its last backward (and the all-reduce)
 //   coordinator -> param actors   step_atom(S, lr, clip scale) -> stepped_atom(node id), or an error
 // Errors never escape an actor: it sends fail_atom(caf::error) to the coordinator, a fusion
 // error (actors/errors.hpp) whose message names the op or node.
@@ -344,11 +344,17 @@ struct replica_ring {
   uint32_t replica = 0;
   uint32_t replicas = 1;
   std::vector<uint32_t> local_mbs;  ///< micro-batches of a step this replica runs (all M when replicas == 1)
+  /// The schedule's bound on micro-batches of activations alive at once (live_limits in
+  /// scheduler/schedule.hpp): (stages - position) under 1F1B, else 0 (none).
+  uint32_t live_limit = 0;
+  /// GPipe: no backward before every forward of the step (of local_mbs) is done.
+  bool forwards_first = false;
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, replica_ring& x) {
-  return f(caf::meta::type_name("replica_ring"), x.next, x.replica, x.replicas, x.local_mbs);
+  return f(caf::meta::type_name("replica_ring"), x.next, x.replica, x.replicas, x.local_mbs, x.live_limit,
+           x.forwards_first);
 }
 
 /// What an edge sender sends to node actors: wire_atom(chunk) to the receiving node (when the edge
@@ -365,15 +371,16 @@ using edge_sender_actor =
 /// What an op actor reports to the coordinator: loss_atom(step, micro-batch, loss, metric sums)
 /// from the loss op, output_atom(step, micro-batch, logits) when sampling, grads_atom(step, node
 /// id, replica, squared gradient norm, forward and backward seconds per micro-batch: zero for
-/// the micro-batches another replica ran) after its last backward and, with replicas, the
-/// gradient all-reduce, and fail_atom(error). A typed view of the coordinator for the senders: the
+/// the micro-batches another replica ran, and the most micro-batches of activations it held at
+/// once in the step) after its last backward and, with replicas, the gradient all-reduce, and
+/// fail_atom(error). A typed view of the coordinator for the senders: the
 /// coordinator itself is dynamically typed, because its behavior changes with the run's phase
 /// (actors/coordinator_phases.cpp) and a typed CAF actor must take its whole interface in every
 /// behavior.
 using op_reporter = caf::typed_actor<caf::reacts_to<loss_atom, uint64_t, uint32_t, double, std::vector<double>>,
                                      caf::reacts_to<output_atom, uint64_t, uint32_t, tensor>,
                                      caf::reacts_to<grads_atom, uint64_t, int32_t, int32_t, double,
-                                                    std::vector<double>, std::vector<double>>,
+                                                    std::vector<double>, std::vector<double>, int32_t>,
                                      caf::reacts_to<fail_atom, caf::error>>;
 
 /// An op actor (actors/op_actor.hpp): a tensor sink that is wired, steps its optimizer and hands

@@ -6,6 +6,7 @@
 
 #include "actors/messages.hpp"
 #include "actors/op_device.hpp"
+#include "core/live_gate.hpp"
 #include "core/ring_reduce.hpp"
 
 namespace fusion {
@@ -49,6 +50,11 @@ struct saved_entry {
   std::vector<tensor> aux;
 };
 
+struct held_forward {  // a forward the live bound holds back (inputs complete)
+  uint64_t step = 0;
+  std::vector<tensor> inputs;
+};
+
 struct bwd_entry {
   std::vector<tensor> grads;  // one per consumer, summed in consumer order for determinism
   int have = 0;
@@ -76,6 +82,8 @@ struct op_state {
   std::map<uint32_t, saved_entry> saved;
   std::map<uint32_t, bwd_entry> pending_bwd;
   size_t next_bwd = 0;  // index into ring.local_mbs of the next backward
+  live_gate gate;       // the schedule's rule (ring.live_limit, ring.forwards_first)
+  std::map<uint32_t, held_forward> held;  // training forwards waiting for the gate, by micro-batch
   // Gradient all-reduces by step (replicas > 1): started when this replica's backward is done,
   // or earlier by a faster neighbour's first message.
   std::map<uint64_t, ring_reducer> reduces;
@@ -120,7 +128,8 @@ void report_grads(self_ptr self, uint64_t step) {
   self->send(st.coordinator, grads_atom::value, step, static_cast<int32_t>(st.spec.id),
              static_cast<int32_t>(st.ring.replica), sq,
              std::exchange(st.fwd_seconds, std::vector<double>(st.run.micro_batches, 0.0)),
-             std::exchange(st.bwd_seconds, std::vector<double>(st.run.micro_batches, 0.0)));
+             std::exchange(st.bwd_seconds, std::vector<double>(st.run.micro_batches, 0.0)),
+             static_cast<int32_t>(st.gate.end_step()));
 }
 
 // Sends what the ring all-reduce of `step` gives to send; once it is done, its sums become the
@@ -174,11 +183,32 @@ void finish_backward(self_ptr self, uint64_t step) {
   advance_reduce(self, step, reducer_of(st, step).start(std::move(flat)));
 }
 
+void run_forward(self_ptr self, uint64_t step, uint32_t mb, pass_mode mode, std::vector<tensor> inputs);
+
+// The position of micro-batch `mb` among the ones this replica runs (its live_gate index).
+size_t local_index(const op_state& st, uint32_t mb) {
+  return static_cast<size_t>(std::lower_bound(st.ring.local_mbs.begin(), st.ring.local_mbs.end(), mb) -
+                             st.ring.local_mbs.begin());
+}
+
+// Runs the held forwards the gate now admits, in micro-batch order (a forward of the loss runs
+// its backward at once, which may admit the next).
+void release_held(self_ptr self) {
+  auto& st = self->state;
+  while (!st.held.empty() && st.gate.may_forward(local_index(st, st.held.begin()->first))) {
+    const uint32_t mb = st.held.begin()->first;
+    held_forward h = std::move(st.held.begin()->second);
+    st.held.erase(st.held.begin());
+    run_forward(self, h.step, mb, pass_mode::train, std::move(h.inputs));
+  }
+}
+
 // Runs backward for every micro-batch of this replica whose output gradients are complete,
 // strictly in micro-batch order, so parameter gradients accumulate in the same order on every run.
 void drain_backward(self_ptr self, uint64_t step) {
   auto& st = self->state;
   const size_t expected = st.spec.is_loss ? 1 : consumer_count(st);
+  if (!st.gate.may_backward()) return;  // GPipe: every forward of the step first
   while (st.next_bwd < st.ring.local_mbs.size()) {
     const uint32_t mb = st.ring.local_mbs[st.next_bwd];
     auto it = st.pending_bwd.find(mb);
@@ -220,6 +250,7 @@ void drain_backward(self_ptr self, uint64_t step) {
                  static_cast<uint32_t>(st.spec.index_at_producer[i]), std::move(din[i]));
     }
     st.saved.erase(sv);  // after the sends: in_ptrs point into it
+    st.gate.backward_done();
     if (++st.next_bwd == st.ring.local_mbs.size()) {
       st.next_bwd = 0;
       return finish_backward(self, step);
@@ -241,6 +272,7 @@ void add_output_grad(self_ptr self, uint64_t step, uint32_t mb, uint32_t consume
   e.grads[consumer] = st.dev->upload(std::move(grad));
   ++e.have;
   drain_backward(self, step);
+  release_held(self);
 }
 
 void run_forward(self_ptr self, uint64_t step, uint32_t mb, pass_mode mode, std::vector<tensor> inputs) {
@@ -278,13 +310,17 @@ void run_forward(self_ptr self, uint64_t step, uint32_t mb, pass_mode mode, std:
                std::move(flat));
     if (mode == pass_mode::train) {
       st.saved[mb] = {std::move(inputs), std::move(aux)};
+      st.gate.forward_done();
       tensor seed_grad(shape_t{}, dtype::f32);
       seed_grad.f32()[0] = 1.0f / static_cast<float>(st.run.micro_batches);
       add_output_grad(self, step, mb, 0, std::move(seed_grad));  // uploaded there
     }
     return;
   }
-  if (mode == pass_mode::train && st.impl) st.saved[mb] = {std::move(inputs), std::move(aux)};
+  if (mode == pass_mode::train && st.impl) {
+    st.saved[mb] = {std::move(inputs), std::move(aux)};
+    st.gate.forward_done();
+  }
   if (mode == pass_mode::infer && st.spec.is_logits) {
     self->send(st.coordinator, output_atom::value, step, mb, to_host(*st.dev, std::move(out)));
     return;
@@ -299,6 +335,8 @@ void run_forward(self_ptr self, uint64_t step, uint32_t mb, pass_mode mode, std:
     else
       self->send(to, forward_atom::value, step, mb, slot, mode_u8, out);
   }
+  // GPipe: gradients that came in early (another replica's route) wait for the last forward.
+  if (mode == pass_mode::train && st.gate.forwards_first()) drain_backward(self, step);
 }
 
 void apply_step(self_ptr self, uint64_t step, double lr, float scale) {
@@ -431,6 +469,8 @@ op_actor::behavior_type op_actor_fn(self_ptr self, node_spec spec, actor_run_par
         st.coordinator = std::move(coordinator);
         st.ring = std::move(ring);
         st.next_bwd = 0;
+        st.gate = live_gate(st.ring.live_limit, st.ring.forwards_first, st.ring.local_mbs.size());
+        st.held.clear();
         return true;  // the coordinator waits for every actor before it sends data
       },
       [=](forward_atom, uint64_t step, uint32_t mb, uint32_t slot, uint8_t mode, tensor& value) {
@@ -455,6 +495,11 @@ op_actor::behavior_type op_actor_fn(self_ptr self, node_spec spec, actor_run_par
           if (++e.have < static_cast<int>(arity)) return;
           auto inputs = std::move(e.inputs);
           st.pending_fwd.erase(mb);
+          // The schedule's bound (1F1B): a training forward waits for an earlier backward.
+          if (mode == static_cast<uint8_t>(pass_mode::train) && st.impl && !st.gate.may_forward(local_index(st, mb))) {
+            st.held[mb] = {step, std::move(inputs)};
+            return;
+          }
           run_forward(self, step, mb, static_cast<pass_mode>(mode), std::move(inputs));
         });
       },

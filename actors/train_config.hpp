@@ -35,6 +35,9 @@ struct train_config {
   bool flip = false;                       ///< random horizontal flips
   int64_t batch = 16;                      ///< global batch (sequences per optimizer step)
   int64_t micro_batches = 1;               ///< pipeline micro-batches per step (must divide batch)
+  /// Pipeline schedule (scheduler/schedule.hpp): "gpipe", "1f1b", or "auto" (the estimator's
+  /// choice, printed at start with the predicted step time of both).
+  std::string schedule = "auto";
   int64_t steps = 100;                     ///< optimizer steps to run in total (resume counts on)
   uint64_t seed = 1337;                    ///< parameter init and batch order
   optim_config optim;

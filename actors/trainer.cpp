@@ -24,6 +24,7 @@
 #include "core/token_source.hpp"
 #include "core/graph.hpp"
 #include "ops/cpu/blas.hpp"
+#include "scheduler/schedule.hpp"
 
 namespace fusion {
 
@@ -124,6 +125,9 @@ session::impl::impl(train_config c) {
   if (cfg.micro_batches < 1 || cfg.batch % cfg.micro_batches != 0)
     throw std::runtime_error("train.micro-batches (" + std::to_string(cfg.micro_batches) +
                              ") must be >= 1 and divide train.batch (" + std::to_string(cfg.batch) + ")");
+  pipeline_schedule fixed;
+  if (cfg.schedule != "auto" && !parse_schedule(cfg.schedule, fixed))
+    throw std::runtime_error("train.schedule must be eager, gpipe, 1f1b or auto, got \"" + cfg.schedule + "\"");
   check_optim_config(cfg.optim);
   if (!cfg.cluster_file.empty()) {
     if (cfg.device != "cpu")

@@ -33,7 +33,8 @@ using namespace fusion;
 constexpr const char* usage_text =
     R"(usage: fusion-cluster check CLUSTER [--model FILE [--train.batch B] [--train.micro-batches M]]
        fusion-cluster plan CLUSTER --model FILE [--train.batch B] [--train.micro-batches M]
-                           [--cluster.policy P] [--cluster.profile FILE] [--compression.mode MODE] [--json]
+                           [--cluster.policy P] [--cluster.profile FILE] [--compression.mode MODE]
+                           [--train.schedule S] [--json]
        fusion-cluster netns CLUSTER
        fusion-cluster certs CLUSTER --out DIR [--days N] [--force]
        fusion-cluster --help | --version
@@ -55,7 +56,8 @@ plan    predicts a run without running it: places the model (micro-batches of B/
         (docs/scheduler.md). --compression.mode MODE (none, topk, adatopk, int8 or int4;
         docs/compression.md) predicts with that codec's default settings and lists every edge's
         codec and bytes on the wire. A plan that puts more on a node than its memory is refused,
-        naming the node. --json prints the prediction as one JSON object.
+        naming the node. The pipeline schedule (--train.schedule) is printed with the predicted
+        step time under each of eager, gpipe and 1f1b. --json prints the prediction as one JSON object.
 netns   prints the cluster for shell scripts, one item per line, fields separated by spaces:
           site NAME INDEX            (INDEX from 1, file order)
           node NAME SITE DEVICE CPU_SHARE
@@ -77,6 +79,8 @@ options (the names and meanings of fusion-train's settings where they are the sa
                                file's placement policy)
   --cluster.profile FILE       measured rates from fusion-train's profile file (--profile for
                                short; default: the rates the cluster file states)
+  --train.schedule S           plan: eager, gpipe, 1f1b or auto (default: auto, the fastest predicted;
+                               docs/scheduler.md)
   --compression.mode MODE      none, topk, adatopk, int8 or int4 (docs/compression.md): predict with that
                                codec's default settings and list every edge's codec and bytes
                                (default: none)
@@ -137,7 +141,8 @@ int64_t parse_count(const std::string& flag, const std::string& v) {
   return b;
 }
 
-nlohmann::json plan_json(const workload_estimator& est, const plan_report& r, const opfence_report* fence) {
+nlohmann::json plan_json(const workload_estimator& est, const plan_report& r, const opfence_report* fence,
+                         const plan& p, const schedule_choice& sc) {
   const graph& g = est.model();
   const cluster_spec& c = est.cluster();
   nlohmann::json out = {{"model", g.name}, {"cluster", c.name}, {"micro_batches", est.micro_batches()},
@@ -145,7 +150,10 @@ nlohmann::json plan_json(const workload_estimator& est, const plan_report& r, co
                         {"optimizer_s", r.optimizer_s}, {"tokens_per_s", r.tokens_per_s},
                         {"nodes_used", r.nodes_used}, {"stage_count", r.stage_count},
                         {"allreduce_bytes", r.allreduce_bytes}, {"allreduce_s", r.allreduce_s},
-                        {"allreduce_exposed_s", r.allreduce_exposed_s}};
+                        {"allreduce_exposed_s", r.allreduce_exposed_s}, {"schedule", schedule_name(p.schedule)},
+                        {"schedule_step_s", {{"eager", sc.step_of(pipeline_schedule::eager)},
+                                             {"gpipe", sc.step_of(pipeline_schedule::gpipe)},
+                                             {"1f1b", sc.step_of(pipeline_schedule::one_f_one_b)}}}};
   out["stages"] = nlohmann::json::array();
   for (auto& s : r.stages) {
     nlohmann::json ops = nlohmann::json::array();
@@ -188,7 +196,7 @@ nlohmann::json plan_json(const workload_estimator& est, const plan_report& r, co
 
 /// What the command line of a command gives; the fields a command lacks stay as they are.
 struct command_args {
-  std::string cluster_file, model_file, policy, profile_file, out, compression;
+  std::string cluster_file, model_file, policy, profile_file, out, compression, schedule = "auto";
   std::string batch, micro_batches, days;  ///< checked by parse_count once parsing is done
   bool json = false, force = false;
   bool has_batch = false, has_micro_batches = false, has_days = false, has_compression = false;  ///< given at all
@@ -215,6 +223,9 @@ int run_plan(const command_args& a) {
   const bool json = a.json;
   if (a.has_compression && !parse_codec_kind(a.compression, compression.mode))
     throw usage_error("--compression.mode must be " + codec_names() + ", got '" + a.compression + "'");
+  pipeline_schedule fixed = pipeline_schedule::eager;
+  if (a.schedule != "auto" && !parse_schedule(a.schedule, fixed))
+    throw usage_error("--train.schedule must be eager, gpipe, 1f1b or auto, got '" + a.schedule + "'");
   if (cluster_file.empty()) throw usage_error("plan needs a CLUSTER file");
   if (model_file.empty()) throw usage_error("plan needs --model FILE");
   std::optional<placement_policy> chosen;
@@ -230,10 +241,12 @@ int run_plan(const command_args& a) {
   opfence_report fence;
   bool is_fence = is_opfence(c.placement.policy);
   plan p = plan_compressed_run(est, prof, compression, 1, &fence);
+  const schedule_choice sc = choose_schedule(est, p);
+  p.schedule = a.schedule == "auto" ? sc.chosen : fixed;
   plan_report r = report_plan(est, p, static_cast<double>(batch * g.row_items));
   check_plan_fits(est, r);
   if (json) {
-    std::cout << plan_json(est, r, is_fence ? &fence : nullptr).dump(2) << "\n";
+    std::cout << plan_json(est, r, is_fence ? &fence : nullptr, p, sc).dump(2) << "\n";
     return 0;
   }
   std::cout << "plan of model '" << g.name << "' (" << g.param_count() / 1e6 << " M parameters; batch " << batch << " = "
@@ -271,6 +284,9 @@ int run_plan(const command_args& a) {
         std::cout << "none beats the pipeline-only plan (predicted step " << fence.pipeline_step_s << " s)\n";
     }
   }
+  std::cout << "schedule: " << schedule_name(p.schedule) << " ("
+            << (a.schedule == "auto" ? "auto: " + sc.reason : "--train.schedule") << "); " << format_predictions(sc)
+            << "\n";
   std::cout << format_plan_report(est, r);
   if (compression.mode != codec_kind::none) std::cout << format_plan(g, c, p);
   return 0;
@@ -319,6 +335,7 @@ int run(int argc, char** argv) {
   program.option(plan_cmd, "--cluster.policy", a.policy);
   program.option(plan_cmd, "--cluster.profile,--profile", a.profile_file);
   program.option(plan_cmd, "--compression.mode", a.compression, &a.has_compression);
+  program.option(plan_cmd, "--train.schedule", a.schedule);
   program.flag(plan_cmd, "--json", a.json);
   for (auto [old_flag, advice] : {std::pair{"--policy", "use --cluster.policy P"},
                                   {"--compression", "use --compression.mode MODE"}})

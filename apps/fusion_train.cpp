@@ -36,6 +36,7 @@
 #include "core/graph_names.hpp"
 #include "core/log.hpp"
 #include "ops/optim.hpp"
+#include "scheduler/schedule.hpp"
 
 namespace {
 
@@ -130,6 +131,10 @@ struct train_app_config : table_config {
         {"data", "flip", "image models: random horizontal flips", &run.flip},
         {"train", "batch", "global batch: sequences per optimizer step", &run.batch},
         {"train", "micro-batches", "pipeline micro-batches per step (divides batch)", &run.micro_batches},
+        {"train", "schedule",
+         "pipeline schedule: eager (whatever is ready runs), gpipe (every forward before any backward), 1f1b (at "
+         "most stages - position micro-batches alive per stage) or auto (the estimator's choice, printed at start)",
+         &run.schedule},
         {"train", "steps", "total optimizer steps", &run.steps},
         {"train", "seed", "seed for parameter init and batch order", &run.seed},
         {"train", "eval-every", "validate every N steps (0: at the end only)", &run.eval_every},
@@ -273,6 +278,9 @@ void check_settings(const train_app_config& cfg) {
   if (r.micro_batches < 1 || r.batch % r.micro_batches != 0)
     problems.push_back("train.micro-batches (" + std::to_string(r.micro_batches) + ") must be at least 1 and divide "
                       "train.batch (" + std::to_string(r.batch) + ")");
+  pipeline_schedule schedule;
+  if (r.schedule != "auto" && !parse_schedule(r.schedule, schedule))
+    problems.push_back("train.schedule must be eager, gpipe, 1f1b or auto, got \"" + r.schedule + "\"");
   if (r.steps < 0) problems.push_back("train.steps must be at least 0, got " + std::to_string(r.steps));
   if (!(r.val_fraction >= 0 && r.val_fraction < 1))
     problems.push_back("data.val-fraction must be at least 0 and below 1, got " + format_number(r.val_fraction));

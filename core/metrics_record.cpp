@@ -89,8 +89,10 @@ std::string metrics_time(std::chrono::system_clock::time_point t) {
 
 std::string step_metrics_line(const step_record& rec, const graph& g, double elapsed_s, const std::string& time) {
   json ops = json::object();
-  for (const auto& m : rec.ops)
-    ops[g.nodes[m.node].name] = {{"fwd_ms", milliseconds(m.forward_s)}, {"bwd_ms", milliseconds(m.backward_s)}};
+  for (const auto& m : rec.ops) {
+    auto& o = ops[g.nodes[m.node].name] = {{"fwd_ms", milliseconds(m.forward_s)}, {"bwd_ms", milliseconds(m.backward_s)}};
+    if (m.peak_live > 0) o["live"] = m.peak_live;
+  }
   json edges = json::array();
   for (const auto& e : rec.edges)
     edges.push_back({{"from", e.from_node},

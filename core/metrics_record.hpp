@@ -23,6 +23,9 @@ struct op_measurement {
   int node = -1;                       ///< graph node id
   std::vector<double> forward_s;       ///< per micro-batch
   std::vector<double> backward_s;      ///< per micro-batch
+  /// The most micro-batches of activations its actor held at once (the largest over its
+  /// replicas; 0: not reported). 1F1B bounds it by stages - position (scheduler/schedule.hpp).
+  int peak_live = 0;
 };
 
 /// Measured traffic of one cross-process edge in one step.

@@ -41,7 +41,7 @@ struct step_estimate {
   double pipeline_s = 0;                ///< forward + backward of the M micro-batches (makespan)
   double optimizer_s = 0;               ///< what follows: norm round trip, optimizer step, stats poll
   std::vector<double> node_compute_s;   ///< per cluster node: op seconds per step (fwd + bwd + update)
-  std::vector<double> node_memory_bytes;///< per cluster node: memory_bytes() of its ops (a replica: activations of its micro-batches only)
+  std::vector<double> node_memory_bytes;///< per cluster node: memory_bytes() of its ops (a replica: activations of its micro-batches only; 1F1B: of its live bound)
   /// Per plan edge (same order as plan::edges): seconds per step on its link, all micro-batches.
   std::vector<double> edge_s;
   double feed_interval_s = 0;           ///< feed_interval_s() of the plan
@@ -122,7 +122,11 @@ class workload_estimator {
   /// on the replica its route picks, each replica's actor runs its backward in micro-batch
   /// order, and when an op's last backward is done on every replica a ring all-reduce of its
   /// gradient (2 (R - 1) / R x its parameter bytes on every ring link, on the same FIFO links)
-  /// must finish before the optimizer step (step_estimate::allreduce_*).
+  /// must finish before the optimizer step (step_estimate::allreduce_*). Under p.schedule 1F1B
+  /// the forward of an actor's k-th micro-batch also waits for its backward of the
+  /// (k - live_limits)-th, and node_memory_bytes counts that many micro-batches of activations;
+  /// under GPipe an actor's first backward waits for all its forwards of the step.
+  /// Links are full duplex: each direction of a node pair is its own FIFO.
   step_estimate simulate(const plan& p) const;
 
   /// Refinement from a step's measurements. `forward_s` and `backward_s` are per micro-batch

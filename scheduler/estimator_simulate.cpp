@@ -1,7 +1,8 @@
 // The workload estimator's discrete-event simulation of one training step: every (op,
 // micro-batch, direction) task on the node its route picks, the transfers between nodes, the
 // gradient all-reduce of stage replicas, then the optimizer step. It follows the runtime's
-// schedule (docs/distributed.md, actors/op_actor.cpp).
+// schedule (docs/distributed.md, actors/op_actor.cpp): the plan's pipeline schedule
+// (scheduler/schedule.hpp) holds forwards or backwards back as core/live_gate.hpp does there.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -12,6 +13,7 @@
 #include <tuple>
 
 #include "scheduler/estimator.hpp"
+#include "scheduler/schedule.hpp"
 
 namespace fusion {
 
@@ -51,6 +53,8 @@ step_estimate workload_estimator::simulate(const plan& p) const {
   if (!pw.stages.empty() && (static_cast<int>(pw.stage_of_op.size()) != ops_ || pw.routes.empty()))
     throw std::invalid_argument("workload estimator: the plan's stages do not cover model '" + g.name + "'");
   const int M = micro_batches();
+  // Per graph node: micro-batches of activations one of its actors may hold (0: no bound).
+  const std::vector<int> limit = live_limits(g, pw, p.schedule);
   // The node of every (op, micro-batch): the replica its route picks.
   std::vector<int> node_at(static_cast<size_t>(ops_) * M, 0);
   for (int id = 0; id < ops_; ++id)
@@ -82,13 +86,14 @@ step_estimate workload_estimator::simulate(const plan& p) const {
       ++routed[pw.replica_of(id, m)];
     }
     // Every replica holds the parameters and optimizer state and updates them; activations are
-    // saved for the micro-batches routed through it.
+    // saved for the micro-batches routed through it, at most limit[id] of them at once.
     for (int r = 0; r < pw.replicas(id); ++r) {
       const int k = pw.node_of(id, r);
       const double upd = update_s(id, k);
       node_update[k] += upd;
       est.node_compute_s[k] += upd;
-      est.node_memory_bytes[k] += 4 * costs_[id].param_bytes + 2.0 * routed[r] * output_bytes(id);
+      const int live = limit[id] > 0 ? std::min(limit[id], routed[r]) : routed[r];
+      est.node_memory_bytes[k] += 4 * costs_[id].param_bytes + 2.0 * live * output_bytes(id);
     }
   }
 
@@ -121,7 +126,9 @@ step_estimate workload_estimator::simulate(const plan& p) const {
     (e.forward() ? fwd_bytes : bwd_bytes)[consumer_base_[e.producer] + e.consumer_index] = bytes;
   }
 
-  // Link state per ordered node pair, rates looked up on first use.
+  // Link state per ordered node pair, rates looked up on first use: a link is full duplex (the
+  // data channel is one TCP connection per direction), so activations a -> b and gradients
+  // b -> a queue separately and cross at once; each direction is one FIFO.
   std::vector<double> link_free(K * K, 0.0), link_sec_per_byte(K * K, -1.0), link_half_rtt(K * K, 0.0);
   auto prepare = [&](size_t at, int a, int b) {
     if (link_sec_per_byte[at] < 0) {
@@ -153,6 +160,29 @@ step_estimate workload_estimator::simulate(const plan& p) const {
     }
   }
 
+  // The live bound: the forward of an actor's k-th micro-batch waits for the backward of its
+  // (k - limit)-th (gate_next[op][m]: the forward released when the backward of m is done).
+  // GPipe: an actor's first backward (the others follow in order) waits for all its forwards
+  // (first_local[op][m]: the first micro-batch of m's replica; forwards_of[op][m]: its count).
+  const bool forwards_first = p.schedule == pipeline_schedule::gpipe;
+  std::vector<std::vector<int>> gate_next(ops_, std::vector<int>(M, -1));
+  std::vector<std::vector<char>> gated(ops_, std::vector<char>(M, 0));
+  std::vector<std::vector<int>> first_local(ops_, std::vector<int>(M, -1)), forwards_of(first_local);
+  for (int id = 0; id < ops_; ++id) {
+    if (keys_[id].empty()) continue;
+    std::vector<std::vector<int>> local(pw.replicas(id));
+    for (int m = 0; m < M; ++m) local[pw.replica_of(id, m)].push_back(m);
+    for (auto& mbs : local) {
+      for (int m : mbs) first_local[id][m] = mbs.front();
+      if (!mbs.empty()) forwards_of[id][mbs.front()] = static_cast<int>(mbs.size());
+      if (limit[id] <= 0) continue;
+      for (size_t k = static_cast<size_t>(limit[id]); k < mbs.size(); ++k) {
+        gate_next[id][mbs[k - limit[id]]] = mbs[k];
+        gated[id][mbs[k]] = 1;
+      }
+    }
+  }
+
   const size_t n_tasks = static_cast<size_t>(ops_) * M * 2;
   auto task_of = [M](int op, int m, int dir) { return (op * M + m) * 2 + dir; };
   std::vector<int> pending(n_tasks, 0);
@@ -167,8 +197,9 @@ step_estimate workload_estimator::simulate(const plan& p) const {
     const int grads = id == g.loss_node ? 0 : static_cast<int>(n.consumers.size());
     backward_left[id] = M;
     for (int m = 0; m < M; ++m) {
-      pending[task_of(id, m, 0)] = static_cast<int>(n.inputs.size());
-      pending[task_of(id, m, 1)] = 1 + grads + (has_prev[id][m] ? 1 : 0);
+      pending[task_of(id, m, 0)] = static_cast<int>(n.inputs.size()) + (gated[id][m] ? 1 : 0);
+      pending[task_of(id, m, 1)] = 1 + grads + (has_prev[id][m] ? 1 : 0) +
+                                   (forwards_first && forwards_of[id][m] > 0 ? forwards_of[id][m] : 0);
       expected += 2;
     }
   }
@@ -239,6 +270,7 @@ step_estimate workload_estimator::simulate(const plan& p) const {
       arrive(task_of(u, m, 1), at);
     }
     if (next_same[op][m] >= 0) arrive(task_of(op, next_same[op][m], 1), t);
+    if (gate_next[op][m] >= 0) arrive(task_of(op, gate_next[op][m], 0), t);
     if (--backward_left[op] == 0) all_reduce(op, t);
   };
 
@@ -269,6 +301,7 @@ step_estimate workload_estimator::simulate(const plan& p) const {
         if (dir == 0) {
           emit_forward(op, m, ev.time);
           arrive(task_of(op, m, 1), ev.time);
+          if (forwards_first) arrive(task_of(op, first_local[op][m], 1), ev.time);
         } else {
           emit_backward(op, m, ev.time);
         }

@@ -255,6 +255,7 @@ plan renumber(plan p, uint64_t first_id) {
 
 plan replan(const graph& g, const plan& before, placement where) {
   plan after = make_plan(g, std::move(where), before.next_edge_id);
+  after.schedule = before.schedule;
   std::map<edge_key, const plan_edge*> old_edges;
   for (auto& e : before.edges) old_edges[key_of(e)] = &e;
   for (auto& e : after.edges) {

@@ -15,6 +15,7 @@
 #include "core/graph.hpp"
 #include "scheduler/placement.hpp"
 #include "scheduler/profile.hpp"
+#include "scheduler/schedule.hpp"
 
 namespace fusion {
 
@@ -77,6 +78,9 @@ struct plan {
   /// exactly the pipeline plan's edges and ids.
   std::vector<plan_edge> edges;
   uint64_t next_edge_id = 1;    ///< the id a later plan of this run starts from
+  /// How the stages interleave forwards and backwards (scheduler/schedule.hpp); the op actors
+  /// get its live bound with their wiring, and the estimator simulates it.
+  pipeline_schedule schedule = pipeline_schedule::eager;
 
   /// The edge with this id, or null.
   const plan_edge* find(uint64_t id) const;
@@ -112,7 +116,7 @@ plan renumber(plan p, uint64_t first_id);
 /// The plan of a new placement for a running `before`: `after` is `before`'s graph wired under
 /// `where` (new edges numbered from before.next_edge_id); every edge that keeps its key and both
 /// ends keeps its id and codec, so diff(before, result) lists only the edges that must change and
-/// their senders (and compression state) stay as they are.
+/// their senders (and compression state) stay as they are. The schedule stays `before`'s.
 plan replan(const graph& g, const plan& before, placement where);
 
 /// One replica r >= 1 of an op that appears, goes or moves from one plan to the next.

@@ -18,6 +18,7 @@ packages=(
   tmux  # tests/apps/admin_watch_test.cpp: fusion-admin watch on a terminal
   libcpp-httplib-dev curl  # fusion-train metrics.port (Prometheus) and its test
   gnuplot-nox
+  time  # bench/schedule_bench.sh: peak RSS per node process (GNU time %M)
   # scripts/fuzz.sh: clang with libFuzzer and the sanitizer runtimes (docs/security.md)
   clang libclang-rt-14-dev
 )

@@ -3,6 +3,7 @@
 #include <doctest/doctest.h>
 
 #include <nlohmann/json.hpp>
+#include <algorithm>
 #include <filesystem>
 #include <set>
 #include <string>
@@ -30,6 +31,11 @@ TEST_CASE("apps/fusion-cluster: plan predicts a 48-GPU cluster, in JSON and as a
   CHECK(j["micro_batch_rows"] == 4);
   CHECK(j["step_s"].get<double>() > 0);
   CHECK(j["tokens_per_s"].get<double>() > 0);
+  // The schedule auto chose has the fastest prediction, and step_s is its prediction.
+  auto& by = j["schedule_step_s"];
+  const double fastest = std::min({by["eager"].get<double>(), by["gpipe"].get<double>(), by["1f1b"].get<double>()});
+  CHECK(by[j["schedule"].get<std::string>()].get<double>() == doctest::Approx(fastest));
+  CHECK(j["step_s"].get<double>() == doctest::Approx(fastest));
   REQUIRE(!j["fences"].empty());
   CHECK(j["chain"].size() <= 48);
   // Every op on exactly one stage (a replica repeats its stage's ops); no stage beyond its node's
@@ -54,6 +60,8 @@ TEST_CASE("apps/fusion-cluster: plan predicts a 48-GPU cluster, in JSON and as a
   CHECK(text.output.find("policy opfence, rates stated by the cluster file") != std::string::npos);
   CHECK(text.output.find("fences:") != std::string::npos);
   CHECK(text.output.find("predicted step") != std::string::npos);
+  CHECK(text.output.find("schedule: ") != std::string::npos);
+  CHECK(text.output.find(" s under gpipe (peak node memory ") != std::string::npos);
   CHECK(text.output.find("replicas:") == std::string::npos);  // the default plans no replicas
 
   // The even baseline is predicted slower on this cluster of mixed GPUs and 8 Mbit/s links.
@@ -79,6 +87,8 @@ TEST_CASE("apps/fusion-cluster: plan refuses usage mistakes with exit 2 and a re
        "--train.micro-batches needs an integer >= 1"},
       {"plan configs/clusters/sites-3.pbtxt --model configs/models/gpt-char-small.pbtxt --batch 32",
        "--batch is no longer an option of plan: use --train.batch B and --train.micro-batches M"},
+      {"plan configs/clusters/sites-3.pbtxt --model configs/models/gpt-char-small.pbtxt --train.schedule zigzag",
+       "--train.schedule must be eager, gpipe, 1f1b or auto, got 'zigzag'"},
       {"plan configs/clusters/sites-3.pbtxt --model configs/models/gpt-char-small.pbtxt --policy even",
        "--policy is no longer an option of plan: use --cluster.policy P"},
   };

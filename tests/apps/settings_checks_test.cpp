@@ -87,6 +87,7 @@ TEST_CASE("settings: meaningless values are usage errors that name the setting, 
       {"--output.sample-chars=-10", "output.sample-chars must be at least 0 (0: none), got -10"},
       {"--sample.temperature=-0.5", "sample.temperature must be at least 0 (0: greedy), got -0.5"},
       {"--sample.count=-3", "sample.count must be at least 0, got -3"},
+      {"--train.schedule=zigzag", "train.schedule must be eager, gpipe, 1f1b or auto, got \"zigzag\""},
       {"--data.val-fraction=0.0", "train.eval-batches is 8 but data.val-fraction is 0"},
   };
   for (auto& m : mistakes) {
