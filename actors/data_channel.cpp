@@ -108,18 +108,33 @@ status reversal::check(const net::reverse_hello& hello, bool tls) const {
 }
 
 void reversal::adopted(const std::string& node, std::shared_ptr<data_link> link) {
-  std::lock_guard<std::mutex> guard(mutex_);
-  adopted_[node] = std::move(link);
+  {
+    std::lock_guard<std::mutex> guard(mutex_);
+    adopted_[node] = std::move(link);
+  }
+  adopted_cv_.notify_all();
 }
 
-std::shared_ptr<data_link> reversal::take(const std::string& node) {
-  std::lock_guard<std::mutex> guard(mutex_);
+std::shared_ptr<data_link> reversal::take(const std::string& node, std::chrono::milliseconds wait) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  adopted_cv_.wait_for(lock, wait, [&] { return adopted_.count(node) > 0; });
   expected_.erase(node);
   auto it = adopted_.find(node);
   if (it == adopted_.end()) return nullptr;
   auto link = std::move(it->second);
   adopted_.erase(it);
   return link;
+}
+
+void reversal::close() {
+  std::map<std::string, std::shared_ptr<data_link>> dropped;
+  {
+    std::lock_guard<std::mutex> guard(mutex_);
+    dropped.swap(adopted_);
+    expected_.clear();
+    reader_ = nullptr;
+  }
+  // `dropped` closes its links here, outside the lock.
 }
 
 void reversal::set_reader(std::function<status(net::socket, net::stream, std::string)> reader) {
@@ -232,6 +247,9 @@ data_channel_server::data_channel_server(const std::string& host, uint16_t port,
 data_channel_server::~data_channel_server() {
   if (impl_->reverse) impl_->reverse->set_reader(nullptr);
   if (impl_->server) impl_->server->stop();
+  // Links adopted after their edge was given up (a failed run) would otherwise live on in the
+  // node's identity past the actor system.
+  if (impl_->reverse) impl_->reverse->close();
 }
 
 uint16_t data_channel_server::port() const { return impl_->server->port(); }

@@ -11,6 +11,7 @@
 #include <caf/all.hpp>
 
 #include <chrono>
+#include <condition_variable>
 #include <functional>
 #include <map>
 #include <memory>
@@ -94,8 +95,13 @@ class reversal {
   status check(const net::reverse_hello& hello, bool tls) const;
   /// The adopted connection's link (from the server's thread).
   void adopted(const std::string& node, std::shared_ptr<data_link> link);
-  /// The link adopted from `node` since expect(), or null; forgets the expectation.
-  std::shared_ptr<data_link> take(const std::string& node);
+  /// The link adopted from `node` since expect(), or null; forgets the expectation. The node's
+  /// answer can overtake the server's hand-over (its ack goes out first): waits up to `wait`.
+  std::shared_ptr<data_link> take(const std::string& node,
+                                  std::chrono::milliseconds wait = std::chrono::milliseconds(0));
+  /// Drops links nobody took and the reader (the data channel is closing; a link must not
+  /// outlive the actor system its node actor belongs to).
+  void close();
 
   // ---- the node behind a firewall ----
   /// Set by its data_channel_server: hands a dialed connection to the server's readers.
@@ -111,6 +117,7 @@ class reversal {
   const bool accept_inbound_;
   const std::string host_;
   mutable std::mutex mutex_;
+  std::condition_variable adopted_cv_;
   uint16_t port_ = 0;
   std::map<std::string, std::string> expected_;  // node -> token
   std::map<std::string, std::shared_ptr<data_link>> adopted_;

@@ -124,7 +124,9 @@ void reversed_link_to(node_ptr self, const node_inbox& peer_inbox, const std::st
                 st.id.reverse->host(), st.id.reverse->port(), token)
       .then(
           [self, peer, finish](bool) {
-            auto link = self->state.id.reverse->take(peer);
+            // The peer answers once the sender's ack reached it; the server hands the
+            // connection over just after sending that ack.
+            auto link = self->state.id.reverse->take(peer, std::chrono::seconds(5));
             if (!link)
               return finish(fail("node '" + peer + "' said it dialed, but no connection from it arrived"));
             finish(link);
@@ -246,9 +248,10 @@ node_actor::behavior_type node_actor_fn(node_ptr self, node_identity id, std::sh
         if (receiver_dials) {
           auto rp = self->make_response_promise<edge_sender_actor>();
           reversed_link_to(self, peer, peer_node, [=](result<std::shared_ptr<data_link>> link) mutable {
-            if (!link)
-              return rp.deliver(make_error(fusion_errc::connect_failed, "node " + self->state.id.name + ": " + link.error()));
-            rp.deliver(make_sender(self, edge, peer, cfg, *link, codec));
+            if (link)
+              rp.deliver(make_sender(self, edge, peer, cfg, *link, codec));
+            else
+              rp.deliver(make_error(fusion_errc::connect_failed, "node " + self->state.id.name + ": " + link.error()));
           });
           return rp;
         }

@@ -124,6 +124,12 @@ void print_summary(const cluster_spec& c) {
         std::cout << " " << n.name << " (" << n.device << (n.accept_inbound ? "" : ", accepts no inbound") << ")";
     std::cout << "\n";
   }
+  for (size_t a = 0; a < c.sites.size(); ++a)
+    for (size_t b = a + 1; b < c.sites.size(); ++b) {
+      double m = c.link_mbit(c.sites[a].name, c.sites[b].name);
+      std::cout << "  link " << c.sites[a].name << " <-> " << c.sites[b].name << ": "
+                << (std::isinf(m) ? std::string("unshaped") : mbit_text(m) + " Mbit/s") << "\n";
+    }
   // docs/transport.md, "Connection reversal": a firewalled node dials its senders; two of them
   // cannot reach each other, and their tensors take the slower way through the coordinator.
   if (auto off = c.firewalled_nodes(); off.size() >= 2) {
@@ -132,12 +138,6 @@ void print_summary(const cluster_spec& c) {
     std::cout << " accept no inbound connection: tensors between any two of them go over CAF through the "
                  "coordinator (slower); the others are dialed by them\n";
   }
-  for (size_t a = 0; a < c.sites.size(); ++a)
-    for (size_t b = a + 1; b < c.sites.size(); ++b) {
-      double m = c.link_mbit(c.sites[a].name, c.sites[b].name);
-      std::cout << "  link " << c.sites[a].name << " <-> " << c.sites[b].name << ": "
-                << (std::isinf(m) ? std::string("unshaped") : mbit_text(m) + " Mbit/s") << "\n";
-    }
 }
 
 

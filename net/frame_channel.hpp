@@ -353,7 +353,7 @@ class frame_server {
   void accept_loop();
   void read_loop(connection& c);
   bool secure(connection& c, std::chrono::steady_clock::time_point deadline);
-  bool hand_over(connection& c, const preamble& pre, const std::string& meta);
+  bool hand_over(connection& c, const std::string& meta);
   bool discard(connection& c, uint64_t n);
   void report(channel_error_kind kind, const connection& c, std::string message, bool established = false);
   void reap_finished();

@@ -195,14 +195,13 @@ bool frame_server::secure(connection& c, std::chrono::steady_clock::time_point d
 // A reverse hello as the first frame: checked by the owner's accept_reverse, acknowledged with
 // an ack frame (count 0), then the socket and its stream leave the server for adopt_reverse.
 // True when handed over; false (reported) when refused, and the caller closes the connection.
-bool frame_server::hand_over(connection& c, const preamble& pre, const std::string& meta) {
+bool frame_server::hand_over(connection& c, const std::string& meta) {
   const std::string from = "reverse hello from " + c.peer;
   auto refuse = [&](const std::string& why) {
     ++rejected_;
     if (!stopping_.load()) ++broken_, report(channel_error_kind::refused, c, from + " refused: " + why);
     return false;
   };
-  (void)pre;
   if (!options_.accept_reverse || !options_.adopt_reverse) return refuse("this data channel takes no reversed connections");
   auto decoded = decode_reverse_hello(meta);
   if (!decoded) return refuse(decoded.error());
@@ -313,7 +312,7 @@ void frame_server::read_loop(connection& c) {
                "a reverse hello after the first frame of a connection, closing the connection");
         break;
       }
-      if (hand_over(c, *pre, frame.meta)) return;  // the connection is someone else's now
+      if (hand_over(c, frame.meta)) return;  // the connection is someone else's now
       break;
     }
     greeted = true;
