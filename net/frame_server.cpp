@@ -261,6 +261,7 @@ void frame_server::read_loop(connection& c) {
   // connects and sends nothing (or a byte now and then) is closed instead of holding its thread.
   const bool deadline_on = options_.first_frame_timeout.count() > 0;
   const auto deadline = std::chrono::steady_clock::now() + options_.first_frame_timeout;
+  // A handshake always has a deadline: TLS needs several reads, each of which could wait.
   if (!c.adopted && !secure(c, deadline_on ? deadline : std::chrono::steady_clock::now() + std::chrono::seconds(10))) {
     c.sock.shutdown();
     c.finished.store(true);
