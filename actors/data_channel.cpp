@@ -153,13 +153,11 @@ status reversal::dial(const std::string& me, const std::string& sender, const st
   o.peer = {security::role::node, sender};
   auto conn = net::dial_reverse(host, port, {me, token}, o);
   if (!conn) return fail(what + conn.error());
-  std::function<status(net::socket, net::stream, std::string)> reader;
-  {
-    std::lock_guard<std::mutex> guard(mutex_);
-    reader = reader_;
-  }
-  if (!reader) return fail(what + "its data channel is closed");
-  auto st = reader(std::move(conn->sock), std::move(conn->io), conn->peer);
+  // Under the lock: the data channel's destructor clears the reader before it goes, and must
+  // not go while the reader is handing a connection to it (adopt() does not block).
+  std::lock_guard<std::mutex> guard(mutex_);
+  if (!reader_) return fail(what + "its data channel is closed");
+  auto st = reader_(std::move(conn->sock), std::move(conn->io), conn->peer);
   if (!st) return fail(what + st.error());
   return {};
 }
