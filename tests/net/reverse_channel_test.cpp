@@ -10,6 +10,8 @@
 #include <mutex>
 #include <set>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "net/frame_channel.hpp"
 #include "net/tls.hpp"
