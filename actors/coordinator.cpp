@@ -161,8 +161,12 @@ void create_edges(coord_ptr self, std::vector<plan_edge> add, std::function<void
     auto& s = self->state;
     const auto& e = (*edges)[i];
     const auto& peer = s.members.hellos[e.to];
+    // A receiver behind a firewall (the cluster file says so, or it listens nowhere) dials the
+    // sender's data channel itself (connection reversal, docs/transport.md).
+    const bool dials = tcp && (!s.in->cluster.nodes[e.to].accept_inbound || peer.data_port == 0);
     return self->request(s.members.nodes[e.from], timeout, edge_atom::value, e.id, node_inbox{s.members.nodes[e.to]}, ec,
-                         tcp ? peer.host : std::string{}, tcp ? peer.data_port : uint16_t{0}, peer.name, e.setting);
+                         tcp ? peer.host : std::string{}, tcp ? peer.data_port : uint16_t{0}, dials, peer.name,
+                         e.setting);
   }, [=](std::vector<edge_sender_actor> made) {
     auto& s = self->state;
     for (size_t i = 0; i < made.size(); ++i) s.exec.senders[(*edges)[i].id] = made[i];

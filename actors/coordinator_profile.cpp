@@ -178,13 +178,17 @@ void probe_round(coord_ptr self, std::shared_ptr<std::vector<std::vector<std::pa
   if (*left == 0) return probe_round(self, rounds, r + 1, not_probed, next);
   for (auto [sa, sb] : (*rounds)[r]) {
     int a = first_node_of(st, sa), b = first_node_of(st, sb);
-    // The prober connects to the other node's data channel; a node without one cannot be
-    // probed towards, so try the pair the other way round.
-    if (st.members.hellos[b].data_port == 0) std::swap(a, b);
+    // The prober connects to the other node's data channel; a node without one, or behind a
+    // firewall (accept_inbound: false), cannot be probed towards, so try the pair the other way.
+    auto reachable = [&](int n) {
+      return st.members.hellos[n].data_port != 0 && st.in->cluster.nodes[n].accept_inbound;
+    };
+    if (!reachable(b)) std::swap(a, b);
     const std::string pair = site_name(st, sa) + " - " + site_name(st, sb);
-    if (st.members.hellos[b].data_port == 0) {
+    if (!reachable(b)) {
       not_probed->push_back("link " + pair + " not probed: neither node '" + st.members.hellos[a].name + "' nor node '" +
-                            st.members.hellos[b].name + "' has a data channel; the cluster file's rate stands");
+                            st.members.hellos[b].name +
+                            "' accepts inbound data channel connections; the cluster file's rate stands");
       one_done();
       continue;
     }

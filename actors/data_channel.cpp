@@ -2,6 +2,7 @@
 
 #include "actors/messages.hpp"
 #include "net/frame_channel.hpp"
+#include "security/identity.hpp"
 
 namespace fusion {
 
@@ -44,9 +45,127 @@ void finish_chunk(const edge_route& r, const wire_header& h, std::optional<tenso
     caf::anon_send(r.target, reduce_atom::value, h.step, h.micro_batch, std::move(*whole));
 }
 
+namespace {
+
+class tcp_link : public data_link {
+ public:
+  tcp_link(std::unique_ptr<net::frame_sender> sender, node_actor node) : sender_(std::move(sender)), node_(node) {}
+  ~tcp_link() override { sender_->close(std::chrono::seconds(2)); }
+
+  void send(std::string header, std::shared_ptr<const std::byte> source, uint64_t offset, uint64_t length) override {
+    const std::byte* data = source ? source.get() + offset : nullptr;
+    auto node = node_;
+    auto peer = sender_->peer();
+    auto st = sender_->try_send(std::move(header), data, length, source, [node, peer](const status& sent) {
+      if (!sent)
+        caf::anon_send(
+            node, fail_atom::value,
+            make_error(fusion_errc::connect_failed, "data channel: sending to " + peer + ": " + sent.error()));
+    });
+    if (st != net::send_status::queued)
+      caf::anon_send(node_, fail_atom::value,
+                     make_error(fusion_errc::connect_failed,
+                                "data channel: cannot queue a chunk for " + peer + ": " + net::to_string(st)));
+  }
+
+ private:
+  std::unique_ptr<net::frame_sender> sender_;
+  node_actor node_;
+};
+
+}  // namespace
+
+reversal::reversal(bool accept_inbound, std::string host) : accept_inbound_(accept_inbound), host_(std::move(host)) {}
+
+uint16_t reversal::port() const {
+  std::lock_guard<std::mutex> guard(mutex_);
+  return port_;
+}
+
+void reversal::set_port(uint16_t port) {
+  std::lock_guard<std::mutex> guard(mutex_);
+  port_ = port;
+}
+
+std::string reversal::expect(const std::string& node) {
+  auto token = security::random_nonce();
+  std::lock_guard<std::mutex> guard(mutex_);
+  expected_[node] = token;
+  adopted_.erase(node);
+  return token;
+}
+
+status reversal::check(const net::reverse_hello& hello, bool tls) const {
+  const auto& node = hello.meta.node;
+  std::lock_guard<std::mutex> guard(mutex_);
+  auto it = expected_.find(node);
+  if (it == expected_.end()) return fail("this node asked no node '" + node + "' to dial it");
+  if (it->second != hello.meta.token) return fail("node '" + node + "' brought a token this node did not give it");
+  if (tls && hello.certificate_name != node)
+    return fail("it says it is node '" + node + "' but holds the certificate of node '" + hello.certificate_name + "'");
+  if (adopted_.count(node)) return fail("node '" + node + "' has dialed already");
+  return {};
+}
+
+void reversal::adopted(const std::string& node, std::shared_ptr<data_link> link) {
+  {
+    std::lock_guard<std::mutex> guard(mutex_);
+    adopted_[node] = std::move(link);
+  }
+  adopted_cv_.notify_all();
+}
+
+std::shared_ptr<data_link> reversal::take(const std::string& node, std::chrono::milliseconds wait) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  adopted_cv_.wait_for(lock, wait, [&] { return adopted_.count(node) > 0; });
+  expected_.erase(node);
+  auto it = adopted_.find(node);
+  if (it == adopted_.end()) return nullptr;
+  auto link = std::move(it->second);
+  adopted_.erase(it);
+  return link;
+}
+
+void reversal::close() {
+  std::map<std::string, std::shared_ptr<data_link>> dropped;
+  {
+    std::lock_guard<std::mutex> guard(mutex_);
+    dropped.swap(adopted_);
+    expected_.clear();
+    reader_ = nullptr;
+  }
+  // `dropped` closes its links here, outside the lock.
+}
+
+void reversal::set_reader(std::function<status(net::socket, net::stream, std::string)> reader) {
+  std::lock_guard<std::mutex> guard(mutex_);
+  reader_ = std::move(reader);
+}
+
+status reversal::dial(const std::string& me, const std::string& sender, const std::string& host, uint16_t port,
+                      const std::string& token, std::shared_ptr<const net::tls_context> tls,
+                      std::chrono::milliseconds timeout) {
+  const std::string what = "node '" + me + "' (accept_inbound: false) cannot open the data channel to node '" +
+                           sender + "': ";
+  net::reverse_options o;
+  o.connect_timeout = timeout;
+  o.tls = std::move(tls);
+  o.peer = {security::role::node, sender};
+  auto conn = net::dial_reverse(host, port, {me, token}, o);
+  if (!conn) return fail(what + conn.error());
+  // Under the lock: the data channel's destructor clears the reader before it goes, and must
+  // not go while the reader is handing a connection to it (adopt() does not block).
+  std::lock_guard<std::mutex> guard(mutex_);
+  if (!reader_) return fail(what + "its data channel is closed");
+  auto st = reader_(std::move(conn->sock), std::move(conn->io), conn->peer);
+  if (!st) return fail(what + st.error());
+  return {};
+}
+
 struct data_channel_server::impl {
   node_actor node;
   std::shared_ptr<route_table> routes;
+  std::shared_ptr<reversal> reverse;
   std::mutex mutex;                                   // guards assemblers
   std::map<uint64_t, wire_assembler> assemblers;      // per connection: chunks of one sender
   std::unique_ptr<net::frame_server> server;
@@ -79,15 +198,28 @@ struct data_channel_server::impl {
 };
 
 data_channel_server::data_channel_server(const std::string& host, uint16_t port, node_actor node,
-                                         std::shared_ptr<route_table> routes, std::shared_ptr<const net::tls_context> tls)
+                                         std::shared_ptr<route_table> routes, std::shared_ptr<const net::tls_context> tls,
+                                         std::shared_ptr<reversal> reverse)
     : impl_(std::make_unique<impl>()) {
   impl_->node = node;
   impl_->routes = std::move(routes);
+  impl_->reverse = reverse;
   net::frame_server_options opts;
   opts.host = host;
   opts.port = port;
-  opts.tls = std::move(tls);
+  opts.tls = tls;
   opts.peer = {security::role::node, {}};  // any node of the run: the coordinator admitted them
+  if (reverse) {
+    opts.listen = reverse->accepts_inbound();
+    const bool secured = tls != nullptr;
+    opts.accept_reverse = [reverse, secured](const net::reverse_hello& h) { return reverse->check(h, secured); };
+    opts.adopt_reverse = [reverse, node](const net::reverse_hello& h, net::socket sock, net::stream io) {
+      net::frame_sender_options o;
+      o.max_queued_frames = 4096;  // as connect_data_link's
+      auto sender = net::frame_sender::adopt(std::move(sock), std::move(io), h.meta.node + " (" + h.peer + ")", o);
+      reverse->adopted(h.meta.node, std::make_shared<tcp_link>(std::move(sender), node));
+    };
+  }
   auto* self = impl_.get();
   auto started = net::frame_server::start(
       opts, [self](net::incoming_frame& f) { return self->on_frame(f); },
@@ -102,43 +234,26 @@ data_channel_server::data_channel_server(const std::string& host, uint16_t port,
   if (!started) throw std::runtime_error("cannot start the data channel on " + host + ":" + std::to_string(port) + ": " +
                                          started.error());
   impl_->server = std::move(*started);
+  if (reverse) {
+    reverse->set_port(impl_->server->port());
+    reverse->set_reader([self](net::socket sock, net::stream io, std::string peer) {
+      return self->server->adopt(std::move(sock), std::move(io), std::move(peer));
+    });
+  }
 }
 
 data_channel_server::~data_channel_server() {
+  if (impl_->reverse) impl_->reverse->set_reader(nullptr);
   if (impl_->server) impl_->server->stop();
+  // Links adopted after their edge was given up (a failed run) would otherwise live on in the
+  // node's identity past the actor system.
+  if (impl_->reverse) impl_->reverse->close();
 }
 
 uint16_t data_channel_server::port() const { return impl_->server->port(); }
+uint64_t data_channel_server::accepted() const { return impl_->server->stats().connections; }
+uint64_t data_channel_server::adopted() const { return impl_->server->stats().adopted; }
 
-namespace {
-
-class tcp_link : public data_link {
- public:
-  tcp_link(std::unique_ptr<net::frame_sender> sender, node_actor node) : sender_(std::move(sender)), node_(node) {}
-  ~tcp_link() override { sender_->close(std::chrono::seconds(2)); }
-
-  void send(std::string header, std::shared_ptr<const std::byte> source, uint64_t offset, uint64_t length) override {
-    const std::byte* data = source ? source.get() + offset : nullptr;
-    auto node = node_;
-    auto peer = sender_->peer();
-    auto st = sender_->try_send(std::move(header), data, length, source, [node, peer](const status& sent) {
-      if (!sent)
-        caf::anon_send(
-            node, fail_atom::value,
-            make_error(fusion_errc::connect_failed, "data channel: sending to " + peer + ": " + sent.error()));
-    });
-    if (st != net::send_status::queued)
-      caf::anon_send(node_, fail_atom::value,
-                     make_error(fusion_errc::connect_failed,
-                                "data channel: cannot queue a chunk for " + peer + ": " + net::to_string(st)));
-  }
-
- private:
-  std::unique_ptr<net::frame_sender> sender_;
-  node_actor node_;
-};
-
-}  // namespace
 
 result<std::shared_ptr<data_link>> connect_data_link(const std::string& host, uint16_t port,
                                                      const std::string& peer_node,

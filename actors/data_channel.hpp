@@ -10,6 +10,9 @@
 
 #include <caf/all.hpp>
 
+#include <chrono>
+#include <condition_variable>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -21,12 +24,15 @@
 #include "actors/messages.hpp"
 #include "base/result.hpp"
 #include "core/wire.hpp"
+#include "net/socket.hpp"
+#include "net/stream.hpp"
 
 namespace fusion {
 
 namespace net {
 class frame_server;
 class tls_context;
+struct reverse_hello;
 }
 
 /// Where the tensors of an edge ending at this node go.
@@ -66,17 +72,76 @@ result<accepted_chunk> accept_chunk(std::string_view header, uint64_t payload_by
 /// holds the completed tensor (wire_assembler::end_chunk), hands it to the route's op actor.
 void finish_chunk(const edge_route& r, const wire_header& h, std::optional<tensor> whole);
 
+/// Connection reversal (docs/transport.md) for one node, shared by its node actor and its
+/// data_channel_server. A node that accepts inbound connections is asked by a receiver that
+/// does not: it expects() that node with a fresh token, the receiver dials its data channel, and
+/// the server hands the adopted connection over as a data_link that take() returns. A node that
+/// accepts none dial()s the senders that ask it to and reads their frames on those connections.
+class reversal {
+ public:
+  /// `host`: the address peers reach this node's data channel on.
+  reversal(bool accept_inbound, std::string host);
+  bool accepts_inbound() const noexcept { return accept_inbound_; }
+  const std::string& host() const noexcept { return host_; }
+  /// The data channel's port (0 while it listens nowhere); set once the server listens.
+  uint16_t port() const;
+  void set_port(uint16_t port);
+
+  // ---- the sending node ----
+  /// A fresh token for a reverse connection from `node`; its reverse hello must bring it.
+  std::string expect(const std::string& node);
+  /// Whether a reverse hello may hand its connection over: a node that was expected, with its
+  /// token, and (with TLS) whose certificate names that node. Fails saying why not.
+  status check(const net::reverse_hello& hello, bool tls) const;
+  /// The adopted connection's link (from the server's thread).
+  void adopted(const std::string& node, std::shared_ptr<data_link> link);
+  /// The link adopted from `node` since expect(), or null; forgets the expectation. The node's
+  /// answer can overtake the server's hand-over (its ack goes out first): waits up to `wait`.
+  std::shared_ptr<data_link> take(const std::string& node,
+                                  std::chrono::milliseconds wait = std::chrono::milliseconds(0));
+  /// Drops links nobody took and the reader (the data channel is closing; a link must not
+  /// outlive the actor system its node actor belongs to).
+  void close();
+
+  // ---- the node behind a firewall ----
+  /// Set by its data_channel_server: hands a dialed connection to the server's readers.
+  void set_reader(std::function<status(net::socket, net::stream, std::string)> reader);
+  /// Dials the data channel of `sender` (the node of that name at host:port) as node `me`,
+  /// says the reverse hello with `token` and gives the connection to the reader. Blocks up to
+  /// `timeout` (connect, TLS, the sender's ack); fails saying why, naming both ends.
+  status dial(const std::string& me, const std::string& sender, const std::string& host, uint16_t port,
+              const std::string& token, std::shared_ptr<const net::tls_context> tls,
+              std::chrono::milliseconds timeout = std::chrono::seconds(10));
+
+ private:
+  const bool accept_inbound_;
+  const std::string host_;
+  mutable std::mutex mutex_;
+  std::condition_variable adopted_cv_;
+  uint16_t port_ = 0;
+  std::map<std::string, std::string> expected_;  // node -> token
+  std::map<std::string, std::shared_ptr<data_link>> adopted_;
+  std::function<status(net::socket, net::stream, std::string)> reader_;
+};
+
 /// The receiving side of a node's data channel. Refused frames are reported to `node` as
 /// wire_atom(std::string reason), where they are counted like refused CAF wire chunks. With
 /// `tls`, only holders of a node certificate of the run's CA get past the TLS handshake; others
 /// are refused and logged as strangers.
 class data_channel_server {
  public:
-  /// Listens on host:port (0: any free port); throws std::runtime_error when it cannot.
+  /// Listens on host:port (0: any free port); throws std::runtime_error when it cannot. With
+  /// `reverse`: takes reverse hellos it expects, and listens nowhere (port 0) when the node
+  /// accepts no inbound connection, reading only the connections it dials.
   data_channel_server(const std::string& host, uint16_t port, node_actor node, std::shared_ptr<route_table> routes,
-                      std::shared_ptr<const net::tls_context> tls = nullptr);
+                      std::shared_ptr<const net::tls_context> tls = nullptr,
+                      std::shared_ptr<reversal> reverse = nullptr);
   ~data_channel_server();
+  /// The bound port; 0 when it listens nowhere.
   uint16_t port() const;
+  /// Connections accepted so far (0 for a node that accepts none) and reversed ones read.
+  uint64_t accepted() const;
+  uint64_t adopted() const;
 
  private:
   struct impl;

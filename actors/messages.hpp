@@ -81,6 +81,8 @@ using welcome_atom = caf::atom_constant<caf::atom("welcome")>;
 using coordinator_atom = caf::atom_constant<caf::atom("coord")>;
 using spawn_atom = caf::atom_constant<caf::atom("spawn")>;
 using edge_atom = caf::atom_constant<caf::atom("edge")>;
+/// Node -> node that accepts no inbound connection: dial my data channel (connection reversal).
+using reverse_atom = caf::atom_constant<caf::atom("reverse")>;
 using route_atom = caf::atom_constant<caf::atom("route")>;
 using wire_atom = caf::atom_constant<caf::atom("wire")>;
 using credit_atom = caf::atom_constant<caf::atom("credit")>;
@@ -473,7 +475,12 @@ using admin_actor = caf::typed_actor<caf::replies_to<query_atom, std::string>::w
 ///   coordinator_atom(coordinator) -> true        from fusion-node, before its hello; the node
 ///                                                reports failures to it and stops when it is gone
 ///   spawn_atom(spec, run) -> op actor;  retire_atom(op) -> whether the node hosted it
-///   edge_atom(edge, receiving node, flow, host, data port, peer node name, codec) -> edge sender
+///   edge_atom(edge, receiving node, flow, host, data port, receiver dials, peer node name, codec)
+///                                                -> edge sender; receiver dials: the receiving node
+///                                                accepts no inbound connection, so the sending node
+///                                                asks it to dial its own data channel (reverse_atom)
+///   reverse_atom(sending node's name, host, data port, token) -> true  once this node has opened
+///                                                the data channel connection to the sending node
 ///   route_atom(edge, target, sender), unroute_atom(edge), drop_atom(edge) -> true
 ///   profile_atom(op signatures) -> device_timing
 ///   probe_atom(peer, host, data port, warm-up ms, window ms) -> (Mbit/s, round trip s)
@@ -483,8 +490,9 @@ using node_actor = node_inbox::extend<
     caf::replies_to<coordinator_atom, op_reporter>::with<bool>,
     caf::replies_to<spawn_atom, node_spec, actor_run_params>::with<op_actor>,
     caf::replies_to<retire_atom, op_actor>::with<bool>,
-    caf::replies_to<edge_atom, uint64_t, node_inbox, edge_config, std::string, uint16_t, std::string,
+    caf::replies_to<edge_atom, uint64_t, node_inbox, edge_config, std::string, uint16_t, bool, std::string,
                     codec_settings>::with<edge_sender_actor>,
+    caf::replies_to<reverse_atom, std::string, std::string, uint16_t, std::string>::with<bool>,
     caf::replies_to<route_atom, uint64_t, tensor_sink, edge_sender_actor>::with<bool>,
     caf::replies_to<unroute_atom, uint64_t>::with<bool>, caf::replies_to<drop_atom, uint64_t>::with<bool>,
     caf::replies_to<profile_atom, std::vector<op_signature>>::with<device_timing>,

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <iostream>
 #include <map>
 #include <vector>
@@ -28,6 +29,9 @@ struct node_state {
   std::map<uint64_t, edge_sender_actor> senders;            // edge senders by edge id
   std::shared_ptr<route_table> routes;
   std::map<std::string, std::shared_ptr<data_link>> links;  // data channels to peers, by "host:port"
+  std::map<std::string, std::shared_ptr<data_link>> reversed;  // opened by peers behind firewalls, by name
+  // Edges waiting for a firewalled peer to dial this node, by its name (one reverse_atom each).
+  std::map<std::string, std::vector<std::function<void(result<std::shared_ptr<data_link>>)>>> dialing;
   wire_assembler assembler;                                 // chunks that came over CAF
   std::map<uint64_t, edge_stat> traffic;  // since the last poll
   uint64_t rejected = 0;
@@ -89,6 +93,59 @@ result<std::shared_ptr<data_link>> link_to(node_ptr self, const std::string& hos
   return link;
 }
 
+// The data channel to node `peer`, which accepts no inbound connection: it is asked (over CAF,
+// through the coordinator) to dial this node's data channel, whose server hands the connection
+// over as a link. `then` gets the link, null when neither side accepts inbound connections (the
+// edge's tensors then go over CAF through the coordinator, slower: said in a warning), or why
+// it failed. Edges created while the peer dials wait for the same connection.
+void reversed_link_to(node_ptr self, const node_inbox& peer_inbox, const std::string& peer,
+                      std::function<void(result<std::shared_ptr<data_link>>)> then) {
+  auto& st = self->state;
+  if (auto it = st.reversed.find(peer); it != st.reversed.end()) return then(it->second);
+  if (!st.id.reverse || !st.id.reverse->accepts_inbound() || st.id.reverse->port() == 0) {
+    log_warn("fusion-node " + st.id.name,
+             "neither this node nor node '" + peer + "' accepts inbound connections (accept_inbound: false): "
+             "tensors to '" + peer + "' go over the control channel through the coordinator, which is slower");
+    st.reversed[peer] = nullptr;
+    return then(std::shared_ptr<data_link>{});
+  }
+  auto& waiting = st.dialing[peer];
+  waiting.push_back(std::move(then));
+  if (waiting.size() > 1) return;  // the peer is dialing already
+  auto token = st.id.reverse->expect(peer);
+  auto finish = [self, peer](result<std::shared_ptr<data_link>> r) {
+    auto& s = self->state;
+    auto waiting = std::move(s.dialing[peer]);
+    s.dialing.erase(peer);
+    if (r) s.reversed[peer] = *r;
+    for (auto& f : waiting) f(r);
+  };
+  self->request(caf::actor_cast<node_actor>(peer_inbox), std::chrono::seconds(30), reverse_atom::value, st.id.name,
+                st.id.reverse->host(), st.id.reverse->port(), token)
+      .then(
+          [self, peer, finish](bool) {
+            // The peer answers once the sender's ack reached it; the server hands the
+            // connection over just after sending that ack.
+            auto link = self->state.id.reverse->take(peer, std::chrono::seconds(5));
+            if (!link)
+              return finish(fail("node '" + peer + "' said it dialed, but no connection from it arrived"));
+            finish(link);
+          },
+          [self, peer, finish](caf::error& e) {
+            self->state.id.reverse->take(peer);
+            finish(fail(describe(e)));
+          });
+}
+
+// An edge's sender once its link (or none: CAF) is known; replaces an earlier sender of `edge`.
+edge_sender_actor make_sender(node_ptr self, uint64_t edge, const node_inbox& peer, const edge_config& cfg,
+                              std::shared_ptr<data_link> link, const codec_settings& codec) {
+  auto& slot = self->state.senders[edge];
+  if (slot) self->send_exit(slot, caf::exit_reason::user_shutdown);  // replaced
+  slot = spawn_edge_sender(self->system(), edge, peer, cfg, self, std::move(link), codec);
+  return slot;
+}
+
 // Profiling and link probes block for up to seconds: each runs in a detached actor (a thread of
 // its own) that answers the coordinator's request itself and quits, so the node actor keeps
 // serving heartbeats, stats polls and shutdown meanwhile.
@@ -107,6 +164,17 @@ caf::behavior measure_worker(caf::event_based_actor* self, node_identity id) {
         } catch (const std::exception& e) {
           return make_error(fusion_errc::op_failed, "node " + id.name + ": " + e.what());
         }
+      },
+      [=](reverse_atom, std::string& sender, std::string& host, uint16_t port,
+          std::string& token) -> caf::result<bool> {
+        self->quit();
+        if (!id.reverse)
+          return make_error(fusion_errc::connect_failed, "node " + id.name + " has no data channel to dial from");
+        auto st = id.reverse->dial(id.name, sender, host, port, token, id.tls);
+        if (!st) return make_error(fusion_errc::connect_failed, st.error());
+        log_info(me, "opened the data channel connection from node '" + sender + "' (" + host + ":" +
+                         std::to_string(port) + "): this node accepts no inbound connection");
+        return true;
       },
       [=](probe_atom, std::string& peer, std::string& host, uint16_t port, uint32_t warmup_ms,
           uint32_t window_ms) -> caf::result<double, double> {
@@ -176,7 +244,17 @@ node_actor::behavior_type node_actor_fn(node_ptr self, node_identity id, std::sh
         return true;
       },
       [=](edge_atom, uint64_t edge, node_inbox& peer, edge_config& cfg, std::string& host, uint16_t port,
-          std::string& peer_node, codec_settings& codec) -> caf::result<edge_sender_actor> {
+          bool receiver_dials, std::string& peer_node, codec_settings& codec) -> caf::result<edge_sender_actor> {
+        if (receiver_dials) {
+          auto rp = self->make_response_promise<edge_sender_actor>();
+          reversed_link_to(self, peer, peer_node, [=](result<std::shared_ptr<data_link>> link) mutable {
+            if (link)
+              rp.deliver(make_sender(self, edge, peer, cfg, *link, codec));
+            else
+              rp.deliver(make_error(fusion_errc::connect_failed, "node " + self->state.id.name + ": " + link.error()));
+          });
+          return rp;
+        }
         std::shared_ptr<data_link> link;
         if (port != 0) {
           auto connected = link_to(self, host, port, peer_node);
@@ -184,10 +262,15 @@ node_actor::behavior_type node_actor_fn(node_ptr self, node_identity id, std::sh
             return make_error(fusion_errc::connect_failed, "node " + self->state.id.name + ": " + connected.error());
           link = std::move(*connected);
         }
-        auto& slot = self->state.senders[edge];
-        if (slot) self->send_exit(slot, caf::exit_reason::user_shutdown);  // replaced
-        slot = spawn_edge_sender(self->system(), edge, peer, cfg, self, link, codec);
-        return slot;
+        return make_sender(self, edge, peer, cfg, std::move(link), codec);
+      },
+      [=](reverse_atom, std::string& sender, std::string& host, uint16_t port,
+          std::string& token) -> caf::result<bool> {
+        // Dialing blocks for up to seconds: in a worker, as probes do.
+        auto rp = self->make_response_promise<bool>();
+        rp.delegate(self->spawn<caf::detached>(measure_worker, self->state.id), reverse_atom::value, std::move(sender),
+                    std::move(host), port, std::move(token));
+        return rp;
       },
       [=](route_atom, uint64_t edge, tensor_sink& target, edge_sender_actor& sender) {
         self->state.routes->set(edge, edge_route{target, sender});
@@ -258,6 +341,7 @@ node_actor::behavior_type node_actor_fn(node_ptr self, node_identity id, std::sh
         st.exit_code->store(0);
         stop_hosted(self);
         st.links.clear();
+        st.reversed.clear();
         self->quit();
         return true;
       },

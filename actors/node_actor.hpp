@@ -24,6 +24,7 @@ class tls_context;
 }
 
 class route_table;
+class reversal;
 
 /// Who a node is (from its config file).
 struct node_identity {
@@ -33,6 +34,10 @@ struct node_identity {
   /// The node's certificate and key for its data channel connections (TLS 1.3 to and from
   /// other nodes); null in plaintext runs (security.mode=off).
   std::shared_ptr<const net::tls_context> tls;
+  /// Connection reversal, shared with the node's data_channel_server (actors/data_channel.hpp):
+  /// whether this node accepts inbound connections, and the links to nodes that do not. Null:
+  /// accepts inbound, and cannot send to a node that does not (its tensors go over CAF).
+  std::shared_ptr<reversal> reverse;
 };
 
 /// Sets CAF's middleman heartbeat and connection timeout, on both ends of every connection, so

@@ -61,6 +61,7 @@ plan    predicts a run without running it: places the model (micro-batches of B/
 netns   prints the cluster for shell scripts, one item per line, fields separated by spaces:
           site NAME INDEX            (INDEX from 1, file order)
           node NAME SITE DEVICE CPU_SHARE
+          firewalled NAME            (a node with accept_inbound: false)
                                      (CPU_SHARE: cores, e.g. 0.5; 0 when uncapped)
           link SITE_A SITE_B MBIT    (each direction; site pairs without a line are unshaped)
           coordinator HOST PORT
@@ -111,6 +112,7 @@ void print_netns(const cluster_spec& c) {
   for (auto& n : c.nodes)
     std::cout << "node " << n.name << " " << n.site << " " << n.device << " " << mbit_text(n.cpu_share) << "\n";
   for (auto& l : c.links) std::cout << "link " << l.a << " " << l.b << " " << mbit_text(l.mbit) << "\n";
+  for (auto& name : c.firewalled_nodes()) std::cout << "firewalled " << name << "\n";
   std::cout << "coordinator " << c.coordinator_host << " " << c.coordinator_port << "\n";
 }
 
@@ -122,7 +124,8 @@ void print_summary(const cluster_spec& c) {
   for (auto& s : c.sites) {
     std::cout << "  site " << s.name << ":";
     for (auto& n : c.nodes)
-      if (n.site == s.name) std::cout << " " << n.name << " (" << n.device << ")";
+      if (n.site == s.name)
+        std::cout << " " << n.name << " (" << n.device << (n.accept_inbound ? "" : ", accepts no inbound") << ")";
     std::cout << "\n";
   }
   for (size_t a = 0; a < c.sites.size(); ++a)
@@ -131,6 +134,14 @@ void print_summary(const cluster_spec& c) {
       std::cout << "  link " << c.sites[a].name << " <-> " << c.sites[b].name << ": "
                 << (std::isinf(m) ? std::string("unshaped") : mbit_text(m) + " Mbit/s") << "\n";
     }
+  // docs/transport.md, "Connection reversal": a firewalled node dials its senders; two of them
+  // cannot reach each other, and their tensors take the slower way through the coordinator.
+  if (auto off = c.firewalled_nodes(); off.size() >= 2) {
+    std::cout << "  note: nodes";
+    for (size_t i = 0; i < off.size(); ++i) std::cout << (i ? ", " : " ") << "'" << off[i] << "'";
+    std::cout << " accept no inbound connection: tensors between any two of them go over CAF through the "
+                 "coordinator (slower); the others are dialed by them\n";
+  }
 }
 
 

@@ -45,6 +45,7 @@ struct node_app_config : table_config {
   std::string coordinator = "127.0.0.1:7700";
   std::string host = "127.0.0.1";
   uint64_t data_port = 0;
+  bool accept_inbound = true;
   double join_timeout_s = 60;
   double rejoin_timeout_s = 0;
   int64_t heartbeat_ms = 250, peer_timeout_ms = 2000;
@@ -61,6 +62,9 @@ struct node_app_config : table_config {
         {"node", "coordinator", "HOST:PORT of the coordinator (fusion-train --cluster)", &coordinator},
         {"node", "host", "address other nodes reach this node on", &host},
         {"node", "data-port", "TCP port of the tensor data channel (0: any free port)", &data_port},
+        {"node", "accept-inbound",
+         "false: behind a firewall; listen nowhere and dial the data channels of the nodes that send to this one",
+         &accept_inbound},
         {"node", "join-timeout", "seconds to keep trying to reach the coordinator", &join_timeout_s},
         {"cluster", "rejoin-timeout",
          "after losing the coordinator, seconds to keep trying to rejoin it (a coordinator restarted with --resume "
@@ -276,6 +280,7 @@ int run(int argc, char** argv) {
   for (bool rejoining = false;; rejoining = true) {
     auto exit_code = std::make_shared<std::atomic<int>>(1);
     auto routes = std::make_shared<route_table>();
+    cfg.id.reverse = std::make_shared<reversal>(cfg.accept_inbound, cfg.host);
     auto node = spawn_node_actor(sys, cfg.id, exit_code, routes);
     watcher.set_target(me, node);
     if (cfg.data_port > 65535) {
@@ -287,7 +292,7 @@ int run(int argc, char** argv) {
     try {
       data = std::make_unique<data_channel_server>(cfg.host, static_cast<uint16_t>(cfg.data_port),
                                                    node, routes,
-                                                   cfg.id.tls);
+                                                   cfg.id.tls, cfg.id.reverse);
     } catch (const std::exception& e) {
       log_error(me, e.what());
       anon_send_exit(node, caf::exit_reason::user_shutdown);
@@ -371,8 +376,11 @@ int run(int argc, char** argv) {
               }
               log_info(me, std::string(rejoining ? "rejoined" : "joined") + " the coordinator at " + cfg.coordinator +
                                " as node " + std::to_string(index) + " (" + hello.device + ", " +
-                               std::to_string(static_cast<int>(hello.gflops)) + " GFLOP/s); data channel on port " +
-                               std::to_string(hello.data_port) + (tls ? ", TLS 1.3" : ", plaintext"));
+                               std::to_string(static_cast<int>(hello.gflops)) + " GFLOP/s); " +
+                               (hello.data_port ? "data channel on port " + std::to_string(hello.data_port)
+                                                : std::string("accepts no inbound connection: it dials the data "
+                                                              "channels of the nodes that send to it")) +
+                               (tls ? ", TLS 1.3" : ", plaintext"));
             },
             [&](caf::error& e) {
               // A refusal (wrong name, version or device) says why in plain words; anything else
@@ -390,6 +398,10 @@ int run(int argc, char** argv) {
     doing = "hosting operators";
     self->wait_for(node);
     if (watcher.stopping()) return interrupted();
+    // Where this node's incoming tensors came from: connections its peers opened, and those it
+    // opened itself because it accepts no inbound connection (or the cluster file says so).
+    log_info(me, "data channel: accepted " + std::to_string(data->accepted()) + " connection(s), dialed " +
+                     std::to_string(data->adopted()) + " to nodes that send to this one");
     if (exit_code->load() == 0) {
       log_info(me, "run ended, exiting");
       return 0;

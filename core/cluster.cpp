@@ -71,6 +71,13 @@ double cluster_spec::node_link_mbit(int node_a, int node_b) const {
   return link_mbit(nodes.at(node_a).site, nodes.at(node_b).site);
 }
 
+std::vector<std::string> cluster_spec::firewalled_nodes() const {
+  std::vector<std::string> out;
+  for (auto& n : nodes)
+    if (!n.accept_inbound) out.push_back(n.name);
+  return out;
+}
+
 namespace {
 
 namespace gp = google::protobuf;
@@ -186,6 +193,7 @@ class cluster_loader {
       out.cpu_share = positive("cpu_share", n.cpu_share(), 64, "cpu_share: 0.5 for half a core");
       out.gflops = positive("gflops", n.gflops(), 1e7, "gflops: 60000 for an H100's fp32 tensor-core rate");
       out.memory_gib = positive("memory_gib", n.memory_gib(), 1e6, "memory_gib: 80");
+      out.accept_inbound = line_of(t, nd, "accept_inbound") == 0 || n.accept_inbound();
       spec_.nodes.push_back(std::move(out));
     }
   }

@@ -35,6 +35,8 @@ struct cluster_node {
   double cpu_share = 0;         ///< emulated cap in cores (0 < share); 0: uncapped
   double gflops = 0;            ///< stated device rate in GFLOP/s; 0: measure at join
   double memory_gib = 0;        ///< stated memory in GiB; 0: measure at join
+  /// False: behind a firewall; peers sending to it have it dial them (connection reversal).
+  bool accept_inbound = true;
   int line = 0;
 };
 
@@ -109,6 +111,8 @@ struct cluster_spec {
   double link_mbit(const std::string& site_a, const std::string& site_b) const;
   /// Bandwidth between the sites of two nodes (by index), as link_mbit.
   double node_link_mbit(int node_a, int node_b) const;
+  /// Names of the nodes with accept_inbound false, in file order.
+  std::vector<std::string> firewalled_nodes() const;
 };
 
 /// Splits "HOST:PORT" (a node's coordinator, the coordinator's listen address); throws

@@ -5,6 +5,7 @@
 
 #include <cstdio>
 #include <cstring>
+#include <algorithm>
 #include <exception>
 #include <vector>
 
@@ -62,7 +63,43 @@ result<preamble> decode_preamble(const std::byte* in, uint32_t max_meta, uint64_
   if (p.payload_size > max_payload)
     return fail("payload length " + std::to_string(p.payload_size) + " exceeds the limit of " +
                 std::to_string(max_payload));
+  if (p.flags & flag_reverse) {
+    if (p.flags != flag_reverse) return fail("a reverse hello with other flags (" + std::to_string(p.flags) + ")");
+    if (p.payload_size != 0)
+      return fail("a reverse hello with a payload of " + std::to_string(p.payload_size) + " bytes (it has none)");
+    if (p.meta_size > max_reverse_meta)
+      return fail("a reverse hello with " + std::to_string(p.meta_size) + " bytes of meta (at most " +
+                  std::to_string(max_reverse_meta) + ")");
+  }
   return p;
+}
+
+std::string encode_reverse_hello(const reverse_hello_meta& m) {
+  std::string out;
+  out.push_back(static_cast<char>(static_cast<uint8_t>(std::min<size_t>(m.node.size(), 255))));
+  out.append(m.node, 0, 255);
+  out.push_back(static_cast<char>(static_cast<uint8_t>(std::min<size_t>(m.token.size(), 255))));
+  out.append(m.token, 0, 255);
+  return out;
+}
+
+result<reverse_hello_meta> decode_reverse_hello(std::string_view meta) {
+  reverse_hello_meta m;
+  size_t at = 0;
+  for (auto* field : {&m.node, &m.token}) {
+    const char* what = field == &m.node ? "node name" : "token";
+    if (at >= meta.size()) return fail(std::string("reverse hello ends before its ") + what);
+    size_t n = static_cast<uint8_t>(meta[at++]);
+    if (n == 0) return fail(std::string("reverse hello with an empty ") + what);
+    if (meta.size() - at < n)
+      return fail(std::string("reverse hello: its ") + what + " of " + std::to_string(n) + " bytes is cut off after " +
+                  std::to_string(meta.size() - at));
+    *field = std::string(meta.substr(at, n));
+    at += n;
+  }
+  if (at != meta.size())
+    return fail("reverse hello with " + std::to_string(meta.size() - at) + " stray bytes after its token");
+  return m;
 }
 
 const char* to_string(send_status s) {
@@ -90,6 +127,42 @@ result<std::unique_ptr<frame_sender>> frame_sender::connect(const std::string& h
     io.buffer_writes(send_buffer_bytes);
   }
   return std::unique_ptr<frame_sender>(new frame_sender(std::move(*sock), std::move(io), std::move(peer), options));
+}
+
+result<reversed_connection> dial_reverse(const std::string& host, uint16_t port, const reverse_hello_meta& hello,
+                                         reverse_options options) {
+  const auto deadline = std::chrono::steady_clock::now() + options.connect_timeout;
+  const auto peer = endpoint_name(host, port);
+  const std::string where = "reverse connection to " + peer + ": ";
+  auto sock = connect_tcp(host, port, options.connect_timeout);
+  if (!sock) return fail(where + sock.error());
+  if (options.socket_buffer_bytes > 0) (void)set_buffer_sizes(sock->fd(), options.socket_buffer_bytes);
+  stream io(sock->fd());
+  if (options.tls) {
+    auto secured = tls_connect(sock->fd(), *options.tls, options.peer, deadline, peer);
+    if (!secured) return fail(where + secured.error());
+    io = std::move(*secured);
+  }
+  const std::string meta = encode_reverse_hello(hello);
+  std::string frame(preamble_size, '\0');
+  encode_preamble({flag_reverse, static_cast<uint32_t>(meta.size()), 0}, reinterpret_cast<std::byte*>(frame.data()));
+  frame += meta;
+  if (auto st = io.write_all(frame.data(), frame.size()); !st) return fail(where + "cannot send the hello: " + st.error());
+  std::byte ack[preamble_size + 8];
+  if (auto st = io.read_all_by(ack, sizeof(ack), deadline); !st)
+    return fail(where + (st.error() == deadline_passed ? "no answer to the reverse hello in time"
+                         : st.error() == closed_by_peer ? "the server refused the reverse hello (it closed the connection)"
+                                                        : "no answer to the reverse hello: " + st.error()));
+  auto pre = decode_preamble(ack, 8, 0);
+  if (!pre || pre->flags != flag_ack || pre->meta_size != 8)
+    return fail(where + "the server answered the reverse hello with something else than an ack");
+  return reversed_connection{std::move(*sock), std::move(io), peer};
+}
+
+std::unique_ptr<frame_sender> frame_sender::adopt(socket sock, stream io, std::string peer,
+                                                  frame_sender_options options) {
+  io.buffer_writes(send_buffer_bytes);
+  return std::unique_ptr<frame_sender>(new frame_sender(std::move(sock), std::move(io), std::move(peer), options));
 }
 
 frame_sender::frame_sender(socket sock, stream io, std::string peer, frame_sender_options options)

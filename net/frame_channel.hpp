@@ -22,6 +22,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <thread>
 
 #include "net/socket.hpp"
@@ -49,8 +50,14 @@ enum frame_flag : uint8_t {
   flag_ack_request = 2,
   /// Server -> client acknowledgement; meta = u64 LE payload bytes read on the connection so far.
   flag_ack = 4,
+  /// Reverse hello (connection reversal, docs/transport.md): the connecting side asks the server
+  /// to send frames to it over this connection. Alone (no other flag), payload 0, meta a
+  /// reverse_hello_meta; only as a connection's first frame.
+  flag_reverse = 8,
 };
-inline constexpr uint8_t known_flags = flag_probe | flag_ack_request | flag_ack;
+inline constexpr uint8_t known_flags = flag_probe | flag_ack_request | flag_ack | flag_reverse;
+/// The largest meta of a reverse hello: two length bytes and at most 255 bytes each.
+inline constexpr uint32_t max_reverse_meta = 2 + 2 * 255;
 
 /// Decoded preamble (magic and version are implied).
 struct preamble {
@@ -63,9 +70,23 @@ struct preamble {
 /// u32 meta_size, u64 payload_size, all little-endian.
 void encode_preamble(const preamble& p, std::byte* out);
 
-/// Checks magic, version, flags, reserved bits and limits; the error names the bad field.
+/// Checks magic, version, flags, reserved bits and limits (and that a reverse hello carries no
+/// other flag, no payload and at most max_reverse_meta bytes of meta); the error names the bad
+/// field.
 result<preamble> decode_preamble(const std::byte* in, uint32_t max_meta = max_meta_bytes,
                                  uint64_t max_payload = max_payload_bytes);
+
+/// What a reverse hello says: the node that dialed and the token the server's side gave it (over
+/// the control channel) when it asked to be dialed.
+struct reverse_hello_meta {
+  std::string node;
+  std::string token;
+};
+
+/// u8 length, node name, u8 length, token; names and tokens of 1..255 bytes.
+std::string encode_reverse_hello(const reverse_hello_meta& m);
+/// Fails saying what is wrong unless `meta` is exactly one encoded reverse hello.
+result<reverse_hello_meta> decode_reverse_hello(std::string_view meta);
 
 // ---- sender -----------------------------------------------------------------------------------
 
@@ -98,6 +119,11 @@ class frame_sender {
   /// reads "cannot connect to HOST:PORT: reason" or "TLS connection to HOST:PORT: reason".
   static result<std::unique_ptr<frame_sender>> connect(const std::string& host, uint16_t port,
                                                        frame_sender_options options = {});
+  /// A sender over a connection the peer opened (connection reversal): `io` is `sock`'s stream,
+  /// with TLS already established; `peer` names the peer in errors. options.tls and .peer are
+  /// not used (the handshake is done).
+  static std::unique_ptr<frame_sender> adopt(socket sock, stream io, std::string peer,
+                                             frame_sender_options options = {});
   /// Aborts (does not flush): call close() first to deliver what is queued.
   ~frame_sender();
   frame_sender(const frame_sender&) = delete;
@@ -161,6 +187,33 @@ class frame_sender {
   std::thread writer_;
 };
 
+// ---- connection reversal ----------------------------------------------------------------------
+
+/// How a node that accepts no inbound connection dials the data channel of a node that will
+/// send to it.
+struct reverse_options {
+  std::chrono::milliseconds connect_timeout{5000};  ///< connect, handshake and the server's ack
+  int socket_buffer_bytes = 0;
+  /// TLS 1.3 with these credentials; null: plaintext.
+  std::shared_ptr<const tls_context> tls;
+  /// With TLS: the certificate the server (the sending node) must hold.
+  peer_rule peer;
+};
+
+/// A connection this side opened and the far side accepted as reversed: hand it to a
+/// frame_server with adopt() to read the frames that will come on it.
+struct reversed_connection {
+  socket sock;
+  stream io;
+  std::string peer;  ///< "host:port" of the server
+};
+
+/// Connects to the frame_server at host:port (with TLS: handshake and the server's certificate
+/// checked against options.peer), sends a reverse hello saying `hello` and waits for the
+/// server's ack. Errors read "reverse connection to HOST:PORT: reason".
+result<reversed_connection> dial_reverse(const std::string& host, uint16_t port, const reverse_hello_meta& hello,
+                                         reverse_options options = {});
+
 // ---- server -----------------------------------------------------------------------------------
 
 /// Completion of one received payload: ok = all bytes are in the destination.
@@ -205,6 +258,21 @@ struct channel_error {
 using frame_handler = std::function<frame_target(incoming_frame& frame)>;
 using error_handler = std::function<void(const channel_error& error)>;
 
+/// A reverse hello that arrived as the first frame of an accepted connection.
+struct reverse_hello {
+  uint64_t connection_id = 0;
+  std::string peer;              ///< "host:port" of the dialing side
+  reverse_hello_meta meta;       ///< who it says it is
+  /// With TLS: the holder (CN) of the certificate the dialing side presented; empty in plaintext.
+  std::string certificate_name;
+};
+
+/// Decides on a reverse hello (reader thread): ok = the server's side takes the connection.
+using reverse_check = std::function<status(const reverse_hello& hello)>;
+/// Receives a connection whose reverse hello was accepted and acknowledged: from now on the
+/// connection is the callee's (typically frame_sender::adopt), not the server's.
+using reverse_adopt = std::function<void(const reverse_hello& hello, socket sock, stream io)>;
+
 struct frame_server_options {
   std::string host = "127.0.0.1";  // "" or "0.0.0.0" for all interfaces
   uint16_t port = 0;               // 0 = any free port, see frame_server::port()
@@ -226,6 +294,12 @@ struct frame_server_options {
   /// refused. Null: plaintext.
   std::shared_ptr<const tls_context> tls;
   peer_rule peer;
+  /// False: bind nothing; the server only reads connections handed to it by adopt() (a node
+  /// that accepts no inbound connection, whose peers' connections it opens itself).
+  bool listen = true;
+  /// Connection reversal (docs/transport.md): without both, a reverse hello is refused.
+  reverse_check accept_reverse;
+  reverse_adopt adopt_reverse;
 };
 
 /// Snapshot of the server's counters.
@@ -237,6 +311,8 @@ struct frame_server_stats {
   uint64_t connections = 0;         // accepted so far
   uint64_t turned_away = 0;         // closed at once: max_connections were open
   uint64_t tls_refused = 0;         // failed the TLS handshake or the certificate check
+  uint64_t reversed = 0;            // accepted, then handed over by a reverse hello
+  uint64_t adopted = 0;             // opened by this side and handed in with adopt()
   uint64_t probe_frames = 0;
   uint64_t probe_bytes = 0;
 };
@@ -252,8 +328,12 @@ class frame_server {
   frame_server(const frame_server&) = delete;
   frame_server& operator=(const frame_server&) = delete;
 
-  /// The bound port (useful with options.port = 0).
+  /// The bound port (useful with options.port = 0); 0 when options.listen is false.
   uint16_t port() const noexcept { return port_; }
+  /// Reads frames from a connection this side opened (the far side sends on it, connection
+  /// reversal) exactly as from an accepted one, with no first-frame deadline: `io` is `sock`'s
+  /// stream, TLS already established. Fails when the server is stopping or full.
+  status adopt(socket sock, stream io, std::string peer);
   /// Stops accepting, cuts every connection (a payload being received gets done(error)) and
   /// joins all threads. Idempotent; must not be called from a callback.
   void stop();
@@ -267,10 +347,13 @@ class frame_server {
     std::string peer;
     std::thread thread;
     std::atomic<bool> finished{false};
+    bool adopted = false;  // opened by this side: no handshake, no first-frame deadline
   };
   frame_server(frame_server_options options, socket listener, frame_handler on_frame, error_handler on_error);
   void accept_loop();
   void read_loop(connection& c);
+  bool secure(connection& c, std::chrono::steady_clock::time_point deadline);
+  bool hand_over(connection& c, const std::string& meta);
   bool discard(connection& c, uint64_t n);
   void report(channel_error_kind kind, const connection& c, std::string message, bool established = false);
   void reap_finished();
@@ -287,6 +370,7 @@ class frame_server {
   uint64_t next_id_ = 1;
   std::thread acceptor_;
   std::atomic<uint64_t> frames_{0}, bytes_{0}, rejected_{0}, broken_{0}, accepted_{0}, turned_away_{0}, tls_refused_{0};
+  std::atomic<uint64_t> reversed_{0}, adopted_{0};
   std::atomic<uint64_t> probe_frames_{0}, probe_bytes_{0};
 };
 

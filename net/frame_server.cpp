@@ -47,10 +47,14 @@ const char* to_string(channel_error_kind k) {
 result<std::unique_ptr<frame_server>> frame_server::start(frame_server_options options, frame_handler on_frame,
                                                           error_handler on_error) {
   if (!on_frame) return fail("frame_server needs a frame handler");
-  auto listener = listen_tcp(options.host, options.port, options.backlog);
-  if (!listener) return fail(listener.error());
+  socket listener;
+  if (options.listen) {
+    auto bound = listen_tcp(options.host, options.port, options.backlog);
+    if (!bound) return fail(bound.error());
+    listener = std::move(*bound);
+  }
   return std::unique_ptr<frame_server>(
-      new frame_server(std::move(options), std::move(*listener), std::move(on_frame), std::move(on_error)));
+      new frame_server(std::move(options), std::move(listener), std::move(on_frame), std::move(on_error)));
 }
 
 frame_server::frame_server(frame_server_options options, socket listener, frame_handler on_frame,
@@ -59,8 +63,29 @@ frame_server::frame_server(frame_server_options options, socket listener, frame_
       listener_(std::move(listener)),
       on_frame_(std::move(on_frame)),
       on_error_(std::move(on_error)) {
-  port_ = listener_.local_port();
-  acceptor_ = std::thread([this] { accept_loop(); });
+  if (listener_.valid()) {
+    port_ = listener_.local_port();
+    acceptor_ = std::thread([this] { accept_loop(); });
+  }
+}
+
+status frame_server::adopt(socket sock, stream io, std::string peer) {
+  reap_finished();
+  std::lock_guard lock(mutex_);
+  if (stopping_.load()) return fail("the frame server is stopping");
+  if (connections_.size() >= options_.max_connections)
+    return fail(std::to_string(connections_.size()) + " connections are open, the most this data channel takes");
+  auto c = std::make_unique<connection>();
+  c->id = next_id_++;
+  c->peer = std::move(peer);
+  c->sock = std::move(sock);
+  c->io = std::move(io);
+  c->adopted = true;
+  auto* raw = c.get();
+  connections_.push_back(std::move(c));
+  ++adopted_;
+  raw->thread = std::thread([this, raw] { read_loop(*raw); });
+  return {};
 }
 
 frame_server::~frame_server() { stop(); }
@@ -91,6 +116,8 @@ frame_server_stats frame_server::stats() const {
   s.connections = accepted_.load();
   s.turned_away = turned_away_.load();
   s.tls_refused = tls_refused_.load();
+  s.reversed = reversed_.load();
+  s.adopted = adopted_.load();
   s.probe_frames = probe_frames_.load();
   s.probe_bytes = probe_bytes_.load();
   return s;
@@ -147,6 +174,70 @@ void frame_server::report(channel_error_kind kind, const connection& c, std::str
   }
 }
 
+// TLS handshake of an accepted connection; false (reported) when refused.
+bool frame_server::secure(connection& c, std::chrono::steady_clock::time_point deadline) {
+  if (!options_.tls) {
+    c.io = stream(c.sock.fd());
+    return true;
+  }
+  auto secured = tls_accept(c.sock.fd(), *options_.tls, options_.peer, deadline, c.peer);
+  if (!secured) {
+    if (!stopping_.load()) {
+      ++tls_refused_;
+      report(channel_error_kind::refused, c, secured.error());
+    }
+    return false;
+  }
+  c.io = std::move(*secured);
+  return true;
+}
+
+// A reverse hello as the first frame: checked by the owner's accept_reverse, acknowledged with
+// an ack frame (count 0), then the socket and its stream leave the server for adopt_reverse.
+// True when handed over; false (reported) when refused, and the caller closes the connection.
+bool frame_server::hand_over(connection& c, const std::string& meta) {
+  const std::string from = "reverse hello from " + c.peer;
+  auto refuse = [&](const std::string& why) {
+    ++rejected_;
+    if (!stopping_.load()) ++broken_, report(channel_error_kind::refused, c, from + " refused: " + why);
+    return false;
+  };
+  if (!options_.accept_reverse || !options_.adopt_reverse) return refuse("this data channel takes no reversed connections");
+  auto decoded = decode_reverse_hello(meta);
+  if (!decoded) return refuse(decoded.error());
+  reverse_hello hello{c.id, c.peer, std::move(*decoded), {}};
+  if (c.io.secure()) {
+    auto holder = peer_certificate_name(c.io);
+    if (!holder) return refuse(holder.error());
+    hello.certificate_name = std::move(*holder);
+  }
+  status verdict;
+  try {
+    verdict = options_.accept_reverse(hello);
+  } catch (const std::exception& e) {
+    verdict = fail(std::string("the check threw: ") + e.what());
+  }
+  if (!verdict) return refuse(verdict.error());
+  std::byte ack[preamble_size + 8] = {};
+  encode_preamble({flag_ack, 8, 0}, ack);
+  if (auto st = c.io.write_all(ack, sizeof(ack)); !st) return refuse("cannot acknowledge it: " + st.error());
+  socket sock;
+  {
+    // stop() shuts down every listed socket under this lock: take ours out under it too.
+    std::lock_guard lock(mutex_);
+    if (stopping_.load()) return false;
+    sock = std::move(c.sock);
+  }
+  ++reversed_;
+  try {
+    options_.adopt_reverse(hello, std::move(sock), std::move(c.io));
+  } catch (const std::exception&) {
+    // The callee owned the connection already; its failure is its own to report.
+  }
+  c.finished.store(true);
+  return true;
+}
+
 bool frame_server::discard(connection& c, uint64_t n) {
   std::vector<std::byte> scratch(static_cast<size_t>(std::min<uint64_t>(n, discard_chunk)));
   while (n > 0) {
@@ -170,25 +261,15 @@ void frame_server::read_loop(connection& c) {
   // connects and sends nothing (or a byte now and then) is closed instead of holding its thread.
   const bool deadline_on = options_.first_frame_timeout.count() > 0;
   const auto deadline = std::chrono::steady_clock::now() + options_.first_frame_timeout;
-  if (options_.tls) {
-    // A handshake always has a deadline: TLS needs several reads, each of which could wait.
-    auto secured = tls_accept(c.sock.fd(), *options_.tls, options_.peer,
-                              deadline_on ? deadline : std::chrono::steady_clock::now() + std::chrono::seconds(10),
-                              c.peer);
-    if (!secured) {
-      if (!stopping_.load()) {
-        ++tls_refused_;
-        report(channel_error_kind::refused, c, secured.error());
-      }
-      c.sock.shutdown();
-      c.finished.store(true);
-      return;
-    }
-    c.io = std::move(*secured);
-  } else {
-    c.io = stream(c.sock.fd());
+  // A handshake always has a deadline: TLS needs several reads, each of which could wait.
+  if (!c.adopted && !secure(c, deadline_on ? deadline : std::chrono::steady_clock::now() + std::chrono::seconds(10))) {
+    c.sock.shutdown();
+    c.finished.store(true);
+    return;
   }
-  bool greeted = false;  // a whole preamble and meta arrived: the peer speaks the protocol
+  // A connection this side opened was greeted by the far side's welcome (or ack of its reverse
+  // hello) already; its first frame may come whenever the run first sends a tensor.
+  bool greeted = c.adopted;  // a whole preamble and meta arrived: the peer speaks the protocol
   auto read = [&](void* data, size_t n, size_t* got) {
     return greeted || !deadline_on ? c.io.read_all(data, n, got) : c.io.read_all_by(data, n, deadline, got);
   };
@@ -223,6 +304,16 @@ void frame_server::read_loop(connection& c) {
     if (auto st = read(frame.meta.data(), frame.meta.size(), nullptr); !st) {
       broken(channel_error_kind::truncated,
              st.error() == deadline_passed ? silent : "closed inside the meta of a frame (" + st.error() + ")");
+      break;
+    }
+    if (pre->flags & flag_reverse) {
+      if (greeted) {
+        ++rejected_;
+        broken(channel_error_kind::bad_preamble,
+               "a reverse hello after the first frame of a connection, closing the connection");
+        break;
+      }
+      if (hand_over(c, frame.meta)) return;  // the connection is someone else's now
       break;
     }
     greeted = true;

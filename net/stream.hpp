@@ -45,6 +45,8 @@ class stream {
   int fd() const noexcept { return fd_; }
   /// True when the bytes go through TLS.
   bool secure() const noexcept { return ssl_ != nullptr; }
+  /// The TLS session (null in plaintext), for net/tls.hpp's questions about the peer.
+  ssl_st* native() const noexcept { return ssl_; }
 
   /// Writes all n bytes (blocking socket).
   status write_all(const void* data, size_t n);

@@ -217,6 +217,15 @@ result<stream> tls_connect(int fd, const tls_context& ctx, const peer_rule& rule
   return establish(fd, ctx, rule, deadline, peer, false);
 }
 
+result<std::string> peer_certificate_name(const stream& io) {
+  if (!io.native()) return fail("the connection is not TLS, so it names no certificate holder");
+  const X509* cert = SSL_get0_peer_certificate(io.native());
+  if (!cert) return fail("it presented no certificate");
+  auto id = security::identity_of(cert);
+  if (!id) return fail("its certificate names no holder: " + id.error());
+  return id->name;
+}
+
 status tls_handshake_check(int fd, const tls_context& ctx, clock::time_point deadline,
                            std::chrono::milliseconds settle) {
   security::ssl_ptr ssl(SSL_new(ctx.native()));

@@ -56,6 +56,10 @@ result<stream> tls_accept(int fd, const tls_context& ctx, const peer_rule& rule,
 result<stream> tls_connect(int fd, const tls_context& ctx, const peer_rule& rule,
                            std::chrono::steady_clock::time_point deadline, const std::string& peer);
 
+/// The holder (CN) of the certificate the peer of the TLS stream `io` presented; fails in
+/// plaintext or when the certificate names no holder.
+result<std::string> peer_certificate_name(const stream& io);
+
 /// Connecting side, to tell why a connection to some TLS service failed (fusion-admin to a
 /// coordinator's admin port): the handshake alone, with the server's certificate checked
 /// against the CA but not its role, then up to `settle` for the server's first bytes or its

@@ -4,6 +4,8 @@
 # inside each site's namespace, and the coordinator (fusion-train) outside, in the root
 # namespace. Without root (no namespaces) it falls back to loopback with no shaping and says so.
 # Nodes with a `cpu_share` in the cluster file run in a cgroup with that CPU quota (below).
+# A node with `accept_inbound: false` starts with --node.accept-inbound=false, and in namespaces
+# its site drops every inbound TCP SYN (iptables): a node behind a firewall (docs/transport.md).
 # Namespaces, cgroups and processes are cleaned up on exit and on Ctrl-C.
 # Every connection is mutual TLS (docs/security.md): the run's certificates are made first.
 #
@@ -51,7 +53,7 @@ while [[ $# -gt 0 ]]; do
     --certs) certs=$2; shift 2 ;;
     --plaintext) plaintext=1; shift ;;
     --node-arg) node_extra+=("$2"); shift 2 ;;
-    -h|--help) sed -n '2,30p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,34p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     --) shift; break ;;
     *) echo "run-sites.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
@@ -171,6 +173,30 @@ fi
 # ---- nodes -------------------------------------------------------------------------------------
 # `scripts/sites.sh throttle NODE` finds this run's nodes by this mark, not by name alone.
 export FUSION_SITES_TAG=$tag
+# A node behind a firewall (accept_inbound: false) listens nowhere: it dials its senders. In
+# namespaces its site drops every inbound TCP SYN (iptables), unless other nodes share the site.
+firewalled=" $(awk '$1 == "firewalled" { printf "%s ", $2 }' <<<"$plan")"
+firewall_site() {  # firewall_site NODE SITE
+  [[ $netns_up == 1 ]] || return 0
+  local others
+  others=$(awk -v s="$2" -v n="$1" '$1 == "node" && $3 == s && $2 != n { printf "%s ", $2 }' <<<"$plan")
+  for o in $others; do
+    if [[ $firewalled != *" $o "* ]]; then
+      echo "run-sites: WARNING: node $1 is NOT firewalled: site $2 also holds node $o, which accepts connections" >&2
+      return 0
+    fi
+  done
+  local ok=0
+  if command -v iptables >/dev/null; then
+    ip netns exec "$tag-$2" iptables -w -C INPUT -p tcp --syn -j DROP 2>/dev/null ||
+      ip netns exec "$tag-$2" iptables -w -A INPUT -p tcp --syn -j DROP && ok=1
+  fi
+  if [[ $ok == 0 ]]; then
+    echo "run-sites: WARNING: node $1 is NOT firewalled: iptables is missing or fails (scripts/setup.sh installs it)" >&2
+    return 0
+  fi
+  echo "run-sites: node $1 behind a firewall: inbound TCP connections to site $2 are dropped (iptables)" >&2
+}
 while read -r kind name site device share; do
   [[ $kind == node ]] || continue
   share=${share:-0}
@@ -178,6 +204,10 @@ while read -r kind name site device share; do
   [[ -f $ini ]] || ini=configs/nodes/site-a.ini  # name, site and device come from the command line
   args=(--config "$ini" --node.name="$name" --node.site="$site" --node.device="$device"
         --node.coordinator="$coord:$port" "${security[@]}" ${node_extra[@]+"${node_extra[@]}"})
+  if [[ $firewalled == *" $name "* ]]; then
+    args+=(--node.accept-inbound=false)
+    firewall_site "$name" "$site"
+  fi
   launch=()
   cap_note=""
   if [[ $caps == 1 ]] && awk -v s="$share" 'BEGIN { exit !(s + 0 > 0) }'; then

@@ -15,6 +15,7 @@ packages=(
   zlib1g-dev libxxhash-dev
   bible-kjv bible-kjv-text dataset-fashion-mnist
   iproute2 procps
+  iptables  # tests/scripts/firewall_test.sh: a site that drops inbound connections
   tmux  # tests/apps/admin_watch_test.cpp: fusion-admin watch on a terminal
   libcpp-httplib-dev curl  # fusion-train metrics.port (Prometheus) and its test
   gnuplot-nox

@@ -102,7 +102,7 @@ read_cluster() {
       site) site_names+=("$a"); site_index+=("$b") ;;
       link) link_a+=("$a"); link_b+=("$b"); link_mbit+=("$c") ;;
       coordinator) coord_host=$a; coord_port=$b ;;
-      node) ;;
+      node | firewalled) ;;
       *) echo "sites.sh: unexpected line from fusion-cluster: $kind $a $b $c" >&2; exit 2 ;;
     esac
   done <<<"$out"

@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 #include <algorithm>
 #include <filesystem>
+#include <fstream>
 #include <set>
 #include <string>
 
@@ -131,4 +132,26 @@ TEST_CASE("apps/fusion-cluster: certs makes a CA and one identity per node, keys
   CHECK(bad_file.status == 1);
   CHECK(bad_file.output.find("missing.pbtxt") != std::string::npos);
   std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("apps/fusion-cluster: check and netns show the nodes behind a firewall, and which pairs meet via CAF") {
+  auto path = fusion::test::temp_path("cluster", "firewalled.pbtxt");
+  {
+    std::ofstream f(path);
+    f << "name: \"fw\"\nsite { name: \"a\" }\nsite { name: \"b\" }\n"
+         "node { name: \"a1\" site: \"a\" accept_inbound: false }\n"
+         "node { name: \"a2\" site: \"a\" }\n"
+         "node { name: \"b1\" site: \"b\" accept_inbound: false }\n";
+  }
+  auto check = run_in_source(cluster_bin() + " check " + path);
+  INFO(check.output);
+  REQUIRE(check.status == 0);
+  CHECK(check.output.find("a1 (cpu, accepts no inbound) a2 (cpu)") != std::string::npos);
+  CHECK(check.output.find("note: nodes 'a1', 'b1' accept no inbound connection: tensors between any two of them go "
+                          "over CAF through the coordinator") != std::string::npos);
+  auto netns = run_in_source(cluster_bin() + " netns " + path);
+  INFO(netns.output);
+  REQUIRE(netns.status == 0);
+  CHECK(netns.output.find("firewalled a1\nfirewalled b1\n") != std::string::npos);
+  CHECK(netns.output.find("firewalled a2") == std::string::npos);
 }

@@ -111,7 +111,7 @@ TEST_CASE("core/cluster: parse errors in plain words, naming the field") {
   };
   check_error(head + "node { name: \"c1\" sitte: \"gamma\" }\n", 7,
               {"c.pbtxt:7:19: parse error: unknown field 'sitte' in 'node { }' (did you mean 'site'?); it takes name, "
-               "site, device, cpu_share, gflops, memory_gib"});
+               "site, device, cpu_share, gflops, memory_gib, accept_inbound"});
   plain(error_of(head + "node { name: \"c1\" sitte: \"gamma\" }\n"));
   check_error(head + "nodes { name: \"c1\" }\n", 7,
               {"c.pbtxt:7:1: parse error: unknown field 'nodes' at the top level of the cluster file (did you mean "
@@ -127,6 +127,21 @@ TEST_CASE("core/cluster: parse errors in plain words, naming the field") {
   check_error(head + "coordinator { port: 99999999999 }\n", 7, {"field 'port': the number 99999999999 is out of range"});
   check_error(head + "site { name: \"d\" \n", 8, {"the file ends inside a block: a '}' is missing"});
   plain(error_of(head + "site { name: \"d\" \n"));
+}
+
+TEST_CASE("core/cluster: accept_inbound defaults to true, false marks a node behind a firewall") {
+  auto c = parse_cluster(head + "node { name: \"c1\" site: \"gamma\" accept_inbound: false }\n"
+                                "node { name: \"c2\" site: \"gamma\" accept_inbound: true }\n",
+                         "c.pbtxt");
+  CHECK(c.nodes[0].accept_inbound);
+  CHECK(c.nodes[1].accept_inbound);
+  CHECK_FALSE(c.nodes[2].accept_inbound);
+  CHECK(c.nodes[3].accept_inbound);
+  CHECK(c.firewalled_nodes() == std::vector<std::string>{"c1"});
+  check_error(head + "node { name: \"c1\" site: \"gamma\" accept_inbound: maybe }\n", 7,
+              {"parse error: field 'accept_inbound' is true or false, got 'maybe'"});
+  check_error(head + "node { name: \"c1\" site: \"gamma\" accept_inbound: true accept_inbound: false }\n", 7,
+              {"'accept_inbound' is given twice"});
 }
 
 TEST_CASE("core/cluster: no sites, no nodes") {

@@ -3,11 +3,15 @@
 // frame_server reader sees it (preamble, meta, payload, next preamble).
 //
 // Beyond sanitizer findings it checks that an accepted preamble is within the limits it was
-// decoded against and encodes back to exactly the 20 bytes it came from (nothing is ignored).
+// decoded against and encodes back to exactly the 20 bytes it came from (nothing is ignored),
+// and that the meta of a reverse hello (connection reversal) decodes only when it re-encodes to
+// the same bytes, within max_reverse_meta.
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <string>
+#include <string_view>
 
 #include "net/frame_channel.hpp"
 
@@ -36,6 +40,15 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     // The reader takes meta and payload off the stream next; a short stream ends the connection.
     const uint64_t body = uint64_t{pre->meta_size} + pre->payload_size;
     if (body > left) return 0;
+    if (pre->flags & fn::flag_reverse) {
+      if (pre->flags != fn::flag_reverse || pre->payload_size != 0 || pre->meta_size > fn::max_reverse_meta)
+        std::abort();
+      std::string_view meta(reinterpret_cast<const char*>(p), pre->meta_size);
+      auto hello = fn::decode_reverse_hello(meta);
+      if (!hello && hello.error().empty()) std::abort();
+      if (hello && (hello->node.empty() || hello->token.empty() || fn::encode_reverse_hello(*hello) != meta))
+        std::abort();
+    }
     p += body;
     left -= static_cast<size_t>(body);
   }

@@ -140,6 +140,11 @@ void preambles() {
   frame(fn::flag_probe, "", 32);
   frame(fn::flag_ack, std::string("\x30\0\0\0\0\0\0\0", 8), 0);
   write("preamble", "stream", stream.data(), stream.size());
+  // A connection that starts with a reverse hello (connection reversal), then a frame.
+  stream.assign(1, '\0');
+  frame(fn::flag_reverse, fn::encode_reverse_hello({"b1", "0f3a9c"}), 0);
+  frame(0, "header", 8);
+  write("preamble", "reverse", stream.data(), stream.size());
 }
 
 }  // namespace
