@@ -38,7 +38,8 @@ namespace fusion {
 /// 7: stage replicas: the reduce direction (gradient ring), reduce_atom, connect_atom with per
 /// micro-batch sinks and the replica ring, grads_atom names the replica; encodings 3 (int8) and 4
 /// (int4), and codec settings carry the quantizing codecs' scale_block.
-inline constexpr uint32_t wire_protocol_version = 7;
+/// 8: grads_atom carries what the replica's all-reduce measured (reduce_timing).
+inline constexpr uint32_t wire_protocol_version = 8;
 
 /// Largest tensor a header may announce (16 GiB); anything larger is a corrupt header.
 inline constexpr uint64_t wire_max_tensor_bytes = uint64_t{1} << 34;
