@@ -336,7 +336,11 @@ void on_grads(coord_ptr self, uint64_t s, int32_t id, int32_t replica, double sq
   // so the op's record is the sum of its replicas' arrays.
   auto same = std::find_if(c.rec.ops.begin(), c.rec.ops.end(), [id](auto& o) { return o.node == id; });
   if (same == c.rec.ops.end()) {
-    c.rec.ops.push_back({id, std::move(fwd), std::move(bwd)});
+    op_measurement m;
+    m.node = id;
+    m.forward_s = std::move(fwd);
+    m.backward_s = std::move(bwd);
+    c.rec.ops.push_back(std::move(m));
     same = std::prev(c.rec.ops.end());
   } else {
     for (size_t m = 0; m < same->forward_s.size() && m < fwd.size(); ++m) same->forward_s[m] += fwd[m];

@@ -339,7 +339,7 @@ using tensor_sink =
 
 /// What one replica's gradient all-reduce of a step measured (grads_atom; zeros with one replica).
 struct reduce_timing {
-  uint64_t bytes_sent = 0;  ///< chunk bytes this replica sent to its ring successor
+  uint64_t bytes_sent = 0;  ///< value bytes this replica sent to its ring successor (f16: 2 per value)
   double work_s = 0;        ///< seconds the op actor spent on the ring: flatten, chunk copies, sums, unflatten
   double ring_s = 0;        ///< seconds from its last backward done to its all-reduce done
 };
@@ -356,11 +356,12 @@ struct replica_ring {
   uint32_t replica = 0;
   uint32_t replicas = 1;
   std::vector<uint32_t> local_mbs;  ///< micro-batches of a step this replica runs (all M when replicas == 1)
+  bool f16_values = false;          ///< the ring carries f16 values (train.allreduce=f16): it rounds what it sends
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, replica_ring& x) {
-  return f(caf::meta::type_name("replica_ring"), x.next, x.replica, x.replicas, x.local_mbs);
+  return f(caf::meta::type_name("replica_ring"), x.next, x.replica, x.replicas, x.local_mbs, x.f16_values);
 }
 
 /// What an edge sender sends to node actors: wire_atom(chunk) to the receiving node (when the edge

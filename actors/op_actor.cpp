@@ -152,7 +152,8 @@ void advance_reduce(self_ptr self, uint64_t step, std::vector<ring_reducer::mess
       if (!st.ring.next) throw std::runtime_error("replica " + std::to_string(st.ring.replica) + " has no ring successor");
       tensor chunk(shape_t{static_cast<int64_t>(m.values.size())}, dtype::f32);
       std::copy(m.values.begin(), m.values.end(), chunk.f32());
-      st.reduce_stat.bytes_sent += m.values.size() * sizeof(float);
+      // The values' bytes on the wire: the ring's codec carries f16 values in two bytes.
+      st.reduce_stat.bytes_sent += m.values.size() * (st.ring.f16_values ? 2 : sizeof(float));
       self->send(st.ring.next, reduce_atom::value, step, m.k, std::move(chunk));
     }
     auto it = st.reduces.find(step);
@@ -175,7 +176,8 @@ void advance_reduce(self_ptr self, uint64_t step, std::vector<ring_reducer::mess
 
 ring_reducer& reducer_of(op_state& st, uint64_t step) {
   auto it = st.reduces.find(step);
-  if (it == st.reduces.end()) it = st.reduces.emplace(step, ring_reducer(st.ring.replica, st.ring.replicas)).first;
+  if (it == st.reduces.end())
+    it = st.reduces.emplace(step, ring_reducer(st.ring.replica, st.ring.replicas, st.ring.f16_values)).first;
   return it->second;
 }
 

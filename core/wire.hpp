@@ -38,7 +38,8 @@ namespace fusion {
 /// 7: stage replicas: the reduce direction (gradient ring), reduce_atom, connect_atom with per
 /// micro-batch sinks and the replica ring, grads_atom names the replica; encodings 3 (int8) and 4
 /// (int4), and codec settings carry the quantizing codecs' scale_block.
-/// 8: grads_atom carries what the replica's all-reduce measured (reduce_timing).
+/// 8: grads_atom carries what the replica's all-reduce measured (reduce_timing); replica_ring
+/// says whether the ring carries f16 values.
 inline constexpr uint32_t wire_protocol_version = 8;
 
 /// Largest tensor a header may announce (16 GiB); anything larger is a corrupt header.

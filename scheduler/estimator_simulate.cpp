@@ -202,6 +202,12 @@ step_estimate workload_estimator::simulate(const plan& p) const {
   // added; at the end it copies the sum back. Host work is ring_s_per_byte of the node per byte
   // touched; the optimizer step waits for the last replica's sum.
   double reduce_end = 0;
+  // Wire bytes per gradient byte of each op's ring (its reduce edges' codec: 1 for f32, about
+  // 1/2 for f16 values).
+  std::vector<double> ring_wire(ops_, 1.0);
+  for (const plan_edge& e : p.edges)
+    if (e.kind == edge_kind::reduce && e.producer >= 0 && e.producer < ops_ && e.bytes_per_micro_batch > 0)
+      ring_wire[e.producer] = static_cast<double>(wire_bytes_per_micro_batch(e)) / static_cast<double>(e.bytes_per_micro_batch);
   std::vector<std::vector<double>> replica_end(ops_);
   for (int id = 0; id < ops_; ++id) replica_end[id].assign(pw.replicas(id), 0.0);
   auto all_reduce = [&](int op) {
@@ -209,7 +215,7 @@ step_estimate workload_estimator::simulate(const plan& p) const {
     const double bytes = costs_[op].param_bytes;
     if (R < 2 || !(bytes > 0)) return;
     const auto& ring = pw.stages[pw.stage_of(op)].nodes;
-    const double chunk = bytes / R;
+    const double chunk = bytes / R, wire_chunk = chunk * ring_wire[op];
     const int steps = 2 * (R - 1);
     std::vector<double> host(R), ready(R), into(R, 0.0), next(R);
     double half_rtt = 0, slowest = 0, slowest_host = 0;
@@ -227,16 +233,16 @@ step_estimate workload_estimator::simulate(const plan& p) const {
       for (int r = 0; r < R; ++r) {
         // Step 0 sends the replica's own chunk; later steps add (or copy) what arrived, then send.
         const double leaves = k == 0 ? ready[r] + host[r] * chunk : std::max(ready[r], into[r]) + 2 * host[r] * chunk;
-        next[(r + 1) % R] = send(ring[r], ring[(r + 1) % R], chunk, leaves);
+        next[(r + 1) % R] = send(ring[r], ring[(r + 1) % R], wire_chunk, leaves);
       }
       into.swap(next);
     }
     for (int r = 0; r < R; ++r)
       reduce_end = std::max(reduce_end, std::max(ready[r], into[r]) + host[r] * (chunk + bytes));
-    est.allreduce_bytes += chunk * steps * R;
+    est.allreduce_bytes += wire_chunk * steps * R;
     const double work_bytes = ring_work_bytes(bytes, R);
     for (int r = 0; r < R; ++r) est.allreduce_work_s += host[r] * work_bytes;
-    est.allreduce_s += steps * (chunk * slowest + half_rtt) + slowest_host * work_bytes;
+    est.allreduce_s += steps * (wire_chunk * slowest + half_rtt) + slowest_host * work_bytes;
   };
   // Backward of `op` for micro-batch m is done at t: a gradient to every producer but the data.
   auto emit_backward = [&](int op, int m, double t) {

@@ -9,6 +9,7 @@
 
 #include "core/cluster.hpp"
 #include "core/graph.hpp"
+#include "scheduler/compression_plan.hpp"
 #include "scheduler/estimator.hpp"
 #include "scheduler/placement.hpp"
 #include "scheduler/plan.hpp"
@@ -109,6 +110,27 @@ TEST_CASE("scheduler/allreduce: measured ring work delays the all-reduce by its 
   // Every replica's work: ring_work_bytes(P, 2) = 4 P for the 1280 bytes of parameters.
   CHECK(after.allreduce_work_s == doctest::Approx(2 * 4 * 1280 * 1e-3).epsilon(1e-6));
   CHECK(after.allreduce_bytes == doctest::Approx(before.allreduce_bytes));
+}
+
+TEST_CASE("scheduler/allreduce: an f16 all-reduce puts half the bytes on the ring") {
+  // Larger gradients (wte and lm_head 8 KiB, fc 4 KiB), so the codec's header hardly counts.
+  graph g = parse_graph(chain_model_text(64, 4, 32), "chain.pbtxt", 1);
+  cluster_spec c = three_sites();
+  workload_estimator est(g, c, chain_timed_profile(g, c, 4, 512 * 8 / 1e6, 0), quiet_options());
+  placement one{std::vector<int>(6, 0)};
+  plan two = make_plan(g, replicate(one, {{{0, 1}, {1, 1}}}, 4));
+  compression_config f16;
+  f16.allreduce = value_type::f16;
+  plan half = two;
+  assign_codecs(half, &est, f16);
+  for (auto& e : half.edges) CHECK(e.setting.values == value_type::f16);
+  const step_estimate a = est.simulate(two), b = est.simulate(half);
+  // The codec's header per tensor aside, half the bytes, and about half the exposed ring.
+  CHECK(b.allreduce_bytes < 0.55 * a.allreduce_bytes);
+  CHECK(b.allreduce_bytes > 0.5 * a.allreduce_bytes);
+  CHECK(a.allreduce_exposed_s > 1);
+  CHECK(b.allreduce_exposed_s < 0.6 * a.allreduce_exposed_s);
+  CHECK(b.pipeline_s < a.pipeline_s);
 }
 
 TEST_CASE("scheduler/allreduce: a ring waits for its slowest replica's backward") {
