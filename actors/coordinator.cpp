@@ -112,6 +112,8 @@ wiring wiring_of(coordinator_state& st, int id, int r) {
       out.ring.next = st.exec.senders.at(e->id);
     else
       out.ring.next = st.exec.replicas[id][(r + 1) % w.replicas(id)];
+    // Every replica rounds alike, so they agree on the sum whichever hops the codec carries.
+    out.ring.f16_values = st.in->cfg.compression.allreduce == value_type::f16;
   }
   return out;
 }

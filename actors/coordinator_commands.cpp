@@ -98,7 +98,8 @@ caf::result<std::string> command_compress(coord_ptr self, const std::vector<std:
   if (args[0].empty() || *end != '\0' || !e)
     return bad("no edge '" + args[0] + "' in the current plan (the 'placement' query lists the edge ids)");
   if (e->kind == edge_kind::reduce)
-    return bad("edge " + args[0] + " is a hop of a gradient all-reduce ring, which is never compressed yet");
+    return bad("edge " + args[0] + " is a hop of a gradient all-reduce ring: its codec is train.allreduce's (f32 or "
+               "f16), set when the run starts");
   if (!e->compressible) return bad("edge " + args[0] + " carries token ids, which are never compressed");
   const auto& c = st.in->cfg.compression;
   const std::string& how = args[1];

@@ -104,15 +104,22 @@ void observe_step(coord_ptr self, const step_record& rec) {
         if (w.replica_of(m.node, static_cast<int>(mb)) == r) f.push_back(m.forward_s[mb]), b.push_back(m.backward_s[mb]);
       if (!f.empty()) est->observe_op(m.node, w.node_of(m.node, r), mean(f), mean(b));
     }
+    // Each replica's ring work teaches its node's host rate for the all-reduce.
+    const int R = w.replicas(m.node);
+    const double work_bytes = workload_estimator::ring_work_bytes(est->param_bytes(m.node), R);
+    for (int r = 0; r < R && r < static_cast<int>(m.reduce_work_s.size()); ++r)
+      est->observe_allreduce(w.node_of(m.node, r), work_bytes, m.reduce_work_s[r]);
   }
   // A link carrying one tensor stream at a time times the link itself; with several edges in
   // flight on one node pair each tensor also waits for the others, which the simulation already
   // models as FIFO sharing, so those samples would count the sharing twice.
+  // A ring hop is such a stream too, and often the only traffic between two replicas' nodes.
   std::map<std::pair<int, int>, std::vector<const edge_measurement*>> by_pair;
-  for (auto& e : rec.edges) {
-    int a = st.in->cluster.find_node(e.from_node), b = st.in->cluster.find_node(e.to_node);
-    if (a >= 0 && b >= 0 && e.tensors > 0) by_pair[{a, b}].push_back(&e);
-  }
+  for (const auto* list : {&rec.edges, &rec.reduce_edges})
+    for (auto& e : *list) {
+      int a = st.in->cluster.find_node(e.from_node), b = st.in->cluster.find_node(e.to_node);
+      if (a >= 0 && b >= 0 && e.tensors > 0) by_pair[{a, b}].push_back(&e);
+    }
   for (auto& [pair, edges] : by_pair) {
     if (edges.size() != 1) continue;
     const auto& e = *edges.front();

@@ -213,8 +213,8 @@ caf::message_handler training(coord_ptr self) {
       [=](resume_atom, bool) { begin_step(self); },  // the held step loop goes on
       [=](feed_atom, uint64_t s, uint32_t mb) { on_feed(self, s, mb); },
       [=](grads_atom, uint64_t s, int32_t id, int32_t replica, double v, std::vector<double>& fwd,
-          std::vector<double>& bwd, int32_t live) {
-        if (!from_retired(self)) on_grads(self, s, id, replica, v, fwd, bwd, live);
+          std::vector<double>& bwd, int32_t live, const reduce_timing& ring) {
+        if (!from_retired(self)) on_grads(self, s, id, replica, v, fwd, bwd, live, ring);
       },
   }
       .or_else(rewire_handler(self))

@@ -49,6 +49,9 @@ struct step_ctx {
   step_machine machine;
   std::vector<tensor> batch;         // one per feed, kept while micro-batches are fed one by one
   step_record rec;
+  // Seconds after t0, on this clock: the latest backward done (a report's arrival less its ring
+  // time) and the latest all-reduce done (a replicated op's report), for allreduce_exposed_s.
+  double last_backward_s = 0, last_ring_s = -1;
 };
 
 /// An evaluation or sampling pass in flight: one batch (eval) or one character (sample) at a
@@ -238,9 +241,9 @@ void begin_step(coord_ptr self);
 void on_loss(coord_ptr self, uint64_t s, uint32_t mb, double loss, const std::vector<double>& metrics);
 void on_feed(coord_ptr self, uint64_t s, uint32_t mb);
 /// Replica `replica` of op `id` reports its squared gradient norm, per micro-batch times and
-/// the peak of micro-batches it held alive.
+/// the peak of micro-batches it held alive and what its all-reduce measured.
 void on_grads(coord_ptr self, uint64_t s, int32_t id, int32_t replica, double sq, std::vector<double>& fwd,
-              std::vector<double>& bwd, int32_t peak_live);
+              std::vector<double>& bwd, int32_t peak_live, const reduce_timing& ring);
 void on_output(coord_ptr self, tensor& logits);
 void on_step_timeout(coord_ptr self);
 void begin_eval(coord_ptr self, std::function<void(eval_result)> done);

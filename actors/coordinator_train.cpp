@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <ctime>
 #include <filesystem>
+#include <iterator>
 #include <random>
 #include <sstream>
 #include <tuple>
@@ -81,9 +82,9 @@ void poll_traffic(coord_ptr self, step_record rec) {
                            const plan_edge* info = s.exec.current.find(e.edge);
                            if (!info) continue;  // an edge of a plan that is gone (re-wired)
                            // Gradient ring hops are not activations or gradients of a graph
-                           // edge: the record (and the estimator fed from it) leaves them out.
-                           if (info->kind == edge_kind::reduce) continue;
-                           out.push_back({info->producer, info->consumer, info->forward(),
+                           // edge: the record keeps them apart, for the estimator's links.
+                           auto& into = info->kind == edge_kind::reduce ? recp->reduce_edges : out;
+                           into.push_back({info->producer, info->consumer, info->forward(),
                                           s.in->cluster.nodes[info->from].name, s.in->cluster.nodes[info->to].name,
                                           e.bytes, e.dense_bytes, e.tensors, e.seconds, e.encode_s,
                                           e.keep_ratio});
@@ -329,7 +330,7 @@ void on_loss(coord_ptr self, uint64_t s, uint32_t mb, double loss, const std::ve
 }
 
 void on_grads(coord_ptr self, uint64_t s, int32_t id, int32_t replica, double sq, std::vector<double>& fwd,
-              std::vector<double>& bwd, int32_t peak_live) {
+              std::vector<double>& bwd, int32_t peak_live, const reduce_timing& ring) {
   auto& st = self->state;
   if (st.act != activity::step || !st.train.cur) return;
   auto& c = *st.train.cur;
@@ -339,13 +340,37 @@ void on_grads(coord_ptr self, uint64_t s, int32_t id, int32_t replica, double sq
   // so the op's record is the sum of its replicas' arrays.
   auto same = std::find_if(c.rec.ops.begin(), c.rec.ops.end(), [id](auto& o) { return o.node == id; });
   if (same == c.rec.ops.end()) {
-    c.rec.ops.push_back({id, std::move(fwd), std::move(bwd), peak_live});
+    op_measurement m;
+    m.node = id;
+    m.forward_s = std::move(fwd);
+    m.backward_s = std::move(bwd);
+    m.peak_live = peak_live;
+    c.rec.ops.push_back(std::move(m));
+    same = std::prev(c.rec.ops.end());
   } else {
     same->peak_live = std::max(same->peak_live, static_cast<int>(peak_live));
     for (size_t m = 0; m < same->forward_s.size() && m < fwd.size(); ++m) same->forward_s[m] += fwd[m];
     for (size_t m = 0; m < same->backward_s.size() && m < bwd.size(); ++m) same->backward_s[m] += bwd[m];
   }
-  if (verdict == step_machine::verdict::complete) optimizer_step(self);
+  // The report left as the replica's all-reduce ended, ring_s after its backward did: both on
+  // this clock, less the same one-way latency (different nodes' clocks are never compared).
+  const double arrived = seconds_between(c.t0, clock_type::now());
+  c.last_backward_s = std::max(c.last_backward_s, arrived - ring.ring_s);
+  const int replicas = st.exec.current.where.replicas(id);
+  if (replicas > 1 && ring.bytes_sent > 0 && replica >= 0 && replica < replicas) {
+    c.last_ring_s = std::max(c.last_ring_s, arrived);
+    same->reduce_s.resize(static_cast<size_t>(replicas), 0.0);
+    same->reduce_work_s.resize(static_cast<size_t>(replicas), 0.0);
+    same->reduce_s[replica] = ring.ring_s;
+    same->reduce_work_s[replica] = ring.work_s;
+    same->reduce_bytes += ring.bytes_sent;
+    c.rec.allreduce_bytes += ring.bytes_sent;
+    c.rec.allreduce_work_s += ring.work_s;
+  }
+  if (verdict == step_machine::verdict::complete) {
+    if (c.last_ring_s >= 0) c.rec.allreduce_exposed_s = std::max(0.0, c.last_ring_s - c.last_backward_s);
+    optimizer_step(self);
+  }
 }
 
 void on_step_timeout(coord_ptr self) {

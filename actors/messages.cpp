@@ -9,6 +9,7 @@ void add_fusion_message_types(caf::actor_system_config& cfg) {
   cfg.add_message_type<tensor_sink>("fusion.tensor_sink");
   cfg.add_message_type<std::vector<tensor_sink>>("fusion.tensor_sink_list");
   cfg.add_message_type<replica_ring>("fusion.replica_ring");
+  cfg.add_message_type<reduce_timing>("fusion.reduce_timing");
   cfg.add_message_type<op_actor>("fusion.op_actor");
   cfg.add_message_type<op_reporter>("fusion.op_reporter");
   cfg.add_message_type<edge_sender_actor>("fusion.edge_sender_actor");

@@ -18,7 +18,7 @@
 //                                 step k of 2 (R - 1), after its last backward
 //   op actor    -> coordinator    grads_atom(S, node id, replica, sum of squared grads, forward
 //                                 seconds per micro-batch, backward seconds per micro-batch,
-//                                 peak of live micro-batches) after its last backward (and the all-reduce)
+//                                 peak of live micro-batches, reduce_timing) after its last backward (and the all-reduce)
 //   coordinator -> param actors   step_atom(S, lr, clip scale) -> stepped_atom(node id), or an error
 // Errors never escape an actor: it sends fail_atom(caf::error) to the coordinator, a fusion
 // error (actors/errors.hpp) whose message names the op or node.
@@ -339,6 +339,18 @@ using tensor_sink =
                      caf::reacts_to<backward_atom, uint64_t, uint32_t, uint32_t, tensor>,
                      caf::reacts_to<reduce_atom, uint64_t, uint32_t, tensor>>;
 
+/// What one replica's gradient all-reduce of a step measured (grads_atom; zeros with one replica).
+struct reduce_timing {
+  uint64_t bytes_sent = 0;  ///< value bytes this replica sent to its ring successor (f16: 2 per value)
+  double work_s = 0;        ///< seconds the op actor spent on the ring: flatten, chunk copies, sums, unflatten
+  double ring_s = 0;        ///< seconds from its last backward done to its all-reduce done
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, reduce_timing& x) {
+  return f(caf::meta::type_name("reduce_timing"), x.bytes_sent, x.work_s, x.ring_s);
+}
+
 /// An op actor's place among the replicas of its op (connect_atom): which replica it is, the
 /// micro-batches of a step routed through it (ascending), and where its gradient ring goes on.
 struct replica_ring {
@@ -351,12 +363,13 @@ struct replica_ring {
   uint32_t live_limit = 0;
   /// GPipe: no backward before every forward of the step (of local_mbs) is done.
   bool forwards_first = false;
+  bool f16_values = false;          ///< the ring carries f16 values (train.allreduce=f16): it rounds what it sends
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, replica_ring& x) {
   return f(caf::meta::type_name("replica_ring"), x.next, x.replica, x.replicas, x.local_mbs, x.live_limit,
-           x.forwards_first);
+           x.forwards_first, x.f16_values);
 }
 
 /// What an edge sender sends to node actors: wire_atom(chunk) to the receiving node (when the edge
@@ -373,16 +386,16 @@ using edge_sender_actor =
 /// What an op actor reports to the coordinator: loss_atom(step, micro-batch, loss, metric sums)
 /// from the loss op, output_atom(step, micro-batch, logits) when sampling, grads_atom(step, node
 /// id, replica, squared gradient norm, forward and backward seconds per micro-batch: zero for
-/// the micro-batches another replica ran, and the most micro-batches of activations it held at
-/// once in the step) after its last backward and, with replicas, the gradient all-reduce, and
-/// fail_atom(error). A typed view of the coordinator for the senders: the
+/// the micro-batches another replica ran, the most micro-batches of activations it held at once
+/// in the step, and what its all-reduce measured) after its last backward and, with replicas,
+/// the gradient all-reduce, and fail_atom(error). A typed view of the coordinator for the senders: the
 /// coordinator itself is dynamically typed, because its behavior changes with the run's phase
 /// (actors/coordinator_phases.cpp) and a typed CAF actor must take its whole interface in every
 /// behavior.
 using op_reporter = caf::typed_actor<caf::reacts_to<loss_atom, uint64_t, uint32_t, double, std::vector<double>>,
                                      caf::reacts_to<output_atom, uint64_t, uint32_t, tensor>,
                                      caf::reacts_to<grads_atom, uint64_t, int32_t, int32_t, double,
-                                                    std::vector<double>, std::vector<double>, int32_t>,
+                                                    std::vector<double>, std::vector<double>, int32_t, reduce_timing>,
                                      caf::reacts_to<fail_atom, caf::error>>;
 
 /// An op actor (actors/op_actor.hpp): a tensor sink that is wired, steps its optimizer and hands

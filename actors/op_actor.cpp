@@ -1,6 +1,7 @@
 #include "actors/op_actor.hpp"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <utility>
 
@@ -87,6 +88,9 @@ struct op_state {
   // Gradient all-reduces by step (replicas > 1): started when this replica's backward is done,
   // or earlier by a faster neighbour's first message.
   std::map<uint64_t, ring_reducer> reduces;
+  // What this step's all-reduce measured, reported with the gradients (reduce_timing).
+  reduce_timing reduce_stat;
+  std::chrono::steady_clock::time_point backward_done;
   std::vector<double> fwd_seconds, bwd_seconds;  // per micro-batch of the current step
   bool reads_data = false;  // an input comes straight from a data input (token ids, targets)
   // A migration's incoming state (import_atom): tensors by index, and the count once announced.
@@ -115,6 +119,20 @@ const tensor_sink& sink_of(const op_state& st, const std::vector<tensor_sink>& s
   return sinks[at];
 }
 
+// Adds the seconds of its scope to the step's ring work (the all-reduce's share of this actor's
+// time, which the estimator learns per node).
+class ring_work_timer {
+ public:
+  explicit ring_work_timer(reduce_timing& t) : t_(t), t0_(std::chrono::steady_clock::now()) {}
+  ~ring_work_timer() { t_.work_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count(); }
+  ring_work_timer(const ring_work_timer&) = delete;
+  ring_work_timer& operator=(const ring_work_timer&) = delete;
+
+ private:
+  reduce_timing& t_;
+  std::chrono::steady_clock::time_point t0_;
+};
+
 void report_failure(self_ptr self, const std::string& what) {
   if (self->state.coordinator)
     self->send(self->state.coordinator, fail_atom::value,
@@ -129,38 +147,45 @@ void report_grads(self_ptr self, uint64_t step) {
              static_cast<int32_t>(st.ring.replica), sq,
              std::exchange(st.fwd_seconds, std::vector<double>(st.run.micro_batches, 0.0)),
              std::exchange(st.bwd_seconds, std::vector<double>(st.run.micro_batches, 0.0)),
-             static_cast<int32_t>(st.gate.end_step()));
+             static_cast<int32_t>(st.gate.end_step()), std::exchange(st.reduce_stat, reduce_timing{}));
 }
 
 // Sends what the ring all-reduce of `step` gives to send; once it is done, its sums become the
 // gradients (every replica now holds the same bits) and the replica reports them.
 void advance_reduce(self_ptr self, uint64_t step, std::vector<ring_reducer::message> out) {
   auto& st = self->state;
-  for (auto& m : out) {
-    if (!st.ring.next) throw std::runtime_error("replica " + std::to_string(st.ring.replica) + " has no ring successor");
-    tensor chunk(shape_t{static_cast<int64_t>(m.values.size())}, dtype::f32);
-    std::copy(m.values.begin(), m.values.end(), chunk.f32());
-    self->send(st.ring.next, reduce_atom::value, step, m.k, std::move(chunk));
+  {
+    ring_work_timer work(st.reduce_stat);
+    for (auto& m : out) {
+      if (!st.ring.next) throw std::runtime_error("replica " + std::to_string(st.ring.replica) + " has no ring successor");
+      tensor chunk(shape_t{static_cast<int64_t>(m.values.size())}, dtype::f32);
+      std::copy(m.values.begin(), m.values.end(), chunk.f32());
+      // The values' bytes on the wire: the ring's codec carries f16 values in two bytes.
+      st.reduce_stat.bytes_sent += m.values.size() * (st.ring.f16_values ? 2 : sizeof(float));
+      self->send(st.ring.next, reduce_atom::value, step, m.k, std::move(chunk));
+    }
+    auto it = st.reduces.find(step);
+    if (it == st.reduces.end() || !it->second.done()) return;
+    const std::vector<float>& sum = it->second.values();
+    size_t at = 0;
+    for (auto& g : st.grads) {
+      tensor host(g.shape(), dtype::f32);
+      const auto n = static_cast<size_t>(host.numel());
+      std::copy(sum.begin() + static_cast<std::ptrdiff_t>(at), sum.begin() + static_cast<std::ptrdiff_t>(at + n),
+                host.f32());
+      at += n;
+      g = st.dev->upload(std::move(host));
+    }
+    st.reduces.erase(it);
   }
-  auto it = st.reduces.find(step);
-  if (it == st.reduces.end() || !it->second.done()) return;
-  const std::vector<float>& sum = it->second.values();
-  size_t at = 0;
-  for (auto& g : st.grads) {
-    tensor host(g.shape(), dtype::f32);
-    const auto n = static_cast<size_t>(host.numel());
-    std::copy(sum.begin() + static_cast<std::ptrdiff_t>(at), sum.begin() + static_cast<std::ptrdiff_t>(at + n),
-              host.f32());
-    at += n;
-    g = st.dev->upload(std::move(host));
-  }
-  st.reduces.erase(it);
+  st.reduce_stat.ring_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - st.backward_done).count();
   report_grads(self, step);
 }
 
 ring_reducer& reducer_of(op_state& st, uint64_t step) {
   auto it = st.reduces.find(step);
-  if (it == st.reduces.end()) it = st.reduces.emplace(step, ring_reducer(st.ring.replica, st.ring.replicas)).first;
+  if (it == st.reduces.end())
+    it = st.reduces.emplace(step, ring_reducer(st.ring.replica, st.ring.replicas, st.ring.f16_values)).first;
   return it->second;
 }
 
@@ -175,12 +200,18 @@ void finish_backward(self_ptr self, uint64_t step) {
   if (st.ring.replicas < 2 || st.params.empty()) return report_grads(self, step);
   // A message of an abandoned earlier step must not wait forever for its all-reduce.
   st.reduces.erase(st.reduces.begin(), st.reduces.lower_bound(step));
-  std::vector<float> flat;
-  for (auto& g : st.grads) {
-    tensor host = st.dev->download(g);
-    flat.insert(flat.end(), host.f32(), host.f32() + host.numel());
+  st.backward_done = std::chrono::steady_clock::now();
+  std::vector<ring_reducer::message> out;
+  {
+    ring_work_timer work(st.reduce_stat);
+    std::vector<float> flat;
+    for (auto& g : st.grads) {
+      tensor host = st.dev->download(g);
+      flat.insert(flat.end(), host.f32(), host.f32() + host.numel());
+    }
+    out = reducer_of(st, step).start(std::move(flat));
   }
-  advance_reduce(self, step, reducer_of(st, step).start(std::move(flat)));
+  advance_reduce(self, step, std::move(out));
 }
 
 void run_forward(self_ptr self, uint64_t step, uint32_t mb, pass_mode mode, std::vector<tensor> inputs);
@@ -514,9 +545,14 @@ op_actor::behavior_type op_actor_fn(self_ptr self, node_spec spec, actor_run_par
           if (chunk.type() != dtype::f32 || chunk.shape().size() != 1)
             throw std::runtime_error("gradient ring step " + std::to_string(k) + " carried a tensor of shape " +
                                      to_string(chunk.shape()) + ", not a flat f32 chunk");
-          const tensor host = st.dev->download(chunk);
-          std::vector<float> values(host.f32(), host.f32() + host.numel());
-          advance_reduce(self, step, reducer_of(st, step).receive(k, std::move(values)));
+          std::vector<ring_reducer::message> out;
+          {
+            ring_work_timer work(st.reduce_stat);
+            const tensor host = st.dev->download(chunk);
+            std::vector<float> values(host.f32(), host.f32() + host.numel());
+            out = reducer_of(st, step).receive(k, std::move(values));
+          }
+          advance_reduce(self, step, std::move(out));
         });
       },
       [=](step_atom, uint64_t step, double lr, float scale) -> caf::result<stepped_atom, int32_t> {

@@ -95,7 +95,7 @@ struct train_app_config : table_config {
   security::security_settings security;  ///< [security] (train_config::credentials)
   /// [compression] mode, values, blocks, floors (train_config::compression, checked in
   /// check_settings).
-  std::string compression_mode = "none", compression_values = "f16";
+  std::string compression_mode = "none", compression_values = "f16", allreduce = "f32";
   uint64_t compression_block = 4096, compression_scale_block = quant_default_block, compression_confirm = 2;
   std::string compression_floor_activations = "1", compression_floor_gradients = "1";
 
@@ -140,6 +140,10 @@ struct train_app_config : table_config {
         {"train", "eval-every", "validate every N steps (0: at the end only)", &run.eval_every},
         {"train", "eval-batches", "validation batches per evaluation", &run.eval_batches},
         {"train", "log-every", "progress line every N steps (when stderr is not a terminal)", &run.log_every},
+        {"train", "allreduce",
+         "values of the stage replicas' gradient all-reduce: f32, or f16 (half the bytes; every replica applies "
+         "the same rounded sum)",
+         &allreduce},
         path_option("train", "resume", "checkpoint to resume from (or to sample from)", &run.resume_from),
         {"optim", "kind", "adamw or sgd", &o.kind},
         {"optim", "lr", "peak learning rate", &o.lr},
@@ -184,8 +188,8 @@ struct train_app_config : table_config {
                     &run.cluster_file),
         {"cluster", "listen", "HOST:PORT this coordinator listens on for nodes (default: the cluster file's)",
          &run.listen},
-        {"cluster", "policy", "placement policy overriding the cluster file's: opfence, even or explicit (opfence-replicas: "
-         "fusion-cluster plan predicts it; this runtime refuses a plan with replicas)",
+        {"cluster", "policy", "placement policy overriding the cluster file's: opfence, opfence-replicas (stage "
+         "replicas where they pay), even or explicit",
          &run.policy},
         path_option("cluster", "profile",
                     "profile file: used instead of measuring the nodes and links when it exists, else written "
@@ -337,6 +341,8 @@ void check_settings(const train_app_config& cfg) {
   if (!parse_codec_kind(cfg.compression_mode, mode))
     problems.push_back("compression.mode must be " + codec_names() + ", got \"" + cfg.compression_mode + "\"");
   value_type values;
+  if (!parse_value_type(cfg.allreduce, values) || values == value_type::bf16)
+    problems.push_back("train.allreduce must be f32 or f16, got \"" + cfg.allreduce + "\"");
   if (!parse_value_type(cfg.compression_values, values))
     problems.push_back("compression.values must be " + value_type_names() + ", got \"" + cfg.compression_values +
                       "\"");
@@ -378,6 +384,7 @@ void apply_compression(train_app_config& cfg) {
   auto& c = cfg.run.compression;
   parse_codec_kind(cfg.compression_mode, c.mode);
   parse_value_type(cfg.compression_values, c.adaptive.values);
+  parse_value_type(cfg.allreduce, c.allreduce);
   c.adaptive.block = static_cast<uint32_t>(cfg.compression_block);
   c.adaptive.scale_block = static_cast<uint32_t>(cfg.compression_scale_block);
   parse_level(cfg.compression_floor_activations, c.adaptive.floor_activations);

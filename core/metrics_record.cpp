@@ -90,8 +90,14 @@ std::string metrics_time(std::chrono::system_clock::time_point t) {
 std::string step_metrics_line(const step_record& rec, const graph& g, double elapsed_s, const std::string& time) {
   json ops = json::object();
   for (const auto& m : rec.ops) {
-    auto& o = ops[g.nodes[m.node].name] = {{"fwd_ms", milliseconds(m.forward_s)}, {"bwd_ms", milliseconds(m.backward_s)}};
-    if (m.peak_live > 0) o["live"] = m.peak_live;
+    json op = {{"fwd_ms", milliseconds(m.forward_s)}, {"bwd_ms", milliseconds(m.backward_s)}};
+    if (m.peak_live > 0) op["live"] = m.peak_live;
+    if (!m.reduce_s.empty()) {
+      op["reduce_ms"] = milliseconds(m.reduce_s);
+      op["reduce_work_ms"] = milliseconds(m.reduce_work_s);
+      op["reduce_bytes"] = m.reduce_bytes;
+    }
+    ops[g.nodes[m.node].name] = std::move(op);
   }
   json edges = json::array();
   for (const auto& e : rec.edges)
@@ -105,19 +111,26 @@ std::string step_metrics_line(const step_record& rec, const graph& g, double ela
                      {"seconds", printed(e.seconds, "%.6f")},
                      {"encode_s", printed(e.encode_s, "%.6f")},
                      {"keep_ratio", printed(e.keep_ratio, "%.4g")}});
-  return line_of({{"type", "step"},
-                  {"step", rec.step},
-                  {"loss", printed(rec.loss, "%.6f")},
-                  {"lr", printed(rec.lr, "%.6g")},
-                  {"grad_norm", printed(rec.grad_norm, "%.6f")},
-                  {"tokens_per_s", printed(rec.tokens_per_s, "%.1f")},
-                  {"step_s", printed(rec.step_s, "%.4f")},
-                  {"predicted_step_s", printed(rec.predicted_step_s, "%.4f")},
-                  {"boundary_s", printed(rec.boundary_s, "%.6f")},
-                  {"elapsed_s", printed(elapsed_s, "%.3f")},
-                  {"time", time},
-                  {"ops", std::move(ops)},
-                  {"edges", std::move(edges)}});
+  json line = {{"type", "step"},
+               {"step", rec.step},
+               {"loss", printed(rec.loss, "%.6f")},
+               {"lr", printed(rec.lr, "%.6g")},
+               {"grad_norm", printed(rec.grad_norm, "%.6f")},
+               {"tokens_per_s", printed(rec.tokens_per_s, "%.1f")},
+               {"step_s", printed(rec.step_s, "%.4f")},
+               {"predicted_step_s", printed(rec.predicted_step_s, "%.4f")},
+               {"boundary_s", printed(rec.boundary_s, "%.6f")}};
+  // Only replica runs have an all-reduce: pipeline records keep the layout they always had.
+  if (rec.allreduce_bytes > 0) {
+    line["allreduce_bytes"] = rec.allreduce_bytes;
+    line["allreduce_work_s"] = printed(rec.allreduce_work_s, "%.6f");
+    line["allreduce_exposed_s"] = printed(rec.allreduce_exposed_s, "%.6f");
+  }
+  line["elapsed_s"] = printed(elapsed_s, "%.3f");
+  line["time"] = time;
+  line["ops"] = std::move(ops);
+  line["edges"] = std::move(edges);
+  return line_of(line);
 }
 
 std::string eval_metrics_line(int64_t step, const eval_result& v, const std::string& time) {

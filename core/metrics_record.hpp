@@ -26,6 +26,12 @@ struct op_measurement {
   /// The most micro-batches of activations its actor held at once (the largest over its
   /// replicas; 0: not reported). 1F1B bounds it by stages - position (scheduler/schedule.hpp).
   int peak_live = 0;
+  /// Stage replicas (empty with one replica): per replica, the seconds from its last backward to
+  /// its gradient all-reduce done, and the seconds of that the op actor spent working on the ring
+  /// (flattening, copying chunks, adding, unflattening).
+  std::vector<double> reduce_s;
+  std::vector<double> reduce_work_s;
+  uint64_t reduce_bytes = 0;           ///< all-reduce bytes its replicas sent (every ring hop)
 };
 
 /// Measured traffic of one cross-process edge in one step.
@@ -53,8 +59,17 @@ struct step_record {
   /// Idle time at the step boundary before this step: from the previous step's last optimizer
   /// reply to this step's first micro-batch fed (0 for the first step of a run).
   double boundary_s = 0;
+  /// Stage replicas (0 without): all-reduce bytes sent by every replica of every op, the seconds
+  /// of ring work summed over them, and the exposed seconds: from the step's last backward to its
+  /// last all-reduce done (what the backward did not hide; step_estimate::allreduce_exposed_s).
+  uint64_t allreduce_bytes = 0;
+  double allreduce_work_s = 0;
+  double allreduce_exposed_s = 0;
   std::vector<op_measurement> ops;     ///< every compute op
   std::vector<edge_measurement> edges; ///< every cross-process edge that carried data
+  /// Every gradient ring hop that carried data (producer = consumer = the op, forward false):
+  /// for the estimator's links; not in the metrics line (its bytes are allreduce_bytes).
+  std::vector<edge_measurement> reduce_edges;
 };
 
 /// What one evaluation pass measured (NaN: not measured).
@@ -82,7 +97,9 @@ struct compression_change {
 std::string metrics_time(std::chrono::system_clock::time_point t = std::chrono::system_clock::now());
 
 /// {"type": "step", "step", "loss", "lr", "grad_norm", "tokens_per_s", "step_s",
-/// "predicted_step_s", "boundary_s", "elapsed_s", "time", "ops": {OP: {"fwd_ms": [...], "bwd_ms": [...]}},
+/// "predicted_step_s", "boundary_s", ["allreduce_bytes", "allreduce_work_s", "allreduce_exposed_s": only
+/// with replicas,] "elapsed_s", "time", "ops": {OP: {"fwd_ms": [...], "bwd_ms": [...][, "reduce_ms": [...],
+/// "reduce_work_ms": [...], "reduce_bytes": only for a replicated op, one entry per replica]}},
 /// "edges": [{"from", "to", "edge": "PRODUCER->CONSUMER", "dir": "fwd"|"bwd", "bytes",
 /// "dense_bytes", "tensors", "seconds", "encode_s", "keep_ratio"}]}, op names from `g` by node
 /// id. `elapsed_s`: seconds of training so far; `time`: metrics_time().

@@ -4,9 +4,12 @@
 #include <stdexcept>
 #include <string>
 
+#include "compression/half.hpp"
+
 namespace fusion {
 
-ring_reducer::ring_reducer(uint32_t replica, uint32_t replicas) : replica_(replica), replicas_(replicas) {
+ring_reducer::ring_reducer(uint32_t replica, uint32_t replicas, bool f16_values)
+    : replica_(replica), replicas_(replicas), f16_(f16_values) {
   if (replicas < 2 || replica >= replicas)
     throw std::invalid_argument("a ring all-reduce needs at least 2 replicas and a replica index below their count (" +
                                 std::to_string(replica) + " of " + std::to_string(replicas) + ")");
@@ -28,10 +31,19 @@ std::vector<ring_reducer::message> ring_reducer::start(std::vector<float> values
   values_ = std::move(values);
   auto [a, b] = chunk_range(values_.size(), replica_, replicas_);
   std::vector<message> out;
-  out.push_back({0, std::vector<float>(values_.begin() + static_cast<std::ptrdiff_t>(a),
-                                       values_.begin() + static_cast<std::ptrdiff_t>(b))});
+  out.push_back(send_chunk(0, a, b));
   for (auto& m : drain()) out.push_back(std::move(m));
   return out;
+}
+
+ring_reducer::message ring_reducer::send_chunk(uint32_t k, size_t a, size_t b) {
+  float* own = values_.data() + a;
+  // Rounding the own copy too keeps it equal to what the receiver decodes: for the chunk this
+  // replica finished, that is the sum every replica ends with. Other own chunks are overwritten
+  // by the all-gather later.
+  if (f16_)
+    for (size_t i = 0; i < b - a; ++i) own[i] = f16_bits_to_f32(f32_to_f16_bits(own[i]));
+  return {k, std::vector<float>(own, own + (b - a))};
 }
 
 std::vector<ring_reducer::message> ring_reducer::receive(uint32_t k, std::vector<float> chunk) {
@@ -64,7 +76,7 @@ std::vector<ring_reducer::message> ring_reducer::drain() {
     }
     ++next_;
     if (next_ == steps()) break;
-    out.push_back({next_, std::vector<float>(own, own + (b - a))});
+    out.push_back(send_chunk(next_, a, b));
   }
   return out;
 }

@@ -11,6 +11,11 @@
 //     last adder; the receiver copies it and sends it on.
 // Message 0 of replica r carries its own chunk r. Each chunk is summed once, along the ring from
 // replica c to replica c - 1, then only copied, so every replica holds the same bits.
+//
+// f16 values (train.allreduce=f16): every message's values are rounded to the nearest f16 (ties
+// to even) before they leave, and so is the sender's own copy of that chunk, so an f16 codec on
+// the ring's edges carries them exactly; the replica that finishes a chunk's sum rounds it in
+// place before the all-gather, and every replica ends with the same, rounded bits.
 #pragma once
 
 #include <cstddef>
@@ -30,8 +35,9 @@ class ring_reducer {
     std::vector<float> values;
   };
 
-  /// Replica `replica` of `replicas` (>= 2); throws std::invalid_argument otherwise.
-  ring_reducer(uint32_t replica, uint32_t replicas);
+  /// Replica `replica` of `replicas` (>= 2); throws std::invalid_argument otherwise. With
+  /// `f16_values`, what is sent (and the sum) is rounded to f16 precision.
+  ring_reducer(uint32_t replica, uint32_t replicas, bool f16_values = false);
 
   /// This replica's own values are ready (called once): returns what to send now, message 0
   /// and whatever messages that arrived early allow.
@@ -55,8 +61,11 @@ class ring_reducer {
 
  private:
   std::vector<message> drain();
+  /// Chunk [a, b) of the buffer as a message of ring step k (rounded to f16 first in f16 mode).
+  message send_chunk(uint32_t k, size_t a, size_t b);
 
   uint32_t replica_, replicas_;
+  bool f16_ = false;
   bool started_ = false;
   uint32_t next_ = 0;                             // the ring step to process next
   std::vector<float> values_;

@@ -39,8 +39,11 @@ namespace fusion {
 /// micro-batch sinks and the replica ring, grads_atom names the replica; encodings 3 (int8) and 4
 /// (int4), and codec settings carry the quantizing codecs' scale_block.
 /// 8: pipeline schedules: connect_atom's replica ring carries the live bound and GPipe's
-/// forwards-first rule, grads_atom the peak of live micro-batches.
-inline constexpr uint32_t wire_protocol_version = 8;
+/// forwards-first rule, grads_atom the peak of live micro-batches; grads_atom also carries what
+/// the replica's all-reduce measured (reduce_timing), and replica_ring whether the ring carries
+/// f16 values. 9: edge_atom says whether the receiver dials the data channel (nodes behind a
+/// firewall, docs/transport.md).
+inline constexpr uint32_t wire_protocol_version = 9;
 
 /// Largest tensor a header may announce (16 GiB); anything larger is a corrupt header.
 inline constexpr uint64_t wire_max_tensor_bytes = uint64_t{1} << 34;

@@ -7,6 +7,15 @@
 namespace fusion {
 
 codec_settings codec_for_edge(const plan_edge& e, const compression_config& c, const edge_codec_state& st) {
+  if (e.kind == edge_kind::reduce) {
+    if (c.allreduce != value_type::f16) return {};
+    codec_settings f16;
+    f16.kind = codec_kind::topk;
+    f16.keep_ratio = keep_all_ratio;
+    f16.values = value_type::f16;
+    f16.block = c.adaptive.block;
+    return f16;
+  }
   if (!e.compressible) return {};
   codec_settings run;
   run.values = c.adaptive.values;
@@ -46,7 +55,8 @@ std::vector<link_group> link_groups(const plan& p, const workload_estimator& est
 }
 
 void assign_codecs(plan& p, const workload_estimator* est, const compression_config& c) {
-  for (auto& e : p.edges) e.setting = codec_settings{};
+  // The all-reduce's format is its own setting, whatever the activations' codec.
+  for (auto& e : p.edges) e.setting = e.kind == edge_kind::reduce ? codec_for_edge(e, c) : codec_settings{};
   if (c.mode == codec_kind::none) return;
   if (!codec_of(c.mode).adaptive() || !est) {
     // Without an estimator (a one-process run has no links) adatopk starts dense.
@@ -90,7 +100,8 @@ plan plan_compressed_run(const workload_estimator& est, const cluster_profile& p
   if (is_opfence(cluster.placement.policy)) {
     opfence_options o;
     o.replicas = cluster.placement.policy == placement_policy::opfence_replicas;
-    if (c.mode != codec_kind::none) o.prepare_plan = [&](plan& candidate) { assign_codecs(candidate, &est, c); };
+    if (c.mode != codec_kind::none || c.allreduce != value_type::f32)
+      o.prepare_plan = [&](plan& candidate) { assign_codecs(candidate, &est, c); };
     o.cut_bytes_ratio = cut_bytes_ratio(c);
     p = make_plan(g, opfence_place(est, o, report), first_id);
   } else {

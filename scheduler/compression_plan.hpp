@@ -23,6 +23,10 @@ struct compression_config {
   bool error_feedback = false;         ///< gradient directions keep a residual (off: measured no gain)
   int64_t every = 10;                  ///< adatopk: re-evaluate every N steps
   adaptive_settings adaptive;          ///< floors, hysteresis, value type, blocks
+  /// Stage replicas' gradient all-reduce (train.allreduce): f32 (raw) or f16 (the ring's edges
+  /// carry f16 values through the topk codec at keep_all_ratio; the ring rounds what it sends, so
+  /// every replica applies the same decoded sum: core/ring_reduce.hpp). bf16 is refused.
+  value_type allreduce = value_type::f32;
 };
 
 /// The admin's codec for one edge (fusion-admin `compress EDGE none|RATIO`).
@@ -44,7 +48,8 @@ struct edge_codec_state {
 /// (assign_codecs), AdaTopK's re-evaluation, migration and the admin's `compress` all make.
 /// none for an edge that is not compressible (token ids) and when c.mode is none; else the
 /// codec of c.mode at c.ratio, or at st.link_ratio (1 when empty) for an adaptive codec, with
-/// the run's value type and block and error feedback on gradient directions.
+/// the run's value type and block and error feedback on gradient directions. A gradient ring
+/// hop (edge_kind::reduce) gets c.allreduce only: none for f32, keep-all f16 for f16.
 codec_settings codec_for_edge(const plan_edge& e, const compression_config& c, const edge_codec_state& st = {});
 
 /// One direction of one node pair that carries compressible edges, with its load.

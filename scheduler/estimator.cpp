@@ -87,6 +87,7 @@ workload_estimator::workload_estimator(const graph& g, const cluster_spec& c, cl
   }
   correction_.assign(nodes_, 1.0);
   correction_seen_.assign(nodes_, 0);
+  ring_s_per_byte_.assign(nodes_, -1.0);
 
   base_mbit_.assign(static_cast<size_t>(nodes_) * nodes_, options_.local_mbit);
   base_rtt_.assign(static_cast<size_t>(nodes_) * nodes_, options_.local_rtt_s);
@@ -193,6 +194,11 @@ double workload_estimator::output_bytes(int id) const {
   return static_cast<double>(numel_of(n.shape)) * static_cast<double>(dtype_size(n.type));
 }
 
+double workload_estimator::param_bytes(int id) const {
+  check_op(id, ops_, 0, 1, "parameter bytes");
+  return keys_[id].empty() ? 0 : costs_[id].param_bytes;
+}
+
 double workload_estimator::state_bytes(int id) const {
   check_op(id, ops_, 0, 1, "state");
   return keys_[id].empty() ? 0 : 3 * costs_[id].param_bytes;
@@ -232,6 +238,28 @@ void workload_estimator::observe_transfer(int a, int b, double bytes, double sec
   const double rate = bytes * 8 / busy / 1e6;
   auto [it, fresh] = link_mbit_.try_emplace({std::min(a, b), std::max(a, b)}, rate);
   if (!fresh) it->second = ema(it->second, rate, options_.ema_weight);
+}
+
+double workload_estimator::ring_work_bytes(double param_bytes, int replicas) {
+  if (replicas < 2 || !(param_bytes > 0)) return 0;
+  return param_bytes * (2 + 4.0 * (replicas - 1) / replicas);
+}
+
+double workload_estimator::ring_s_per_byte(int node) const {
+  check_op(0, 1, node, nodes_, "ring work");
+  if (ring_s_per_byte_[node] >= 0) return ring_s_per_byte_[node];
+  // A capped node (0.3 of a core) copies and adds at that share of a core's rate.
+  const double share = profile_.nodes[node].cpu_share;
+  const double cores = share > 0 ? std::min(share, 1.0) : 1.0;
+  return 1 / (options_.ring_host_gbs * 1e9 * cores);
+}
+
+void workload_estimator::observe_allreduce(int node, double work_bytes, double work_s) {
+  check_op(0, 1, node, nodes_, "ring work");
+  if (!(work_bytes > 0) || !(work_s > 0) || !std::isfinite(work_bytes) || !std::isfinite(work_s)) return;
+  const double rate = work_s / work_bytes;
+  double& at = ring_s_per_byte_[node];
+  at = at < 0 ? rate : ema(at, rate, options_.ema_weight);
 }
 
 std::pair<std::vector<double>, std::vector<double>> workload_estimator::node_phase_s(const plan& p) const {

@@ -33,6 +33,10 @@ struct estimator_options {
   double gpu_mem_gbs = 1500;
   /// Weight of a new measurement in the moving averages (0..1].
   double ema_weight = 0.3;
+  /// Gradient bytes per second an op actor's ring work handles on one core (flattening, chunk
+  /// copies, sums, unflattening: ring_work_bytes), before a node's is measured; a node's CPU
+  /// share scales it. Measured 0.3-1.5 GB/s on the 2-core VM under load (docs/scheduler.md).
+  double ring_host_gbs = 1;
 };
 
 /// The predicted cost of one step of a plan.
@@ -52,6 +56,8 @@ struct step_estimate {
   double allreduce_bytes = 0;
   double allreduce_s = 0;
   double allreduce_exposed_s = 0;
+  /// Of allreduce_s: the op actors' ring work (host copies and sums), summed over every replica.
+  double allreduce_work_s = 0;
 };
 
 /// Costs of one graph on one cluster, from a profile, refined by measurements.
@@ -96,6 +102,16 @@ class workload_estimator {
 
   /// Bytes of the output of graph node `id` per micro-batch (what an edge carries).
   double output_bytes(int id) const;
+  /// Bytes of graph node `id`'s parameters (and of its gradient: what its all-reduce sums).
+  double param_bytes(int id) const;
+
+  /// Bytes one replica's ring work touches in the all-reduce of `param_bytes` of gradients over
+  /// `replicas`: the flattening and unflattening (2 P) and, at each of the 2 (R - 1) ring steps,
+  /// a chunk of P / R received (added or copied) and one sent (copied): 2 P + 4 P (R - 1) / R.
+  static double ring_work_bytes(double param_bytes, int replicas);
+  /// Seconds of ring work per gradient byte on `node`: measured (observe_allreduce), else
+  /// 1 / ring_host_gbs scaled by the node's CPU share.
+  double ring_s_per_byte(int node) const;
 
   /// Per cluster node, seconds per micro-batch of the forward (first) and the backward (second)
   /// of the ops `p` places there (every replica's ops on its node): the pace of each pipeline
@@ -121,11 +137,14 @@ class workload_estimator {
   /// and the slowest node's optimizer updates. With stage replicas every (op, micro-batch) runs
   /// on the replica its route picks, each replica's actor runs its backward in micro-batch
   /// order, and when an op's last backward is done on every replica a ring all-reduce of its
-  /// gradient (2 (R - 1) / R x its parameter bytes on every ring link, on the same FIFO links)
-  /// must finish before the optimizer step (step_estimate::allreduce_*). Under p.schedule 1F1B
-  /// the forward of an actor's k-th micro-batch also waits for its backward of the
-  /// (k - live_limits)-th, and node_memory_bytes counts that many micro-batches of activations;
-  /// under GPipe an actor's first backward waits for all its forwards of the step.
+  /// gradient must finish before the optimizer step (step_estimate::allreduce_*). The ring runs
+  /// as the op actors run it: replica r starts when its own last backward is done (after
+  /// flattening its gradients), and each of the 2 (R - 1) ring steps sends a chunk of P / R on
+  /// the FIFO link to the next replica once the previous step's chunk arrived and was added
+  /// (ring_s_per_byte), so the rounds are sequential: their transfers, latencies and host work
+  /// add up. Under p.schedule 1F1B the forward of an actor's k-th micro-batch also waits for its
+  /// backward of the (k - live_limits)-th, and node_memory_bytes counts that many micro-batches
+  /// of activations; under GPipe an actor's first backward waits for all its forwards of the step.
   /// Links are full duplex: each direction of a node pair is its own FIFO.
   step_estimate simulate(const plan& p) const;
 
@@ -136,6 +155,9 @@ class workload_estimator {
   /// One tensor of `bytes` took `seconds` from a to b (first chunk sent to last chunk
   /// acknowledged): refines the pair's rate, keeping its round-trip time.
   void observe_transfer(int a, int b, double bytes, double seconds);
+  /// A replica on `node` spent `work_s` on ring work that touched `work_bytes`
+  /// (ring_work_bytes): refines the node's ring_s_per_byte.
+  void observe_allreduce(int node, double work_bytes, double work_s);
 
  private:
   double profile_forward_s(int id, int node) const;
@@ -152,6 +174,7 @@ class workload_estimator {
   std::vector<double> correction_;                     // per node: measured / profile (1 until measured)
   std::vector<char> correction_seen_;                  // per node: measured at least once
   std::map<std::pair<int, int>, double> link_mbit_;    // (min node, max node) -> refined rate
+  std::vector<double> ring_s_per_byte_;                // per node: measured ring work, -1 until measured
 
   // Precomputed in the constructor so the per-op functions stay O(log n) under the OP-Fence DP.
   int ops_ = 0, nodes_ = 0;                            // graph nodes, cluster nodes

@@ -226,31 +226,54 @@ step_estimate workload_estimator::simulate(const plan& p) const {
       arrive(task_of(w, m, 0), at);
     }
   };
-  // The gradient all-reduce of an op's replicas, started when its last backward is done on every
-  // replica (the runtime's buckets start as soon as they are full): a ring over the stage's
-  // nodes in order, 2 (R - 1) rounds of P / R bytes per link (reduce-scatter, then all-gather),
-  // every link busy with 2 (R - 1) / R x P bytes; the rounds add their latency.
+  // The gradient all-reduce of an op's replicas, as the op actors run it (actors/op_actor.cpp):
+  // replica r flattens its gradients when its own last backward is done, then the 2 (R - 1) ring
+  // steps each send a chunk of P / R to the next replica of the stage's ring (stages[s].nodes in
+  // order) on the FIFO link, message k of a replica leaving once message k - 1 reached it and was
+  // added; at the end it copies the sum back. Host work is ring_s_per_byte of the node per byte
+  // touched; the optimizer step waits for the last replica's sum.
   double reduce_end = 0;
-  auto all_reduce = [&](int op, double t) {
+  // Wire bytes per gradient byte of each op's ring (its reduce edges' codec: 1 for f32, about
+  // 1/2 for f16 values).
+  std::vector<double> ring_wire(ops_, 1.0);
+  for (const plan_edge& e : p.edges)
+    if (e.kind == edge_kind::reduce && e.producer >= 0 && e.producer < ops_ && e.bytes_per_micro_batch > 0)
+      ring_wire[e.producer] = static_cast<double>(wire_bytes_per_micro_batch(e)) / static_cast<double>(e.bytes_per_micro_batch);
+  std::vector<std::vector<double>> replica_end(ops_);
+  for (int id = 0; id < ops_; ++id) replica_end[id].assign(pw.replicas(id), 0.0);
+  auto all_reduce = [&](int op) {
     const int R = pw.replicas(op);
     const double bytes = costs_[op].param_bytes;
     if (R < 2 || !(bytes > 0)) return;
     const auto& ring = pw.stages[pw.stage_of(op)].nodes;
-    const double per_link = 2.0 * (R - 1) / R * bytes;
-    double done = t, half_rtt = 0, slowest = 0;
+    const double chunk = bytes / R, wire_chunk = chunk * ring_wire[op];
+    const int steps = 2 * (R - 1);
+    std::vector<double> host(R), ready(R), into(R, 0.0), next(R);
+    double half_rtt = 0, slowest = 0, slowest_host = 0;
     for (int r = 0; r < R; ++r) {
+      host[r] = ring_s_per_byte(ring[r]);
+      ready[r] = replica_end[op][r] + host[r] * bytes;
       const int a = ring[r], b = ring[(r + 1) % R];
       const size_t at = static_cast<size_t>(a) * K + b;
       prepare(at, a, b);
-      done = std::max(done, send(a, b, per_link, t));
       half_rtt = std::max(half_rtt, link_half_rtt[at]);
       slowest = std::max(slowest, link_sec_per_byte[at]);
+      slowest_host = std::max(slowest_host, host[r]);
     }
-    const double rounds = 2.0 * (R - 1);
-    done += (rounds - 1) * half_rtt;
-    reduce_end = std::max(reduce_end, done);
-    est.allreduce_bytes += per_link * R;
-    est.allreduce_s += per_link * slowest + rounds * half_rtt;
+    for (int k = 0; k < steps; ++k) {
+      for (int r = 0; r < R; ++r) {
+        // Step 0 sends the replica's own chunk; later steps add (or copy) what arrived, then send.
+        const double leaves = k == 0 ? ready[r] + host[r] * chunk : std::max(ready[r], into[r]) + 2 * host[r] * chunk;
+        next[(r + 1) % R] = send(ring[r], ring[(r + 1) % R], wire_chunk, leaves);
+      }
+      into.swap(next);
+    }
+    for (int r = 0; r < R; ++r)
+      reduce_end = std::max(reduce_end, std::max(ready[r], into[r]) + host[r] * (chunk + bytes));
+    est.allreduce_bytes += wire_chunk * steps * R;
+    const double work_bytes = ring_work_bytes(bytes, R);
+    for (int r = 0; r < R; ++r) est.allreduce_work_s += host[r] * work_bytes;
+    est.allreduce_s += steps * (wire_chunk * slowest + half_rtt) + slowest_host * work_bytes;
   };
   // Backward of `op` for micro-batch m is done at t: a gradient to every producer but the data.
   auto emit_backward = [&](int op, int m, double t) {
@@ -271,7 +294,9 @@ step_estimate workload_estimator::simulate(const plan& p) const {
     }
     if (next_same[op][m] >= 0) arrive(task_of(op, next_same[op][m], 1), t);
     if (gate_next[op][m] >= 0) arrive(task_of(op, gate_next[op][m], 0), t);
-    if (--backward_left[op] == 0) all_reduce(op, t);
+    double& replica_done = replica_end[op][pw.replica_of(op, m)];
+    replica_done = std::max(replica_done, t);
+    if (--backward_left[op] == 0) all_reduce(op);
   };
 
   // The coordinator feeds micro-batch m at m x the feed interval.

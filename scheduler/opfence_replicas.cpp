@@ -76,12 +76,14 @@ cut_problem make_group_cut_problem(const workload_estimator& est, const std::vec
   for (size_t g = 0; g < kc; ++g) {
     const auto& nodes = groups[g];
     const double r = static_cast<double>(nodes.size());
-    // The ring: nodes[i] -> nodes[i + 1], its slowest link and longest round trip.
-    double ring_spb = 0, ring_rtt = 0;
+    // The ring: nodes[i] -> nodes[i + 1], its slowest link and longest round trip, and the
+    // slowest member's ring work per byte (copies and sums, workload_estimator::ring_s_per_byte).
+    double ring_spb = 0, ring_rtt = 0, ring_host = 0;
     for (size_t i = 0; nodes.size() > 1 && i < nodes.size(); ++i) {
       const int a = nodes[i], b = nodes[(i + 1) % nodes.size()];
       ring_spb = std::max(ring_spb, spb(a, b));
       ring_rtt = std::max(ring_rtt, est.link_rtt_s(a, b));
+      ring_host = std::max(ring_host, est.ring_s_per_byte(a));
     }
     // A replica saves the activations of its share of the micro-batches: the memory of an op
     // at M micro-batches less the activations of the ones routed elsewhere (inputs that live
@@ -98,9 +100,10 @@ cut_problem make_group_cut_problem(const workload_estimator& est, const std::vec
       }
       p.compute_s[g][i] = (std::isinf(rate) || rate <= 0 ? 0.0 : m / rate) + update;
       if (nodes.size() > 1) {
-        const double grad_bytes = est.state_bytes(ops[i]) / 3;  // parameters, f32
+        const double grad_bytes = est.param_bytes(ops[i]);
         if (grad_bytes > 0)
-          p.reduce_s[g][i] = grad_bytes * 2 * (r - 1) / r * ring_spb + 2 * (r - 1) * ring_rtt / 2;
+          p.reduce_s[g][i] = grad_bytes * 2 * (r - 1) / r * ring_spb + 2 * (r - 1) * ring_rtt / 2 +
+                             ring_host * workload_estimator::ring_work_bytes(grad_bytes, static_cast<int>(nodes.size()));
       }
     }
     double cap = 0;

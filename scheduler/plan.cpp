@@ -117,7 +117,9 @@ std::string codec_text(const edge_setting& s) { return codec_of(s.kind).describe
 uint64_t wire_bytes_per_micro_batch(const plan_edge& e) {
   const codec& c = codec_of(e.setting.kind);
   const uint64_t n = e.bytes_per_micro_batch / sizeof(float);
-  return e.compressible && c.encodes(n, e.setting) ? c.payload_bytes(n, e.setting) : e.bytes_per_micro_batch;
+  // A ring hop carries f32 gradient chunks: its codec (train.allreduce) applies too.
+  const bool f32 = e.compressible || e.kind == edge_kind::reduce;
+  return f32 && c.encodes(n, e.setting) ? c.payload_bytes(n, e.setting) : e.bytes_per_micro_batch;
 }
 
 const plan_edge* plan::find(uint64_t id) const {
@@ -234,7 +236,7 @@ plan make_plan(const graph& g, placement where, uint64_t first_id) {
       e.to = b;
       e.bytes_per_micro_batch =
           static_cast<uint64_t>(elems) * 4 * 2 * static_cast<uint64_t>(replicas - 1) / static_cast<uint64_t>(replicas);
-      e.compressible = false;  // f16 all-reduce is a later codec decision
+      e.compressible = false;  // not for AdaTopK or `compress`: its codec is train.allreduce's
       p.edges.push_back(e);
     }
   }

@@ -57,7 +57,8 @@ struct plan_edge {
 };
 
 /// Bytes one micro-batch of `e` puts on the wire with its codec (codec::wire_bytes): the
-/// payload when the codec encodes it, else bytes_per_micro_batch.
+/// payload when the codec encodes it, else bytes_per_micro_batch. A reduce edge's codec (f16
+/// with train.allreduce=f16) counts although the edge is not `compressible`.
 uint64_t wire_bytes_per_micro_batch(const plan_edge& e);
 
 /// "none", "adatopk dense" (ratio 1: raw bytes), or "topk 10% f16", "adatopk 20% f16" (+ " ef"

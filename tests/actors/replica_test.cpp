@@ -55,6 +55,7 @@ std::string two_stages(const std::vector<std::string>& first, const std::vector<
 
 struct replicated_run {
   std::vector<double> losses;
+  std::vector<step_record> steps;
   double val_loss = NAN;
   std::string checkpoint;
   std::string move_error;  // what the admin's `move loss n0` answered
@@ -71,7 +72,9 @@ replicated_run run_replicated(train_config c, const std::string& cluster, int n,
   replicated_run out;
   {
     session s(c);
-    out.losses = losses_of(s.train());
+    train_result r = s.train();
+    out.losses = losses_of(r);
+    out.steps = r.steps;
     out.val_loss = s.evaluate().loss;
     out.move_error = command_error(s, "move", {"loss", "n0"});
   }
@@ -92,6 +95,42 @@ void check_same_losses(const std::vector<double>& got, const std::vector<double>
   MESSAGE("largest loss difference to one process: " << worst);
 }
 
+// Gradient bytes of the ops whose names start with one of `prefixes` ("" for all), from a
+// checkpoint's parameters (its "op/param" tensors less the optimizer moments; not "@vocab").
+double param_bytes(const checkpoint& ck, const std::vector<std::string>& prefixes) {
+  double bytes = 0;
+  for (auto& [name, t] : ck.tensors) {
+    if (name.find('/') == std::string::npos || name[0] == '@') continue;
+    const bool moment = name.size() > 2 && (name.compare(name.size() - 2, 2, ".m") == 0 ||
+                                            name.compare(name.size() - 2, 2, ".v") == 0);
+    const bool in = std::any_of(prefixes.begin(), prefixes.end(), [&](auto& p) { return name.rfind(p, 0) == 0; });
+    if (!moment && in) bytes += 4.0 * static_cast<double>(t.numel());
+  }
+  return bytes;
+}
+
+// Every step record of a replicated run measured its all-reduce: `want_bytes` sent in all (each
+// of an op's R replicas sends 2 (R - 1) chunks of P / R), per op one ring time and one work time
+// per replica, an exposed time within the step.
+void check_allreduce_measured(const std::vector<step_record>& steps, double want_bytes) {
+  REQUIRE(!steps.empty());
+  for (auto& rec : steps) {
+    CAPTURE(rec.step);
+    CHECK(static_cast<double>(rec.allreduce_bytes) == want_bytes);
+    uint64_t per_op = 0;
+    for (auto& op : rec.ops) {
+      per_op += op.reduce_bytes;
+      CHECK(op.reduce_s.size() == op.reduce_work_s.size());
+      for (double s : op.reduce_s) CHECK((s > 0 && s < rec.step_s));
+    }
+    if (rec.ops.empty()) continue;  // the oldest kept steps drop their per-op measurements
+    CHECK(per_op == rec.allreduce_bytes);
+    CHECK(rec.allreduce_work_s > 0);
+    CHECK(rec.allreduce_exposed_s >= 0);
+    CHECK(rec.allreduce_exposed_s < rec.step_s);
+  }
+}
+
 }  // namespace
 
 TEST_CASE("replicas: 2 stages x 2 replicas, and 3 + 1, train the losses of one process, replicas identical") {
@@ -100,6 +139,7 @@ TEST_CASE("replicas: 2 stages x 2 replicas, and 3 + 1, train the losses of one p
   train_result ref;
   double ref_val = NAN;
   std::vector<std::string> ref_names;
+  checkpoint ref_ck;
   {
     auto one_c = c;
     one_c.checkpoint_file = temp_path("replica-reference-ckpt");
@@ -107,21 +147,24 @@ TEST_CASE("replicas: 2 stages x 2 replicas, and 3 + 1, train the losses of one p
     session one(one_c);
     ref = one.train();
     ref_val = one.evaluate().loss;
-    for (auto& [name, t] : load_checkpoint(latest_checkpoint(one_c.checkpoint_file)).tensors) ref_names.push_back(name);
+    ref_ck = load_checkpoint(latest_checkpoint(one_c.checkpoint_file));
+    for (auto& [name, t] : ref_ck.tensors) ref_names.push_back(name);
   }
   struct variant {
     const char* name;
     std::string placement;
+    double allreduce_bytes;  // per step
   };
   const std::vector<variant> variants = {
-      {"replicas-2x2", two_stages({"n0", "n1"}, {"n2", "n3"})},
-      {"replicas-1-3", two_stages({"n0"}, {"n1", "n2", "n3"})},
+      {"replicas-2x2", two_stages({"n0", "n1"}, {"n2", "n3"}), 2 * param_bytes(ref_ck, {""})},
+      {"replicas-1-3", two_stages({"n0"}, {"n1", "n2", "n3"}), 4 * param_bytes(ref_ck, {"h1.", "lnf/", "lm_head/"})},
   };
   for (auto& v : variants) {
     std::string name = v.name;
     CAPTURE(name);
     auto got = run_replicated(c, write_cluster(v.name, 4, v.placement), 4, v.name);
     check_same_losses(got.losses, losses_of(ref));
+    check_allreduce_measured(got.steps, v.allreduce_bytes);
     // Evaluation routes micro-batches 1 and 3 through other replicas than 0 and 2: the same
     // loss only if every replica holds the same weights.
     CHECK(std::abs(got.val_loss - ref_val) <= tolerance);
@@ -136,6 +179,27 @@ TEST_CASE("replicas: 2 stages x 2 replicas, and 3 + 1, train the losses of one p
     for (auto& [tensor_name, t] : ck.tensors) names.push_back(tensor_name);
     CHECK(names == ref_names);
   }
+}
+
+TEST_CASE("replicas: an f16 all-reduce keeps the replicas identical and the losses close to f32") {
+  auto c = tiny_config(6, 4);
+  c.eval_batches = 2;
+  const auto f32_losses = losses_of(session(c).train());
+  c.compression.allreduce = value_type::f16;
+  // The checkpoints of steps 5 and 6 compare every replica's parameters and Adam moments bit for
+  // bit (a divergence fails the run); evaluation routes micro-batches through both replicas.
+  auto got = run_replicated(c, write_cluster("replicas-f16", 4, two_stages({"n0", "n1"}, {"n2", "n3"})), 4,
+                            "replicas-f16");
+  REQUIRE(!got.checkpoint.empty());
+  CHECK(load_checkpoint(got.checkpoint).step == 6);
+  REQUIRE(got.losses.size() == f32_losses.size());
+  double worst = 0;
+  for (size_t i = 0; i < got.losses.size(); ++i) worst = std::max(worst, std::abs(got.losses[i] - f32_losses[i]));
+  MESSAGE("largest loss difference of the f16 all-reduce to f32: " << worst);
+  CHECK(worst < 1e-2);
+  CHECK(worst > 0);  // the sums were rounded: not the f32 run
+  // Half the f32 ring's value bytes: 2 P x 1/2 for a ring of two.
+  check_allreduce_measured(got.steps, param_bytes(load_checkpoint(got.checkpoint), {""}));
 }
 
 TEST_CASE("replicas: policy opfence-replicas runs the replicas it plans") {

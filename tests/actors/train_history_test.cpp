@@ -14,7 +14,13 @@ step_record measured_step(int64_t step) {
   step_record r;
   r.step = step;
   r.loss = 1.0 / static_cast<double>(step);
-  for (int id = 0; id < 61; ++id) r.ops.push_back({id, std::vector<double>(4, 0.001), std::vector<double>(4, 0.002)});
+  for (int id = 0; id < 61; ++id) {
+    op_measurement m;
+    m.node = id;
+    m.forward_s.assign(4, 0.001);
+    m.backward_s.assign(4, 0.002);
+    r.ops.push_back(std::move(m));
+  }
   r.edges.push_back({1, 2, true, "a", "b", 100, 100, 4, 0.01, 0, 1});
   return r;
 }

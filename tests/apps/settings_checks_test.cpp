@@ -89,6 +89,8 @@ TEST_CASE("settings: meaningless values are usage errors that name the setting, 
       {"--sample.count=-3", "sample.count must be at least 0, got -3"},
       {"--train.schedule=zigzag", "train.schedule must be eager, gpipe, 1f1b or auto, got \"zigzag\""},
       {"--data.val-fraction=0.0", "train.eval-batches is 8 but data.val-fraction is 0"},
+      {"--train.allreduce=f8", "train.allreduce must be f32 or f16, got \"f8\""},
+      {"--train.allreduce=bf16", "train.allreduce must be f32 or f16, got \"bf16\""},
   };
   for (auto& m : mistakes) {
     auto r = fusion::test::run_in(dir.path.string(), train_cmd() + " --config run.ini " + m.args);

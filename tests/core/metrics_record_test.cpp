@@ -107,6 +107,30 @@ TEST_CASE("core/metrics_record: the layout scripts grep for stays") {
   CHECK(json::parse(bare)["ops"].is_object());
 }
 
+TEST_CASE("core/metrics_record: a replica run's step record carries the all-reduce, per step and per op") {
+  step_record rec = sample_step();
+  rec.allreduce_bytes = 123456;
+  rec.allreduce_work_s = 0.0123456789;
+  rec.allreduce_exposed_s = 0.25;
+  rec.ops[2].reduce_s = {0.010, 0.0205};
+  rec.ops[2].reduce_work_s = {0.001, 0.002};
+  rec.ops[2].reduce_bytes = 4096;
+  const json j = json::parse(step_metrics_line(rec, graph_named(odd_names), 1, "t"));
+  CHECK(keys_of(j) == std::vector<std::string>{"type", "step", "loss", "lr", "grad_norm", "tokens_per_s", "step_s",
+                                               "predicted_step_s", "boundary_s", "allreduce_bytes", "allreduce_work_s",
+                                               "allreduce_exposed_s", "elapsed_s", "time", "ops", "edges"});
+  CHECK(j["allreduce_bytes"] == 123456);
+  CHECK(j["allreduce_work_s"].get<double>() == 0.012346);
+  CHECK(j["allreduce_exposed_s"].get<double>() == 0.25);
+  const json& op = j["ops"][odd_names[2]];
+  CHECK(keys_of(op) == std::vector<std::string>{"fwd_ms", "bwd_ms", "reduce_ms", "reduce_work_ms", "reduce_bytes"});
+  CHECK(op["reduce_ms"] == json::array({10.0, 20.5}));
+  CHECK(op["reduce_work_ms"] == json::array({1.0, 2.0}));
+  CHECK(op["reduce_bytes"] == 4096);
+  // An op of one replica keeps the two keys it always had.
+  CHECK(keys_of(j["ops"][odd_names[0]]) == std::vector<std::string>{"fwd_ms", "bwd_ms"});
+}
+
 TEST_CASE("core/metrics_record: eval records, with and without an accuracy") {
   const json with = json::parse(eval_metrics_line(20, {1.5, 0.8765432}, "x\"y"));
   CHECK(keys_of(with) == std::vector<std::string>{"type", "step", "val_loss", "val_accuracy", "time"});

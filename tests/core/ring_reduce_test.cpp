@@ -3,12 +3,15 @@
 // same bits, each chunk summed once along the ring.
 #include <doctest/doctest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <deque>
 #include <random>
 #include <stdexcept>
 #include <vector>
 
+#include "compression/half.hpp"
 #include "core/ring_reduce.hpp"
 
 using namespace fusion;
@@ -18,18 +21,23 @@ namespace {
 // Runs the all-reduce of `inputs` (one buffer per replica) delivering messages in the order
 // `shuffle` chooses among those in flight (null: oldest first); replica `late` starts only after
 // the first message was delivered (a slower backward: its predecessor's messages may wait). Returns every replica's final buffer.
+// With `f16`, every message must carry values an f16 codec sends exactly.
 std::vector<std::vector<float>> run_ring(const std::vector<std::vector<float>>& inputs, uint32_t late,
-                                         std::mt19937* shuffle) {
+                                         std::mt19937* shuffle, bool f16 = false) {
   const auto R = static_cast<uint32_t>(inputs.size());
   std::vector<ring_reducer> rings;
-  for (uint32_t r = 0; r < R; ++r) rings.emplace_back(r, R);
+  for (uint32_t r = 0; r < R; ++r) rings.emplace_back(r, R, f16);
   struct flight {
     uint32_t to;
     ring_reducer::message m;
   };
   std::deque<flight> wire;
   auto send = [&](uint32_t from, std::vector<ring_reducer::message> out) {
-    for (auto& m : out) wire.push_back({(from + 1) % R, std::move(m)});
+    for (auto& m : out) {
+      if (f16)
+        for (float x : m.values) CHECK(f16_bits_to_f32(f32_to_f16_bits(x)) == x);
+      wire.push_back({(from + 1) % R, std::move(m)});
+    }
   };
   for (uint32_t r = 0; r < R; ++r)
     if (r != late) send(r, rings[r].start(inputs[r]));
@@ -89,6 +97,33 @@ TEST_CASE("ring all-reduce: every replica ends with the same bits, the sum of al
           }
         }
       }
+    }
+  }
+}
+
+TEST_CASE("ring all-reduce: with f16 values every replica ends with the same rounded bits, close to the sum") {
+  std::mt19937 rng(7);
+  std::normal_distribution<float> value(0.0f, 1.0f);
+  for (uint32_t R : {2u, 3u, 5u}) {
+    const size_t n = 1001;
+    CAPTURE(R);
+    std::vector<std::vector<float>> inputs(R, std::vector<float>(n));
+    for (auto& v : inputs)
+      for (auto& x : v) x = value(rng);
+    for (int order = 0; order < 3; ++order) {
+      std::mt19937 shuffle(static_cast<unsigned>(order));
+      auto out = run_ring(inputs, static_cast<uint32_t>(order) % R, order ? &shuffle : nullptr, true);
+      for (uint32_t r = 1; r < R; ++r) CHECK(std::memcmp(out[r].data(), out[0].data(), n * sizeof(float)) == 0);
+      double worst = 0;
+      for (size_t i = 0; i < n; ++i) {
+        CHECK(f16_bits_to_f32(f32_to_f16_bits(out[0][i])) == out[0][i]);  // the sum is an f16 value
+        double sum = 0, scale = 0;
+        for (uint32_t r = 0; r < R; ++r) sum += inputs[r][i], scale += std::abs(inputs[r][i]);
+        // One f16 rounding (relative 2^-11) per hop of the partial sum, and one of the result.
+        CHECK(std::abs(out[0][i] - sum) <= (R + 1) * std::ldexp(scale, -11) + 1e-7);
+        worst = std::max(worst, std::abs(out[0][i] - sum));
+      }
+      CHECK(worst > 0);  // rounded: not the f32 sum
     }
   }
 }

@@ -5,6 +5,12 @@
 #pragma once
 
 #include <string>
+#include <utility>
+#include <vector>
+
+#include "core/cluster.hpp"
+#include "core/graph.hpp"
+#include "scheduler/profile.hpp"
 
 namespace fusion {
 
@@ -22,6 +28,21 @@ node { name: "lm_head" op: "linear" in: "fc" attr { key: "out" value: "V" } attr
 node { name: "loss" op: "cross_entropy" in: "lm_head" in: "targets" }
 tokens: "tokens"  targets: "targets"  logits: "lm_head"  loss: "loss"
 )";
+}
+
+/// The profile of `c` (the chain model `g` at `micro_batches`) with every link at `mbit` and
+/// `rtt_s`, every op timed {forward, backward, update} the same on every node: wte {1, 1, 0.5},
+/// fc {1, 2, 0.5}, lm_head {2, 2, 1}, loss {1, 1, 0} seconds.
+inline cluster_profile chain_timed_profile(const graph& g, const cluster_spec& c, int micro_batches, double mbit,
+                                           double rtt_s = 0) {
+  cluster_profile p = profile_from_cluster(c);
+  p.micro_batches = micro_batches;
+  for (auto& l : p.links) l.mbit = mbit, l.rtt_s = rtt_s;
+  const std::vector<std::pair<std::string, op_timing>> times = {
+      {"wte", {1, 1, 0.5}}, {"fc", {1, 2, 0.5}}, {"lm_head", {2, 2, 1}}, {"loss", {1, 1, 0}}};
+  for (auto& n : p.nodes)
+    for (auto& [name, t] : times) n.ops[op_key(g, g.find(name))] = t;
+  return p;
 }
 
 }  // namespace fusion

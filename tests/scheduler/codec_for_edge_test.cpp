@@ -105,3 +105,26 @@ TEST_CASE("codec_for_edge: assign_codecs gives every edge what codec_for_edge de
 }
 
 }  // namespace fusion
+
+namespace fusion {
+
+TEST_CASE("codec_for_edge: a gradient ring hop follows train.allreduce, whatever the activations' codec") {
+  plan_edge ring = edge(false, false);
+  ring.kind = edge_kind::reduce;
+  for (auto mode : {codec_kind::none, codec_kind::topk, codec_kind::adatopk, codec_kind::int8}) {
+    compression_config c = config(mode);
+    CHECK(codec_for_edge(ring, c) == codec_settings{});  // f32: raw
+    CHECK(codec_for_edge(ring, c, {0.1, pinned_codec{codec_kind::topk, 0.5}}) == codec_settings{});
+    c.allreduce = value_type::f16;
+    const codec_settings f16 = codec_for_edge(ring, c, {0.1, std::nullopt});
+    CHECK(f16.kind == codec_kind::topk);
+    CHECK(f16.keep_ratio == keep_all_ratio);  // every element, values rounded to f16
+    CHECK(f16.values == value_type::f16);
+    CHECK_FALSE(f16.error_feedback);
+    // Half the bytes of the f32 gradient chunk, and a few for the codec's header.
+    ring.setting = f16;
+    CHECK(wire_bytes_per_micro_batch(ring) < ring.bytes_per_micro_batch * 6 / 10);
+  }
+}
+
+}  // namespace fusion

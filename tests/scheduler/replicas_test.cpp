@@ -202,18 +202,6 @@ TEST_CASE("scheduler/replicas: replicate refuses replica sets that cannot work")
   CHECK_THROWS_AS(make_plan(g, broken), std::invalid_argument);
 }
 
-// Every op timed {forward, backward, update} the same on every node.
-cluster_profile timed(const graph& g, const cluster_spec& c, int micro_batches, double mbit) {
-  cluster_profile p = profile_from_cluster(c);
-  p.micro_batches = micro_batches;
-  for (auto& l : p.links) l.mbit = mbit;
-  const std::vector<std::pair<std::string, op_timing>> times = {
-      {"wte", {1, 1, 0.5}}, {"fc", {1, 2, 0.5}}, {"lm_head", {2, 2, 1}}, {"loss", {1, 1, 0}}};
-  for (auto& n : p.nodes)
-    for (auto& [name, t] : times) n.ops[op_key(g, g.find(name))] = t;
-  return p;
-}
-
 TEST_CASE("scheduler/replicas: two replicas of a stage take half the compute plus the all-reduce") {
   graph g = parse_graph(chain_model, "chain.pbtxt", 1);
   cluster_spec c = four_nodes();
@@ -222,7 +210,7 @@ TEST_CASE("scheduler/replicas: two replicas of a stage take half the compute plu
   o.coordinator_rtt_s = 0.1;
   // 512 bytes (wte's or lm_head's gradient) take 1 s between the sites.
   const double mbit = 512 * 8 / 1e6;
-  workload_estimator est(g, c, timed(g, c, 4, mbit), o);
+  workload_estimator est(g, c, chain_timed_profile(g, c, 4, mbit), o);
   placement one{std::vector<int>(6, 0)};
   step_estimate alone = est.simulate(make_plan(g, one));
   // One node: 4 micro-batches x (2 + 3 + 4 + 2) s, updates 2 s, three round trips.
