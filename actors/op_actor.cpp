@@ -7,6 +7,7 @@
 
 #include "actors/messages.hpp"
 #include "actors/op_device.hpp"
+#include "actors/op_state.hpp"
 #include "core/live_gate.hpp"
 #include "core/ring_reduce.hpp"
 
@@ -41,66 +42,7 @@ node_spec make_node_spec(const graph& g, int id) {
 
 namespace {
 
-struct fwd_entry {
-  std::vector<tensor> inputs;
-  int have = 0;
-};
-
-struct saved_entry {
-  std::vector<tensor> inputs;
-  std::vector<tensor> aux;
-};
-
-struct held_forward {  // a forward the live bound holds back (inputs complete)
-  uint64_t step = 0;
-  std::vector<tensor> inputs;
-};
-
-struct bwd_entry {
-  std::vector<tensor> grads;  // one per consumer, summed in consumer order for determinism
-  int have = 0;
-};
-
-// Tensors of an actor live on its backend's device (`dev`): parameters, gradients, optimizer
-// state, saved activations and outputs. Incoming tensors are uploaded on arrival; outgoing ones
-// leave as they are once the stream is synchronised (a CPU consumer's upload, an edge sender or
-// the serializer moves them to the host).
-struct op_state {
-  node_spec spec;
-  actor_run_params run;
-  std::unique_ptr<backend> dev;
-  std::unique_ptr<op> impl;
-  std::vector<param_spec> param_specs;
-  std::vector<tensor> params, grads, m, v;
-  std::vector<buffer_spec> buffer_specs;
-  std::vector<tensor> buffers;  // non-trainable state (batch norm statistics): checkpointed, no optimizer
-  // Per micro-batch routes: consumers[i * M + m] takes micro-batch m's output for consumer i,
-  // producers[slot * M + m] its gradient for input `slot` (connect_atom).
-  std::vector<tensor_sink> consumers, producers;
-  op_reporter coordinator;
-  replica_ring ring;  // which replica this is, its micro-batches, its all-reduce successor
-  std::map<uint32_t, fwd_entry> pending_fwd;
-  std::map<uint32_t, saved_entry> saved;
-  std::map<uint32_t, bwd_entry> pending_bwd;
-  size_t next_bwd = 0;  // index into ring.local_mbs of the next backward
-  live_gate gate;       // the schedule's rule (ring.live_limit, ring.forwards_first)
-  std::map<uint32_t, held_forward> held;  // training forwards waiting for the gate, by micro-batch
-  // Gradient all-reduces by step (replicas > 1): started when this replica's backward is done,
-  // or earlier by a faster neighbour's first message.
-  std::map<uint64_t, ring_reducer> reduces;
-  // What this step's all-reduce measured, reported with the gradients (reduce_timing).
-  reduce_timing reduce_stat;
-  std::chrono::steady_clock::time_point backward_done;
-  std::vector<double> fwd_seconds, bwd_seconds;  // per micro-batch of the current step
-  bool reads_data = false;  // an input comes straight from a data input (token ids, targets)
-  // A migration's incoming state (import_atom): tensors by index, and the count once announced.
-  std::map<uint32_t, tensor> incoming;
-  int64_t incoming_count = -1;
-  caf::response_promise import_rp;
-  static inline const char* name = "op_actor";
-};
-
-using self_ptr = op_actor::stateful_pointer<op_state>;
+using namespace op_internal;
 
 // Timing slots of the backend (backend::begin_timing): forward and backward of each micro-batch.
 size_t forward_slot(uint32_t mb) { return 2 * size_t{mb}; }
@@ -382,70 +324,6 @@ void apply_step(self_ptr self, uint64_t step, double lr, float scale) {
     st.grads[i].zero();
   }
   st.dev->synchronize();  // a failed update is reported by this step, not by a later one
-}
-
-// The names of the state tensors, in the order collect_state lists them: an op of the same spec
-// on another node lists the same names, so a migration ships the tensors by index.
-std::vector<std::string> state_keys(const op_state& st) {
-  std::vector<std::string> keys;
-  for (auto& p : st.param_specs)
-    for (const char* suffix : {"", ".m", ".v"}) keys.push_back(st.spec.name + "/" + p.name + suffix);
-  for (auto& b : st.buffer_specs) keys.push_back(st.spec.name + "/" + b.name);
-  return keys;
-}
-
-// Checkpoint state is host data on every device (it is written to disk or crosses processes).
-named_tensors collect_state(op_state& st) {
-  auto keys = state_keys(st);
-  named_tensors out;
-  size_t k = 0;
-  for (size_t i = 0; i < st.params.size(); ++i)
-    for (auto* t : {&st.params[i], &st.m[i], &st.v[i]}) out.emplace_back(keys[k++], st.dev->download(*t));
-  for (auto& b : st.buffers) out.emplace_back(keys[k++], st.dev->download(b));
-  return out;
-}
-
-void restore_state(op_state& st, named_tensors& in) {
-  auto restore = [&](const std::string& key, tensor* dst) {
-    auto it = std::find_if(in.begin(), in.end(), [&](auto& kv) { return kv.first == key; });
-    if (it == in.end()) throw std::runtime_error("checkpoint has no tensor '" + key + "'");
-    if (it->second.shape() != dst->shape() || it->second.type() != dtype::f32)
-      throw std::runtime_error("checkpoint tensor '" + key + "' has shape " + to_string(it->second.shape()) +
-                               ", model expects " + to_string(dst->shape()));
-    *dst = st.dev->upload(std::move(it->second));
-  };
-  for (size_t i = 0; i < st.params.size(); ++i) {
-    const std::string key = st.spec.name + "/" + st.param_specs[i].name;
-    for (auto [suffix, dst] : {std::pair{"", &st.params[i]}, {".m", &st.m[i]}, {".v", &st.v[i]}})
-      restore(key + suffix, dst);
-  }
-  for (size_t i = 0; i < st.buffers.size(); ++i)
-    restore(st.spec.name + "/" + st.buffer_specs[i].name, &st.buffers[i]);
-  st.dev->synchronize();
-}
-
-// Restores a migrated state once import_atom announced the count and every tensor arrived.
-void finish_import(self_ptr self) {
-  auto& st = self->state;
-  if (st.incoming_count < 0 || static_cast<int64_t>(st.incoming.size()) < st.incoming_count) return;
-  auto rp = std::move(st.import_rp);
-  auto incoming = std::move(st.incoming);
-  st.incoming.clear();
-  st.incoming_count = -1;
-  auto keys = state_keys(st);
-  auto refuse = [&](const std::string& why) {
-    rp.deliver(make_error(fusion_errc::bad_state, "op actor '" + st.spec.name + "' refused its migrated state: " + why));
-  };
-  if (incoming.size() != keys.size() || (!incoming.empty() && incoming.rbegin()->first + 1 != incoming.size()))
-    return refuse(std::to_string(incoming.size()) + " tensors arrived, the op has " + std::to_string(keys.size()));
-  named_tensors in;
-  for (auto& [i, t] : incoming) in.emplace_back(keys[i], std::move(t));
-  try {
-    restore_state(st, in);
-  } catch (const std::exception& e) {
-    return refuse(e.what());
-  }
-  rp.deliver(true);
 }
 
 // `compute` was built by spawn_op_actor (so device errors reach the spawner); the actor takes

@@ -1,0 +1,94 @@
+// An op actor's state (actors/op_actor.cpp) and what saves, restores and imports it
+// (actors/op_state.cpp): shared by the two files only. Internal to actors/.
+#pragma once
+
+#include <caf/all.hpp>
+
+#include <chrono>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "actors/messages.hpp"
+#include "actors/op_actor.hpp"
+#include "actors/op_device.hpp"
+#include "core/live_gate.hpp"
+#include "core/ring_reduce.hpp"
+
+namespace fusion::op_internal {
+
+struct fwd_entry {
+  std::vector<tensor> inputs;
+  int have = 0;
+};
+
+struct saved_entry {
+  std::vector<tensor> inputs;
+  std::vector<tensor> aux;
+};
+
+struct held_forward {  // a forward the live bound holds back (inputs complete)
+  uint64_t step = 0;
+  std::vector<tensor> inputs;
+};
+
+struct bwd_entry {
+  std::vector<tensor> grads;  // one per consumer, summed in consumer order for determinism
+  int have = 0;
+};
+
+// Tensors of an actor live on its backend's device (`dev`): parameters, gradients, optimizer
+// state, saved activations and outputs. Incoming tensors are uploaded on arrival; outgoing ones
+// leave as they are once the stream is synchronised (a CPU consumer's upload, an edge sender or
+// the serializer moves them to the host).
+struct op_state {
+  node_spec spec;
+  actor_run_params run;
+  std::unique_ptr<backend> dev;
+  std::unique_ptr<op> impl;
+  std::vector<param_spec> param_specs;
+  std::vector<tensor> params, grads, m, v;
+  std::vector<buffer_spec> buffer_specs;
+  std::vector<tensor> buffers;  // non-trainable state (batch norm statistics): checkpointed, no optimizer
+  // Per micro-batch routes: consumers[i * M + m] takes micro-batch m's output for consumer i,
+  // producers[slot * M + m] its gradient for input `slot` (connect_atom).
+  std::vector<tensor_sink> consumers, producers;
+  op_reporter coordinator;
+  replica_ring ring;  // which replica this is, its micro-batches, its all-reduce successor
+  std::map<uint32_t, fwd_entry> pending_fwd;
+  std::map<uint32_t, saved_entry> saved;
+  std::map<uint32_t, bwd_entry> pending_bwd;
+  size_t next_bwd = 0;  // index into ring.local_mbs of the next backward
+  live_gate gate;       // the schedule's rule (ring.live_limit, ring.forwards_first)
+  std::map<uint32_t, held_forward> held;  // training forwards waiting for the gate, by micro-batch
+  // Gradient all-reduces by step (replicas > 1): started when this replica's backward is done,
+  // or earlier by a faster neighbour's first message.
+  std::map<uint64_t, ring_reducer> reduces;
+  // What this step's all-reduce measured, reported with the gradients (reduce_timing).
+  reduce_timing reduce_stat;
+  std::chrono::steady_clock::time_point backward_done;
+  std::vector<double> fwd_seconds, bwd_seconds;  // per micro-batch of the current step
+  bool reads_data = false;  // an input comes straight from a data input (token ids, targets)
+  // A migration's incoming state (import_atom): tensors by index, and the count once announced.
+  std::map<uint32_t, tensor> incoming;
+  int64_t incoming_count = -1;
+  caf::response_promise import_rp;
+  static inline const char* name = "op_actor";
+};
+
+using self_ptr = op_actor::stateful_pointer<op_state>;
+
+/// The names of the state tensors, in the order collect_state lists them: an op of the same spec
+/// on another node lists the same names, so a migration ships the tensors by index.
+std::vector<std::string> state_keys(const op_state& st);
+/// Parameters, optimizer moments and buffers as host tensors, named by state_keys (checkpoint
+/// state is host data on every device: it is written to disk or crosses processes).
+named_tensors collect_state(op_state& st);
+/// Sets every state tensor from `in` (by name); throws naming a missing or misshapen tensor.
+void restore_state(op_state& st, named_tensors& in);
+/// Restores a migrated state once import_atom announced the count and every tensor arrived,
+/// answering the import's promise.
+void finish_import(self_ptr self);
+
+}  // namespace fusion::op_internal
