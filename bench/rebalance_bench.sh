@@ -112,6 +112,8 @@ if first:
     print("| after the move(s) | %d-%d | %.0f | %.0f |" % (a, b, m, p))
 back = [m for m in migs if m["step"] >= restore_at]
 a = (back[-1]["step"] + 3) if back else restore_at + 3
+if a >= max(steps):  # moves went on to the end: measure from the first one after the restore
+    a = min((back[0]["step"] if back else restore_at) + 3, max(steps))
 print("| after the restore | %d-%d | %.0f | %.0f |" % (a, max(steps), tps(a, max(steps) + 1), predicted_tps(a, max(steps) + 1)))
 print()
 if first:
