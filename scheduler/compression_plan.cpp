@@ -92,6 +92,17 @@ double cut_bytes_ratio(const compression_config& c) {
   return std::clamp(ratio, 1e-6, 1.0);
 }
 
+double allreduce_bytes_ratio(const compression_config& c) {
+  if (c.allreduce == value_type::f32) return 1.0;
+  plan_edge hop;
+  hop.kind = edge_kind::reduce;
+  hop.compressible = true;
+  const codec_settings s = codec_for_edge(hop, c);
+  if (s.kind == codec_kind::none) return 1.0;
+  constexpr uint64_t n = uint64_t{1} << 16;
+  return static_cast<double>(codec_of(s.kind).wire_bytes(n, s)) / (4.0 * n);
+}
+
 plan plan_compressed_run(const workload_estimator& est, const cluster_profile& profile, const compression_config& c,
                          uint64_t first_id, opfence_report* report) {
   const graph& g = est.model();
@@ -103,6 +114,7 @@ plan plan_compressed_run(const workload_estimator& est, const cluster_profile& p
     if (c.mode != codec_kind::none || c.allreduce != value_type::f32)
       o.prepare_plan = [&](plan& candidate) { assign_codecs(candidate, &est, c); };
     o.cut_bytes_ratio = cut_bytes_ratio(c);
+    o.allreduce_bytes_ratio = allreduce_bytes_ratio(c);
     p = make_plan(g, opfence_place(est, o, report), first_id);
   } else {
     p = plan_run(g, cluster, profile, first_id);

@@ -75,6 +75,10 @@ void assign_codecs(plan& p, const workload_estimator* est, const compression_con
 /// floors, the denser of the two directions (a link carries both).
 double cut_bytes_ratio(const compression_config& c);
 
+/// The fraction of the fp32 gradient bytes a ring hop of the all-reduce carries under
+/// c.allreduce (1 for f32; the f16 keep-all codec's wire bytes per fp32 byte for f16).
+double allreduce_bytes_ratio(const compression_config& c);
+
 /// The plan of a run with compression: placed by the cluster file's policy (as plan_run), codecs
 /// assigned by assign_codecs. Under OP-Fence with a codec, the cut DP also prices links at
 /// cut_bytes_ratio(c) and every candidate plan is simulated with the codecs it would get, so a

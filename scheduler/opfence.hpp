@@ -50,6 +50,10 @@ struct opfence_options {
   /// that compression makes cheap may then carry a boundary the dense DP would avoid (or drop
   /// the far node for). 1: dense only.
   double cut_bytes_ratio = 1.0;
+  /// The fraction of the fp32 gradient bytes a ring hop of the replicas' all-reduce carries
+  /// (train.allreduce f16: scheduler/compression_plan.hpp's allreduce_bytes_ratio); the group
+  /// DP prices the ring with it, as the simulator does through the reduce edges' codec.
+  double allreduce_bytes_ratio = 1.0;
   /// Stage replicas (scheduler/opfence_replicas.cpp): also try chains of node groups, each group
   /// holding one stage with one replica per node, and keep the fastest plan; the pipeline-only
   /// plan stays when nothing beats it (policy "opfence-replicas"). Off: pipeline only (policy "opfence").
@@ -168,8 +172,10 @@ std::vector<std::vector<int>> replica_groups(const std::vector<int>& chain, cons
 /// between groups uses their slowest node pair, shared by min(R, R') parallel routes; memory
 /// counts the activations of the micro-batches a replica takes (M / R, rounded up) against the
 /// smallest member.
+/// `ring_bytes_ratio`: the fraction of the fp32 gradient bytes a ring hop carries (an f16
+/// all-reduce: opfence_options::allreduce_bytes_ratio).
 cut_problem make_group_cut_problem(const workload_estimator& est, const std::vector<std::vector<int>>& groups,
-                                   bool allow_skip);
+                                   bool allow_skip, double ring_bytes_ratio = 1.0);
 
 /// The placer registered for placement_policy::opfence (options.replicas off) and
 /// placement_policy::opfence_replicas (on): builds a workload_estimator from (g, c, profile)

@@ -37,6 +37,22 @@ TEST_CASE("apps/fusion-cluster: plan predicts a 48-GPU cluster, in JSON and as a
   const double fastest = std::min({by["eager"].get<double>(), by["gpipe"].get<double>(), by["1f1b"].get<double>()});
   CHECK(by[j["schedule"].get<std::string>()].get<double>() == doctest::Approx(fastest));
   CHECK(j["step_s"].get<double>() == doctest::Approx(fastest));
+  // --train.allreduce f16 on a plan with replicas (sites-6-tiers, 8 micro-batches): the same
+  // plan, its ring carrying about half the bytes, and a step no slower.
+  auto ring = [&](const char* values) {
+    auto r = run_in_source(cluster_bin() +
+                           " plan configs/clusters/sites-6-tiers.pbtxt --model configs/models/gpt-char-small.pbtxt "
+                           "--train.batch 16 --train.micro-batches 8 --cluster.policy opfence-replicas --json "
+                           "--train.allreduce " + values);
+    INFO(r.output);
+    REQUIRE(r.status == 0);
+    return nlohmann::json::parse(r.output.substr(r.output.find('{')));
+  };
+  const auto r32 = ring("f32"), r16 = ring("f16");
+  REQUIRE(r32["allreduce_bytes"].get<double>() > 0);
+  CHECK(r16["nodes_used"] == r32["nodes_used"]);
+  CHECK(r16["allreduce_bytes"].get<double>() < 0.6 * r32["allreduce_bytes"].get<double>());
+  CHECK(r16["step_s"].get<double>() <= r32["step_s"].get<double>() * (1 + 1e-9));
   REQUIRE(!j["fences"].empty());
   CHECK(j["chain"].size() <= 48);
   // Every op on exactly one stage (a replica repeats its stage's ops); no stage beyond its node's
@@ -90,6 +106,8 @@ TEST_CASE("apps/fusion-cluster: plan refuses usage mistakes with exit 2 and a re
        "--batch is no longer an option of plan: use --train.batch B and --train.micro-batches M"},
       {"plan configs/clusters/sites-3.pbtxt --model configs/models/gpt-char-small.pbtxt --train.schedule zigzag",
        "--train.schedule must be eager, gpipe, 1f1b or auto, got 'zigzag'"},
+      {"plan configs/clusters/sites-3.pbtxt --model configs/models/gpt-char-small.pbtxt --train.allreduce bf16",
+       "--train.allreduce must be f32 or f16, got 'bf16'"},
       {"plan configs/clusters/sites-3.pbtxt --model configs/models/gpt-char-small.pbtxt --policy even",
        "--policy is no longer an option of plan: use --cluster.policy P"},
   };

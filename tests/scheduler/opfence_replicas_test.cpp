@@ -12,6 +12,7 @@
 
 #include "core/cluster.hpp"
 #include "core/graph.hpp"
+#include "scheduler/compression_plan.hpp"
 #include "scheduler/estimator.hpp"
 #include "scheduler/opfence.hpp"
 #include "scheduler/plan.hpp"
@@ -134,6 +135,36 @@ TEST_CASE("scheduler/opfence-replicas: more nodes than a pipeline can use become
   CHECK(!place_ops(g, c, prof).replicated());
   CHECK(find_placement_policy("opfence-replicas") == placement_policy::opfence_replicas);
   CHECK(!find_placement_policy("opfence-pipeline"));
+}
+
+// An f16 all-reduce (train.allreduce) halves the ring's bytes: the group DP prices it so, as the
+// simulator does through the reduce edges' codec.
+TEST_CASE("scheduler/opfence-replicas: the group DP prices an f16 all-reduce's ring at its bytes") {
+  compression_config c;
+  CHECK(allreduce_bytes_ratio(c) == 1.0);
+  c.allreduce = value_type::f16;
+  const double f16 = allreduce_bytes_ratio(c);
+  CHECK(f16 > 0.5);  // halves, and a block header per 4096 elements
+  CHECK(f16 < 0.55);
+  // Two single-node sites at 10 Mbit/s: the ring's transfer dominates reduce_s.
+  graph g = parse_graph(wide_model, "wide.pbtxt", 1);
+  cluster_spec cl = parse_cluster("name: \"r\"\nsite { name: \"a\" }\nsite { name: \"b\" }\n"
+                                  "node { name: \"a1\" site: \"a\" gflops: 20 }\nnode { name: \"b1\" site: \"b\" gflops: 20 }\n"
+                                  "link { a: \"a\" b: \"b\" mbit: 10 }\n",
+                                  "r.pbtxt");
+  cluster_profile prof = profile_from_cluster(cl);
+  prof.micro_batches = 4;
+  workload_estimator est(g, cl, prof);
+  const cut_problem f32_ring = make_group_cut_problem(est, {{0, 1}}, true);
+  const cut_problem f16_ring = make_group_cut_problem(est, {{0, 1}}, true, f16);
+  int priced = 0;
+  for (size_t i = 0; i < f32_ring.reduce_s[0].size(); ++i) {
+    if (f32_ring.reduce_s[0][i] <= 0) continue;
+    ++priced;
+    CHECK(f16_ring.reduce_s[0][i] < f32_ring.reduce_s[0][i]);
+    CHECK(f16_ring.reduce_s[0][i] > f16 * f32_ring.reduce_s[0][i] * 0.9);  // latency and host work stay
+  }
+  CHECK(priced > 0);
 }
 
 TEST_CASE("scheduler/opfence-replicas: never predicted slower than pipeline-only, and deterministic") {
