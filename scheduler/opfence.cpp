@@ -513,14 +513,14 @@ placement opfence_pipeline_place(const workload_estimator& est, const opfence_op
   const std::vector<double> flops = op_flops(g);
   std::vector<double> op_cost(ops.ops.size());
   for (size_t i = 0; i < ops.ops.size(); ++i) op_cost[i] = flops[ops.ops[i]];
-  bool from_compressed_dp = false;
-  auto consider = [&](const std::vector<int>& chain, const std::vector<int>& position_of_op, double bottleneck) {
+  auto consider = [&](const std::vector<int>& chain, const std::vector<int>& position_of_op, double bottleneck,
+                      bool compressed = false) {
     placement p;
     p.node_of_op.assign(g.nodes.size(), -1);
     for (size_t i = 0; i < ops.ops.size(); ++i) p.node_of_op[ops.ops[i]] = chain[position_of_op[i]];
     place_inputs(g, p, std::vector<bool>(g.nodes.size(), false));
     step_estimate step = simulate_candidate(est, options, p);
-    all.push_back({std::move(p), chain, bottleneck, std::move(step), from_compressed_dp});
+    all.push_back({std::move(p), chain, bottleneck, std::move(step), compressed});
   };
   for (auto& chain : chains) {
     const bool skip = static_cast<int>(chain.size()) <= options.skip_nodes_up_to;
@@ -538,14 +538,11 @@ placement opfence_pipeline_place(const workload_estimator& est, const opfence_op
     // prepare_plan assigns) judges both.
     if (options.cut_bytes_ratio < 1) {
       cut_problem compressed = compress_links(problem, options.cut_bytes_ratio);
-      for (bool every : {false, true}) {
-        if (every && !skip) break;
-        compressed.allow_skip = skip && !every;
-        cut_solution c = solve_cuts(compressed);
-        from_compressed_dp = true;
+      for (int pass = 0; pass < (skip ? 2 : 1); ++pass) {  // as the dense DP: with skips, then without
+        compressed.allow_skip = skip && pass == 0;
+        const cut_solution c = solve_cuts(compressed);
         if (c.feasible && c.position_of_op != cut.position_of_op)
-          consider(chain, c.position_of_op, evaluate_cuts(problem, c.position_of_op).bottleneck);
-        from_compressed_dp = false;
+          consider(chain, c.position_of_op, evaluate_cuts(problem, c.position_of_op).bottleneck, true);
       }
     }
     if (chain.size() <= ops.ops.size()) {
