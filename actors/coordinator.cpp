@@ -240,10 +240,11 @@ void spawn_ops(coord_ptr self, std::function<void()> done) {
 // all-reduce, and its timing and updates are waited for): refuse a plan where some replica gets
 // none before any op is spawned.
 void check_replica_routes(const coordinator_state& st) {
-  const auto& where = st.exec.current.where;
+  check_replica_routes(st.exec.current.where, st.in->cfg.micro_batches, st.in->cluster);
+}
+
+void check_replica_routes(const placement& where, int64_t M, const cluster_spec& c) {
   if (!where.replicated()) return;
-  const auto& c = st.in->cluster;
-  const int64_t M = st.in->cfg.micro_batches;
   if (static_cast<int64_t>(where.routes.size()) != M)
     throw std::runtime_error("the plan deals routes for " + std::to_string(where.routes.size()) +
                              " micro-batches, but train.micro-batches is " + std::to_string(M));

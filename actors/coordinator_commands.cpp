@@ -64,6 +64,32 @@ caf::result<std::string> command_move(coord_ptr self, const std::vector<std::str
   });
 }
 
+// replicas OP NODE[,NODE...]: the nodes that hold the stage of OP, its first node first.
+caf::result<std::string> command_replicas(coord_ptr self, const std::vector<std::string>& args) {
+  auto& st = self->state;
+  if (args.size() != 2) return bad("usage: replicas OP NODE[,NODE...] (the first node holds the stage, the others replicas)");
+  if (st.in->cluster.nodes.empty()) return bad("this run has no cluster: there is no other node to hold replicas");
+  const int op = st.in->model.find(args[0]);
+  if (op < 0) return bad("no op of model " + st.in->model.name + " is named '" + args[0] + "' (see the 'placement' query)");
+  std::vector<int> nodes;
+  size_t at = 0;
+  while (at <= args[1].size()) {
+    const size_t comma = std::min(args[1].find(',', at), args[1].size());
+    const std::string name = args[1].substr(at, comma - at);
+    const int node = st.in->cluster.find_node(name);
+    if (node < 0) return bad("unknown node '" + name + "' (nodes: " + node_names(st.in->cluster) + ")");
+    nodes.push_back(node);
+    at = comma + 1;
+  }
+  if (!can_change(st))
+    return make_error(fusion_errc::wrong_phase, std::string("cannot change replicas while the run is ") + to_string(st.phase));
+  caf::error err;
+  if (!check_set_replicas(self, op, nodes, err)) return err;
+  return now_or_at_boundary(self, [=](caf::response_promise rp, std::function<void()> next) {
+    run_set_replicas(self, op, nodes, rp, next);
+  });
+}
+
 caf::result<std::string> command_checkpoint(coord_ptr self, const std::vector<std::string>& args) {
   auto& st = self->state;
   if (args.size() > 1) return bad("usage: checkpoint [FILE]");
@@ -146,6 +172,7 @@ caf::result<std::string> run_command(coord_ptr self, const std::string& verb, co
     return out;
   }
   if (verb == "move") return command_move(self, args);
+  if (verb == "replicas") return command_replicas(self, args);
   if (verb == "checkpoint") return command_checkpoint(self, args);
   if (verb == "compress") return command_compress(self, args);
   if (auto r = scheduler_command(self, verb, args)) return std::move(*r);

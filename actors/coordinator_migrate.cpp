@@ -7,9 +7,16 @@
 // local or remote are dropped or created, the others keep their senders), every op learns its
 // neighbours, and the old actors end. Until then nothing of the old placement has changed, so a
 // failure (a target lost, a state refused) abandons the migration and the run goes on as before.
+// A plan with stage replicas changes the same way: every (op, replica) of the new plan whose node
+// holds no replica of that op yet is spawned there and gets the state of the op's replica 0
+// (replicas are identical between steps); an actor whose node keeps a replica of its op stays and
+// takes the replica index, ring and micro-batches the new plan gives it; replicas the new plan
+// drops end. So one mechanism adds, drops and moves replicas, changes routes and turns a pipeline
+// into a replicated plan and back.
 #include <nlohmann/json.hpp>
 
 #include <cstdio>
+#include <set>
 
 #include "actors/coordinator_state.hpp"
 #include "actors/edge_actor.hpp"
@@ -25,8 +32,9 @@ using json = nlohmann::ordered_json;
 /// One migration in flight.
 struct migration_ctx {
   plan next;
-  std::vector<int> ops;                    // moved graph node ids
-  std::vector<std::pair<int, int>> moves;  // (old, new) cluster node of each
+  std::vector<int> ops;                    // graph node id of every arriving replica
+  std::vector<int> replica;                // its replica index in `next`
+  std::vector<std::pair<int, int>> moves;  // (node of the op's replica 0 now, its new node)
   std::vector<op_actor> fresh;             // the new op actors, once spawned
   std::vector<plan_edge> transfer;         // one transfer edge per moved op
   bool transfer_edges_made = false;
@@ -103,13 +111,29 @@ void abandon(coord_ptr self, std::shared_ptr<migration_ctx> m, const std::string
 // The switch: from here on the new actors are the run's; a failure fails the run.
 void commit(coord_ptr self, std::shared_ptr<migration_ctx> m) {
   auto& st = self->state;
-  std::vector<op_actor> old;
-  for (size_t i = 0; i < m->ops.size(); ++i) {
-    old.push_back(st.exec.actors[m->ops[i]]);
-    st.exec.actors[m->ops[i]] = m->fresh[i];
-    st.exec.replicas[m->ops[i]] = {m->fresh[i]};  // migration runs on pipeline plans only (migrate)
-    st.rebalance.settling[m->ops[i]] = st.train.step + 2;  // as every op's first two steps (observe_step)
-  }
+  const auto& to = m->next.where;
+  const auto& from = st.exec.current.where;
+  // Every (op, replica) of the new plan: the arriving actor, or the op's actor already on that node.
+  std::vector<std::vector<op_actor>> table(st.exec.replicas.size());
+  std::set<caf::actor_addr> kept;
+  for (size_t id = 0; id < table.size(); ++id)
+    for (int r = 0; r < to.replicas(static_cast<int>(id)); ++r) {
+      op_actor a;
+      for (size_t i = 0; i < m->ops.size() && !a; ++i)
+        if (m->ops[i] == static_cast<int>(id) && m->replica[i] == r) a = m->fresh[i];
+      for (int q = 0; q < from.replicas(static_cast<int>(id)) && !a; ++q)
+        if (from.node_of(static_cast<int>(id), q) == to.node_of(static_cast<int>(id), r)) a = st.exec.replicas[id][q];
+      if (a) kept.insert(a.address());
+      table[id].push_back(std::move(a));
+    }
+  std::vector<std::pair<int, op_actor>> old;  // (node, actor) of every actor the new plan drops
+  for (size_t id = 0; id < table.size(); ++id)
+    for (int q = 0; q < from.replicas(static_cast<int>(id)); ++q)
+      if (const auto& a = st.exec.replicas[id][q]; a && !kept.count(a.address()))
+        old.emplace_back(from.node_of(static_cast<int>(id), q), a);
+  for (int id : m->ops) st.rebalance.settling[id] = st.train.step + 2;  // as every op's first two steps (observe_step)
+  st.exec.replicas = std::move(table);
+  for (size_t id = 0; id < st.exec.replicas.size(); ++id) st.exec.actors[id] = st.exec.replicas[id].at(0);
   plan before = std::move(st.exec.current);
   st.exec.current = m->next;
   plan_diff d = diff(before, st.exec.current);
@@ -132,7 +156,7 @@ void commit(coord_ptr self, std::shared_ptr<migration_ctx> m) {
       drop_edges(self, drop, [=] {
         gather<bool>(self, old.size(), [=](size_t i) {
           auto& s2 = self->state;
-          return self->request(s2.members.nodes[m->moves[i].first], control_timeout, retire_atom::value, old[i]);
+          return self->request(s2.members.nodes[old[i].first], control_timeout, retire_atom::value, old[i].second);
         }, [=](std::vector<bool>) {
           auto& s3 = self->state;
           m->over = true;
@@ -144,7 +168,7 @@ void commit(coord_ptr self, std::shared_ptr<migration_ctx> m) {
                         seconds);
           if (s3.in->cfg.progress)
             std::fprintf(stderr, "fusion-train: migrated at step %lld: %s%s; %s\n", static_cast<long long>(s3.train.step),
-                         describe_moves(s3, *m).c_str(), line, m->reason.c_str());
+                         (m->ops.empty() ? summary : describe_moves(s3, *m)).c_str(), line, m->reason.c_str());
           json rec = {{"type", "migration"}, {"step", s3.train.step}, {"ok", true}, {"ops", op_list(s3.in->model, m->ops)},
                       {"moves", describe_moves(s3, *m)}, {"state_bytes", m->state_bytes}, {"seconds", seconds},
                       {"diff", summary}, {"reason", m->reason}};
@@ -211,27 +235,19 @@ void migrate(coord_ptr self, placement where, std::string reason, std::function<
   m->reason = std::move(reason);
   m->done = std::move(done);
   m->t0 = clock_type::now();
-  // The scheduler re-plans pipeline-only (policy opfence); live migration moves ops of one
-  // replica with their state, and has no way yet to add, drop or move a replica, nor to move
-  // the ops of a run that has replicas.
-  if (where.replicated() || st.exec.current.where.replicated()) {
-    const placement& shown = where.replicated() ? where : st.exec.current.where;
-    return m->done(make_error(fusion_errc::bad_command,
-                              std::string(where.replicated() ? "the new placement" : "this run") +
-                                  " has stage replicas (" +
-                                  format_replicated_stages(st.in->model, st.in->cluster, shown) +
-                                  "), which live migration does not move yet: nothing moved"),
-                   {});
-  }
   try {
     m->next = replan(st.in->model, st.exec.current, std::move(where));
+    if (m->next.where.replicated()) check_replica_routes(m->next.where, st.in->cfg.micro_batches, st.in->cluster);
   } catch (const std::exception& e) {
     return m->done(make_error(fusion_errc::bad_command, e.what()), {});
   }
-  plan_diff d = diff(st.exec.current, m->next);
-  if (d.moved_ops.empty()) return m->done({}, json{{"step", st.train.step}, {"diff", "no change"}}.dump());
-  m->ops = d.moved_ops;
-  m->moves = d.moves;
+  if (same_placement(st.exec.current.where, m->next.where))
+    return m->done({}, json{{"step", st.train.step}, {"diff", "no change"}}.dump());
+  for (auto [op, r] : arriving_replicas(st.exec.current.where, m->next.where)) {
+    m->ops.push_back(op);
+    m->replica.push_back(r);
+    m->moves.emplace_back(st.exec.current.where.node_of_op[op], m->next.where.node_of(op, r));
+  }
   for (auto& [from, to] : m->moves)
     if (!st.members.nodes[from] || !st.members.nodes[to])
       return m->done(make_error(fusion_errc::bad_state, "node '" + st.in->cluster.nodes[st.members.nodes[from] ? to : from].name +
@@ -239,6 +255,8 @@ void migrate(coord_ptr self, placement where, std::string reason, std::function<
                      {});
   st.rebalance.migration = m;
   st.act = activity::migrating;
+  // Only routes change, or replicas are dropped: nothing to spawn, no state to carry.
+  if (m->ops.empty()) return commit(self, m);
   const auto cpu_ops = split_patterns(st.in->cfg.cpu_ops);
   actor_run_params run{static_cast<uint32_t>(st.in->cfg.micro_batches), st.in->cfg.seed, st.in->cfg.optim};
   run.precision = st.in->cfg.precision;
@@ -279,6 +297,44 @@ bool abandon_migration_on_loss(coord_ptr self, size_t node) {
 
 // ---- moves asked for by the admin shell or the scheduler -----------------------------------------
 
+std::optional<placement> check_placement_change(coord_ptr self, const placement& where, caf::error& err) {
+  auto& st = self->state;
+  const auto& c = st.in->cluster;
+  if (same_placement(where, st.exec.current.where)) {
+    err = make_error(fusion_errc::bad_command, "that is the running placement: nothing to change");
+    return std::nullopt;
+  }
+  try {
+    check_replica_routes(where, st.in->cfg.micro_batches, c);
+  } catch (const std::exception& e) {
+    err = make_error(fusion_errc::bad_command, e.what());
+    return std::nullopt;
+  }
+  std::vector<double> need(c.nodes.size(), 0.0);
+  auto* est = estimator_of(self);
+  for (size_t id = 0; id < where.node_of_op.size(); ++id)
+    for (int r = 0; r < where.replicas(static_cast<int>(id)); ++r) {
+      const int node = where.node_of(static_cast<int>(id), r);
+      if (!st.members.nodes[node]) {
+        err = make_error(fusion_errc::bad_command, "node '" + c.nodes[node].name + "' is " + st.members.node_state[node] +
+                                                       ": ops can only move to a joined node");
+        return std::nullopt;
+      }
+      // The memory the ops would take there (parameters, gradients, moments, saved activations).
+      if (est) need[node] += est->memory_bytes(static_cast<int>(id));
+    }
+  for (size_t n = 0; n < need.size(); ++n) {
+    const auto have = static_cast<double>(st.members.hellos[n].memory_bytes);
+    if (have > 0 && need[n] > 0.9 * have) {
+      err = make_error(fusion_errc::bad_command, "node '" + c.nodes[n].name + "' has " + human_bytes(have) +
+                                                     " of memory, its ops would need " + human_bytes(need[n]) +
+                                                     " after the move");
+      return std::nullopt;
+    }
+  }
+  return where;
+}
+
 std::optional<placement> check_move(coord_ptr self, const std::vector<int>& ops, int node, caf::error& err) {
   auto& st = self->state;
   const auto& c = st.in->cluster;
@@ -287,27 +343,47 @@ std::optional<placement> check_move(coord_ptr self, const std::vector<int>& ops,
                                                    ": ops can only move to a joined node");
     return std::nullopt;
   }
-  placement where = st.exec.current.where;
-  for (int id : ops) where.node_of_op[id] = node;
-  if (where.node_of_op == st.exec.current.where.node_of_op) {
+  const auto& now = st.exec.current.where;
+  if (std::all_of(ops.begin(), ops.end(), [&](int id) { return now.node_of_op[id] == node; })) {
     err = make_error(fusion_errc::bad_command, op_list(st.in->model, ops) + " already run(s) on node '" +
                                                    c.nodes[node].name + "'");
     return std::nullopt;
   }
-  // The memory the ops would take there (parameters, gradients, moments, saved activations).
-  if (auto* est = estimator_of(self); est && st.members.hellos[node].memory_bytes > 0) {
-    double need = 0;
-    for (size_t id = 0; id < where.node_of_op.size(); ++id)
-      if (where.node_of_op[id] == node) need += est->memory_bytes(static_cast<int>(id));
-    if (need > 0.9 * static_cast<double>(st.members.hellos[node].memory_bytes)) {
-      err = make_error(fusion_errc::bad_command,
-                       "node '" + c.nodes[node].name + "' has " +
-                           human_bytes(static_cast<double>(st.members.hellos[node].memory_bytes)) + " of memory, its ops would need " +
-                           human_bytes(need) + " after the move");
-      return std::nullopt;
-    }
+  placement where;
+  try {
+    where = move_ops(st.in->model, c, now, ops, node, static_cast<int>(st.in->cfg.micro_batches));
+  } catch (const std::exception& e) {
+    err = make_error(fusion_errc::bad_command, e.what());
+    return std::nullopt;
   }
-  return where;
+  return check_placement_change(self, where, err);
+}
+
+std::optional<placement> check_set_replicas(coord_ptr self, int op, const std::vector<int>& nodes, caf::error& err) {
+  auto& st = self->state;
+  placement where;
+  try {
+    where = set_stage_replicas(st.in->model, st.in->cluster, st.exec.current.where, op, nodes,
+                               static_cast<int>(st.in->cfg.micro_batches));
+  } catch (const std::exception& e) {
+    err = make_error(fusion_errc::bad_command, e.what());
+    return std::nullopt;
+  }
+  return check_placement_change(self, where, err);
+}
+
+void run_set_replicas(coord_ptr self, int op, std::vector<int> nodes, caf::response_promise rp, std::function<void()> then) {
+  auto& st = self->state;
+  caf::error err;
+  auto where = check_set_replicas(self, op, nodes, err);
+  if (!where) {
+    rp.deliver(err);
+    return then();
+  }
+  std::string names;
+  for (int n : nodes) names += (names.empty() ? "" : ", ") + st.in->cluster.nodes[n].name;
+  migrate(self, std::move(*where), "admin: replicas of " + st.in->model.nodes[op].name + "'s stage on " + names,
+          answer_then(rp, then));
 }
 
 void run_move(coord_ptr self, std::vector<int> ops, int node, caf::response_promise rp, std::function<void()> then) {

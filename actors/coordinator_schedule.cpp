@@ -19,7 +19,7 @@ using json = nlohmann::ordered_json;
 namespace {
 
 bool opfence_run(const coordinator_state& st) {
-  return !st.in->cluster.nodes.empty() && st.in->cluster.placement.policy == placement_policy::opfence;
+  return !st.in->cluster.nodes.empty() && is_opfence(st.in->cluster.placement.policy);
 }
 
 scheduler_actor scheduler_of(coord_ptr self) {
@@ -82,7 +82,7 @@ void on_verdict(coord_ptr self, verdict_ptr v, const plan& judged) {
     log_info("fusion-train", line);
   if (!migrate_now || st.phase == run_phase::failed) return;
   // The plan may have changed since the snapshot (an admin move): that verdict is stale.
-  if (judged.where.node_of_op != st.exec.current.where.node_of_op) return;
+  if (!same_placement(judged.where, st.exec.current.where)) return;
   st.rebalance.at_boundary.push_back({[=](std::function<void()> next) {
                               apply_verdict(self, v, "scheduler: " + v->decision.reason,
                                             [=](caf::error, std::string) { next(); });
@@ -142,7 +142,7 @@ std::optional<caf::result<std::string>> scheduler_command(coord_ptr self, const 
   const bool apply = verb == "rebalance" && args.size() == 1 && args[0] == "-y";
   if (!args.empty() && !apply) return bad(verb == "plan" ? "usage: plan" : "usage: rebalance [-y]");
   if (!opfence_run(st))
-    return bad("re-planning needs placement policy opfence; this run places ops by the cluster file's '" +
+    return bad("re-planning needs placement policy opfence or opfence-replicas; this run places ops by the cluster file's '" +
                placement_policy_names()[static_cast<int>(st.in->cluster.placement.policy)] + "' policy (use 'move')");
   if (st.phase != run_phase::ready && st.phase != run_phase::training && st.phase != run_phase::paused)
     return caf::result<std::string>(make_error(fusion_errc::wrong_phase, "cannot re-plan while the run is " +
@@ -153,13 +153,14 @@ std::optional<caf::result<std::string>> scheduler_command(coord_ptr self, const 
   self->request(scheduler_of(self), caf::infinite, evaluate_atom::value, snapshot_ptr(snap))
       .then([=](verdict_ptr v) mutable {
               auto out = verdict_json(self, *v);
-              if (!apply || !v->error.empty() || v->decision.moved_ops.empty()) {
-                if (!apply && v->error.empty() && !v->decision.moved_ops.empty())
+              const bool change = v->error.empty() && !same_placement(v->decision.target, judged->where);
+              if (!apply || !change) {
+                if (!apply && change)
                   out["apply"] = "rebalance -y moves the ops now, whatever the threshold";
                 return rp.deliver(out.dump());
               }
               auto work = [=](caf::response_promise p, std::function<void()> next) mutable {
-                if (self->state.exec.current.where.node_of_op != judged->where.node_of_op) {
+                if (!same_placement(self->state.exec.current.where, judged->where)) {
                   p.deliver(make_error(fusion_errc::bad_command, "the placement changed meanwhile: run 'plan' again"));
                   return next();
                 }

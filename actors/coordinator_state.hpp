@@ -230,6 +230,8 @@ void shutdown_nodes(coord_ptr self, std::function<void()> done);
 void spawn_ops(coord_ptr self, std::function<void()> done);
 /// Refuses (throws, in plain words) a replicated plan where some replica gets no micro-batch.
 void check_replica_routes(const coordinator_state& st);
+/// The same for a plan about to replace the running one (a migration), M micro-batches a step.
+void check_replica_routes(const placement& where, int64_t M, const cluster_spec& c);
 /// Every (graph node id, replica) of the current plan, op by op and replica 0 first: of every
 /// graph node, or of the compute nodes only.
 std::shared_ptr<std::vector<std::pair<int, int>>> replica_pairs(const coordinator_state& st, bool compute_only);
@@ -324,6 +326,14 @@ inline std::function<void(caf::error, std::string)> answer_then(caf::response_pr
 void run_move(coord_ptr self, std::vector<int> ops, int node, caf::response_promise rp, std::function<void()> then);
 /// Checks a move of `ops` to `node` against the run: the placement it gives, or `err` set.
 std::optional<placement> check_move(coord_ptr self, const std::vector<int>& ops, int node, caf::error& err);
+/// Checks a new placement against the run (a change at all, every replica dealt a micro-batch,
+/// joined nodes, memory): `where`, or `err` set.
+std::optional<placement> check_placement_change(coord_ptr self, const placement& where, caf::error& err);
+/// Gives the stage of graph node `op` the replicas `nodes` (set_stage_replicas, checked again at
+/// the step boundary), answers `rp` and calls `then`.
+void run_set_replicas(coord_ptr self, int op, std::vector<int> nodes, caf::response_promise rp, std::function<void()> then);
+/// set_stage_replicas on the running placement, checked: the placement it gives, or `err` set.
+std::optional<placement> check_set_replicas(coord_ptr self, int op, const std::vector<int>& nodes, caf::error& err);
 /// The run failed during a migration: whoever asked for it hears `why`.
 void end_migration(coord_ptr self, const caf::error& why);
 /// Whether losing cluster node `node` only abandons the migration in flight (it was a target

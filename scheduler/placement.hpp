@@ -88,6 +88,38 @@ std::vector<int> routed_micro_batches(const placement& p, int stage);
 /// elsewhere, or its first node holds no op.
 placement replicate(placement pipeline, std::vector<stage_replicas> stages, int micro_batches);
 
+/// Whether `a` and `b` (placements of one graph) put every replica of every op on the same node
+/// and deal every micro-batch to the same replicas: whether a change of placement changes anything.
+bool same_placement(const placement& a, const placement& b);
+
+/// Graph node ids (inputs included, ascending) whose nodes, replica by replica, differ between
+/// `from` and `to`: what a change of placement moves, adds or drops.
+std::vector<int> changed_ops(const placement& from, const placement& to);
+
+/// The (graph node id, replica) pairs of `to` whose node holds no replica of that op under
+/// `from`: the op actors a change of placement spawns and fills with the op's state (taken from
+/// replica 0 under `from`; replicas are identical between steps). Ops in graph order, replicas
+/// ascending; for pipeline placements, the ops that move.
+std::vector<std::pair<int, int>> arriving_replicas(const placement& from, const placement& to);
+
+/// `p` with the ops `ops` (graph node ids) on cluster node `node`: their replica 0 moves there.
+/// With stage replicas, the moved ops join the stage whose first node is `node` (and so its
+/// replicas), or else a stage of one replica there; a replicated stage whose first node keeps no
+/// op ends (its replicas with it); routes are dealt again for `micro_batches`. Throws
+/// std::invalid_argument in plain words (names from `g` and `c`) when `node` holds a later replica
+/// of a stage.
+placement move_ops(const graph& g, const cluster_spec& c, placement p, const std::vector<int>& ops, int node,
+                   int micro_batches);
+
+/// `p` with the stage of graph node `op` held by `nodes` (cluster node indices): nodes[0] holds
+/// the stage's ops (they move there when it is another node), every further node a replica. The
+/// stage's replicas get equal weights (micro-batches dealt evenly), the other stages keep theirs;
+/// routes are dealt again for `micro_batches`. A pipeline placement's stage of `op` is every op on
+/// its node. Throws std::invalid_argument in plain words when `nodes` is empty, names a node twice,
+/// or names a node that holds ops or replicas of another stage.
+placement set_stage_replicas(const graph& g, const cluster_spec& c, placement p, int op, const std::vector<int>& nodes,
+                             int micro_batches);
+
 /// The replicated stages of `p` for people: "ops h0.ln1 .. h0.res2 on nodes a1, a2, a3; ops ...
 /// on nodes b1, b2", one entry per stage of more than one replica; empty for a pipeline.
 std::string format_replicated_stages(const graph& g, const cluster_spec& c, const placement& p);

@@ -71,13 +71,10 @@ status rebalance_settings::set(const std::string& key_in, const std::string& val
 }
 
 double migration_cost_s(const workload_estimator& est, const placement& from, const placement& to) {
-  if (from.node_of_op.size() != to.node_of_op.size())
-    throw std::invalid_argument("cannot compare placements of different graphs");
   std::map<std::pair<int, int>, double> per_pair;
-  for (size_t id = 0; id < from.node_of_op.size(); ++id) {
-    const int a = from.node_of_op[id], b = to.node_of_op[id];
-    if (a == b) continue;
-    per_pair[{a, b}] += est.transfer_s(est.state_bytes(static_cast<int>(id)), a, b);
+  for (auto [op, r] : arriving_replicas(from, to)) {
+    const int a = from.node_of_op[op], b = to.node_of(op, r);
+    per_pair[{a, b}] += est.transfer_s(est.state_bytes(op), a, b);
   }
   double worst = 0;
   for (auto& [pair, s] : per_pair) worst = std::max(worst, s);
@@ -103,10 +100,9 @@ rebalance_decision weigh(const workload_estimator& est, const plan& current, con
                          const rebalance_settings& settings, int64_t horizon_steps, int64_t needed, const char* prefix) {
   rebalance_decision d;
   d.target = target.where;
-  for (size_t id = 0; id < current.where.node_of_op.size() && id < target.where.node_of_op.size(); ++id)
-    if (current.where.node_of_op[id] != target.where.node_of_op[id]) d.moved_ops.push_back(static_cast<int>(id));
+  d.moved_ops = changed_ops(current.where, target.where);
   d.before_s = est.simulate(current).step_s;
-  if (d.moved_ops.empty()) {
+  if (same_placement(current.where, target.where)) {
     d.after_s = d.before_s;
     d.reason = std::string(prefix) + "the re-planned placement is the running one (predicted step " +
                seconds_text(d.before_s) + ")";
@@ -157,7 +153,7 @@ rebalance_decision rebalancer::judge(const workload_estimator& est, const plan& 
 rebalance_decision rebalancer::evaluate(const workload_estimator& est, const plan& current, const plan& proposal) {
   auto d = judge(est, current, proposal);
   if (d.what == rebalance_decision::verdict::wait) {
-    if (!candidate_ || candidate_->where.node_of_op != d.target.node_of_op) candidate_ = proposal;
+    if (!candidate_ || !same_placement(candidate_->where, d.target)) candidate_ = proposal;
     confirmed_ = d.confirmed;
   } else {
     reset();

@@ -40,9 +40,10 @@ struct rebalance_settings {
   status set(const std::string& key, const std::string& value);
 };
 
-/// Predicted seconds to move the state of every op `to` places elsewhere than `from`: per op
-/// est.transfer_s(state bytes, old node, new node); transfers between one node pair queue on
-/// their link, different pairs overlap, so the slowest pair decides.
+/// Predicted seconds to move the state of every op `to` places elsewhere than `from`: per
+/// arriving replica (arriving_replicas: a moved op, or a replica on a node that held none of its
+/// op) est.transfer_s(state bytes, node of replica 0 under `from`, its node); transfers between
+/// one node pair queue on their link, different pairs overlap, so the slowest pair decides.
 double migration_cost_s(const workload_estimator& est, const placement& from, const placement& to);
 
 /// The outcome of one evaluation.
@@ -50,7 +51,7 @@ struct rebalance_decision {
   enum class verdict : uint8_t { keep, wait, migrate };
   verdict what = verdict::keep;
   placement target;                ///< the proposal
-  std::vector<int> moved_ops;      ///< graph node ids the proposal moves
+  std::vector<int> moved_ops;      ///< graph node ids whose nodes (any replica) the proposal changes
   double before_s = 0, after_s = 0;///< predicted step time of the running plan and of the proposal
   double cost_s = 0;               ///< migration_cost_s
   double gain = 0;                 ///< (before_s - after_s - cost_s / horizon) / before_s

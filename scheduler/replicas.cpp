@@ -153,6 +153,120 @@ placement replicate(placement pipeline, std::vector<stage_replicas> stages, int 
   return pipeline;
 }
 
+namespace {
+
+// The node of every replica of `op` under `p`, replica 0 first.
+std::vector<int> nodes_of(const placement& p, int op) {
+  std::vector<int> out;
+  for (int r = 0; r < p.replicas(op); ++r) out.push_back(p.node_of(op, r));
+  return out;
+}
+
+}  // namespace
+
+bool same_placement(const placement& a, const placement& b) {
+  if (a.node_of_op.size() != b.node_of_op.size()) return false;
+  if (!changed_ops(a, b).empty()) return false;
+  const size_t rows = std::max<size_t>({a.routes.size(), b.routes.size(), 1});
+  for (size_t op = 0; op < a.node_of_op.size(); ++op)
+    for (size_t m = 0; m < rows; ++m)
+      if (a.replica_of(static_cast<int>(op), static_cast<int>(m)) != b.replica_of(static_cast<int>(op), static_cast<int>(m)))
+        return false;
+  return true;
+}
+
+std::vector<int> changed_ops(const placement& from, const placement& to) {
+  if (from.node_of_op.size() != to.node_of_op.size())
+    throw std::invalid_argument("cannot compare placements of different graphs");
+  std::vector<int> out;
+  for (int op = 0; op < static_cast<int>(from.node_of_op.size()); ++op)
+    if (nodes_of(from, op) != nodes_of(to, op)) out.push_back(op);
+  return out;
+}
+
+std::vector<std::pair<int, int>> arriving_replicas(const placement& from, const placement& to) {
+  std::vector<std::pair<int, int>> out;
+  for (int op : changed_ops(from, to)) {
+    const auto had = nodes_of(from, op);
+    for (int r = 0; r < to.replicas(op); ++r)
+      if (std::find(had.begin(), had.end(), to.node_of(op, r)) == had.end()) out.emplace_back(op, r);
+  }
+  return out;
+}
+
+namespace {
+
+// The ops of the stage of `op` (every op on its node in a pipeline placement), inputs included.
+std::vector<int> stage_members(const placement& p, int op) {
+  std::vector<int> out;
+  for (int k = 0; k < static_cast<int>(p.node_of_op.size()); ++k)
+    if (p.stages.empty() ? p.node_of_op[k] == p.node_of_op[op] : p.stage_of(k) == p.stage_of(op)) out.push_back(k);
+  return out;
+}
+
+// The ops' names for people: "h0.ln1 .. h0.res2".
+std::string members_text(const graph& g, const std::vector<int>& ops) {
+  std::vector<int> compute;
+  for (int k : ops)
+    if (!g.nodes.at(k).is_input()) compute.push_back(k);
+  return format_op_runs(g, compute.empty() ? ops : compute);
+}
+
+}  // namespace
+
+placement move_ops(const graph& g, const cluster_spec& c, placement p, const std::vector<int>& ops, int node,
+                   int micro_batches) {
+  for (size_t s = 0; s < p.stages.size(); ++s)
+    for (size_t r = 1; r < p.stages[s].nodes.size(); ++r)
+      if (p.stages[s].nodes[r] == node) {
+        int first = 0;
+        while (p.stage_of(first) != static_cast<int>(s)) ++first;
+        throw std::invalid_argument("node '" + c.nodes.at(node).name + "' holds replica " + std::to_string(r) +
+                                    " of the stage of " + members_text(g, stage_members(p, first)) +
+                                    ": ops move to a node of their own or to the first node of a stage; 'replicas' "
+                                    "changes a stage's replicas");
+      }
+  std::vector<stage_replicas> stages;
+  for (auto& s : p.stages)
+    if (s.nodes.size() > 1) stages.push_back(s);
+  placement pipeline{p.node_of_op};
+  for (int op : ops) pipeline.node_of_op.at(op) = node;
+  if (stages.empty()) return pipeline;
+  std::erase_if(stages, [&](const stage_replicas& s) {
+    return std::find(pipeline.node_of_op.begin(), pipeline.node_of_op.end(), s.nodes[0]) == pipeline.node_of_op.end();
+  });
+  return replicate(std::move(pipeline), std::move(stages), micro_batches);
+}
+
+placement set_stage_replicas(const graph& g, const cluster_spec& c, placement p, int op, const std::vector<int>& nodes,
+                             int micro_batches) {
+  if (nodes.empty()) throw std::invalid_argument("a stage needs at least one node");
+  const auto members = stage_members(p, op);
+  const std::string stage_text = "the stage of " + members_text(g, members);
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    const std::string name = c.nodes.at(nodes[i]).name;
+    if (std::find(nodes.begin(), nodes.begin() + static_cast<long>(i), nodes[i]) != nodes.begin() + static_cast<long>(i))
+      throw std::invalid_argument("node '" + name + "' is named twice");
+    for (int k = 0; k < static_cast<int>(p.node_of_op.size()); ++k) {
+      if (std::find(members.begin(), members.end(), k) != members.end()) continue;
+      for (int r = 0; r < p.replicas(k); ++r)
+        if (p.node_of(k, r) == nodes[i])
+          throw std::invalid_argument("node '" + name + "' already holds " +
+                                      (r == 0 ? std::string("ops") : "replica " + std::to_string(r) + " of the ops") +
+                                      " of another stage (" + members_text(g, stage_members(p, k)) + "), not of " +
+                                      stage_text);
+    }
+  }
+  std::vector<stage_replicas> stages;
+  for (size_t s = 0; s < p.stages.size(); ++s)
+    if (p.stages[s].nodes.size() > 1 && static_cast<int>(s) != p.stage_of(op)) stages.push_back(p.stages[s]);
+  placement pipeline{p.node_of_op};
+  for (int k : members) pipeline.node_of_op[k] = nodes[0];
+  if (nodes.size() > 1) stages.push_back({nodes, std::vector<double>(nodes.size(), 1.0)});
+  if (stages.empty()) return pipeline;
+  return replicate(std::move(pipeline), std::move(stages), micro_batches);
+}
+
 std::string format_replicated_stages(const graph& g, const cluster_spec& c, const placement& p) {
   std::string out;
   for (size_t s = 0; s < p.stages.size(); ++s) {

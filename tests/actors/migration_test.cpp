@@ -32,10 +32,6 @@ const std::string three_stages =
     "assign { node: \"n1\" ops: \"h0.*\" } "
     "assign { node: \"n2\" ops: \"h1.*\" ops: \"lnf\" ops: \"lm_head\" ops: \"loss\" } }";
 
-void wait_for_step(session& s, int step) {
-  for (int i = 0; i < 3000 && step_of(s) < step; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
-}
-
 std::string node_of(session& s, const std::string& op) {
   const auto placement = json::parse(s.query("placement"));
   for (auto& o : placement["ops"])

@@ -5,6 +5,7 @@
 // off stops the run naming it with a checkpoint that resumes on a pipeline-only plan, and a plan where a replica
 // would get no micro-batch is refused before any op runs.
 #include <doctest/doctest.h>
+#include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <atomic>
@@ -32,6 +33,7 @@ using namespace fusion;
 using fusion::test::child_process;
 using fusion::test::losses_of;
 using namespace fusion::test::cluster;
+using json = nlohmann::json;
 
 namespace {
 
@@ -58,7 +60,7 @@ struct replicated_run {
   std::vector<step_record> steps;
   double val_loss = NAN;
   std::string checkpoint;
-  std::string move_error;  // what the admin's `move loss n0` answered
+  std::string move_error;  // what the admin's `move wte n3` answered (n3 holds a later replica)
 };
 
 // Trains `c` on `n` node processes of `cluster`, checkpointing every 5 steps (each save compares
@@ -76,7 +78,7 @@ replicated_run run_replicated(train_config c, const std::string& cluster, int n,
     out.losses = losses_of(r);
     out.steps = r.steps;
     out.val_loss = s.evaluate().loss;
-    out.move_error = command_error(s, "move", {"loss", "n0"});
+    out.move_error = command_error(s, "move", {"wte", "n3"});
   }
   out.checkpoint = latest_checkpoint(c.checkpoint_file);
   INFO(all_output(nodes));
@@ -168,8 +170,9 @@ TEST_CASE("replicas: 2 stages x 2 replicas, and 3 + 1, train the losses of one p
     // Evaluation routes micro-batches 1 and 3 through other replicas than 0 and 2: the same
     // loss only if every replica holds the same weights.
     CHECK(std::abs(got.val_loss - ref_val) <= tolerance);
-    // Live migration does not move the ops of a run with replicas (yet), and says so.
-    CHECK(got.move_error.find("which live migration does not move yet: nothing moved") != std::string::npos);
+    // Ops do not move onto a node that holds a later replica of a stage, and the answer says so.
+    CHECK(got.move_error.find("node 'n3' holds replica") != std::string::npos);
+    CHECK(got.move_error.find("'replicas' changes a stage's replicas") != std::string::npos);
     // The checkpoints of steps 5 and 10 compared every replica's state (a divergence fails the
     // save and the run) and hold one copy per op: the tensors of a one-process checkpoint.
     REQUIRE(!got.checkpoint.empty());
@@ -179,6 +182,59 @@ TEST_CASE("replicas: 2 stages x 2 replicas, and 3 + 1, train the losses of one p
     for (auto& [tensor_name, t] : ck.tensors) names.push_back(tensor_name);
     CHECK(names == ref_names);
   }
+}
+
+TEST_CASE("replicas: added, re-ordered and dropped at step boundaries, the losses stay those of one process") {
+  const int steps = 10;
+  auto c = tiny_config(steps, 4);
+  const auto want = losses_of(session(c).train());
+  std::vector<child_process> nodes;
+  on_nodes(c, write_cluster("replicas-live", 4, two_stages({"n0"}, {"n2"})), 4, nodes, "replicas-live");
+  c.checkpoint_file = temp_path("replicas-live-ckpt");
+  std::filesystem::remove_all(c.checkpoint_file);
+  c.checkpoint_every = 5;  // each save compares every op's replicas bit for bit
+  std::vector<double> got;
+  int first_at = 0, second_at = 0;
+  {
+    session s(c);
+    train_result r;
+    std::thread trainer([&] { r = s.train(); });
+    wait_for_step(s, 2);
+    // Paused, applied at once: both stages get a replica (the pipeline becomes 2 x 2). Every
+    // arriving replica carries its op's state from replica 0.
+    first_at = json::parse(s.command("pause"))["step"].get<int>();
+    auto a = json::parse(s.command("replicas", {"h1.fc", "n2,n3"}));
+    CHECK(a["ok"] == true);
+    CHECK(a["state_bytes"].get<uint64_t>() > 100000);
+    auto b = json::parse(s.command("replicas", {"wte", "n0,n1"}));
+    CHECK(b["ok"] == true);
+    CHECK(s.query("placement").find("\"dir\":\"reduce\"") != std::string::npos);
+    s.command("resume");
+    // Training, applied at the next step boundary: stage 2's replicas swap roles (no state moves:
+    // the actors stay and take their new replica index, ring and micro-batches), stage 1 drops
+    // n0 and keeps n1's actors as its only replica.
+    wait_for_step(s, 6);
+    auto d = json::parse(s.command("replicas", {"lm_head", "n3,n2"}));
+    CHECK(d["ok"] == true);
+    CHECK(d["state_bytes"].get<uint64_t>() == 0);
+    second_at = d["step"].get<int>();
+    auto e = json::parse(s.command("replicas", {"h0.fc", "n1"}));
+    CHECK(e["ok"] == true);
+    CHECK(e["state_bytes"].get<uint64_t>() == 0);
+    // A bad replica set is refused in plain words, and nothing changes.
+    const std::string twice = command_error(s, "replicas", {"lnf", "n3,n3"});
+    CHECK(twice.find("node 'n3' is named twice") != std::string::npos);
+    trainer.join();
+    got = losses_of(r);
+  }
+  INFO(all_output(nodes));
+  MESSAGE("replica sets changed after steps " << first_at << " and " << second_at);
+  CHECK(first_at >= 2);
+  CHECK(second_at > first_at);
+  CHECK(second_at < steps);
+  check_same_losses(got, want);
+  CHECK(load_checkpoint(latest_checkpoint(c.checkpoint_file)).step == steps);
+  for (auto& n : nodes) CHECK(n.wait(15) == 0);
 }
 
 TEST_CASE("replicas: an f16 all-reduce keeps the replicas identical and the losses close to f32") {

@@ -135,7 +135,7 @@ TEST_CASE("apps/admin-shell: help lists every command, one command on request") 
 
 TEST_CASE("apps/admin-shell: completion offers the commands that start with the prefix") {
   CHECK(completions("p") == strings{"pause", "placement", "plan"});
-  CHECK(completions("re") == strings{"rebalance", "resume"});
+  CHECK(completions("re") == strings{"rebalance", "replicas", "resume"});
   CHECK(completions("e") == strings{"exit"});
   CHECK(completions("zz").empty());
   CHECK(completions("").size() == commands().size());

@@ -264,6 +264,18 @@ TEST_CASE("rebalance: state bytes and migration cost by hand") {
   CHECK(migration_cost_s(est, from, one) == doctest::Approx(t_fc));
   CHECK(migration_cost_s(est, from, same_pair) == doctest::Approx(t_fc + est.transfer_s(est.state_bytes(ln), 0, 1)));
   CHECK(migration_cost_s(est, from, two_pairs) == doctest::Approx(std::max(t_fc, t_ln)));
+  // A replica of the whole model on node 1: every op's state crosses 0 -> 1 once; dropping it
+  // again carries nothing.
+  placement replicated = replicate(from, {{{0, 1}, {1.0, 1.0}}}, 2);
+  double all = 0;
+  for (auto& n : g.nodes) all += est.transfer_s(est.state_bytes(n.id), 0, 1);
+  CHECK(migration_cost_s(est, from, replicated) == doctest::Approx(all));
+  CHECK(migration_cost_s(est, replicated, from) == 0);
+  // Moving replica 1 from node 1 to node 2: state from replica 0's node, 0 -> 2.
+  placement moved = replicate(from, {{{0, 2}, {1.0, 1.0}}}, 2);
+  double to_2 = 0;
+  for (auto& n : g.nodes) to_2 += est.transfer_s(est.state_bytes(n.id), 0, 2);
+  CHECK(migration_cost_s(est, replicated, moved) == doctest::Approx(to_2));
 }
 
 TEST_CASE("rebalance: below-threshold noise that passes a low min-gain is held back by the confirmations") {

@@ -256,5 +256,70 @@ TEST_CASE("scheduler/replicas: two replicas of a stage take half the compute plu
   }
 }
 
+
+TEST_CASE("scheduler/replicas: a change of placement names what it moves, adds and drops") {
+  graph g = parse_graph(chain_model, "chain.pbtxt", 1);
+  cluster_spec c = four_nodes();
+  // Stage 0 (tokens, wte, fc) on a0; stage 1 (targets, lm_head, loss) on b0 and b1.
+  placement pipeline{{0, 2, 0, 0, 2, 2}};
+  placement two = replicate(pipeline, {{{2, 3}, {1.0, 1.0}}}, 4);
+  CHECK(same_placement(two, two));
+  CHECK_FALSE(same_placement(pipeline, two));
+  CHECK(changed_ops(pipeline, two) == std::vector<int>{1, 4, 5});
+  // Replica 1 of targets, lm_head and loss arrives on b1; nothing else needs a state.
+  CHECK(arriving_replicas(pipeline, two) == std::vector<std::pair<int, int>>{{1, 1}, {4, 1}, {5, 1}});
+  CHECK(arriving_replicas(two, pipeline).empty());  // dropping a replica spawns nothing
+  // Other weights deal other routes over the same nodes: not the same placement, no op changes.
+  placement skewed = replicate(pipeline, {{{2, 3}, {3.0, 1.0}}}, 4);
+  CHECK(changed_ops(two, skewed).empty());
+  CHECK_FALSE(same_placement(two, skewed));
+
+  // move: lm_head's stage keeps its replicas when some of its ops leave; ops moved onto a
+  // stage's first node join that stage; a later replica's node takes no ops.
+  placement moved = move_ops(g, c, two, {3}, 2, 4);  // fc onto b0, stage 1's first node
+  CHECK(moved.stage_of(3) == moved.stage_of(4));
+  CHECK(moved.replicas(3) == 2);
+  CHECK(arriving_replicas(two, moved) == std::vector<std::pair<int, int>>{{3, 0}, {3, 1}});
+  try {
+    move_ops(g, c, two, {3}, 3, 4);
+    FAIL("moved onto a replica's node");
+  } catch (const std::invalid_argument& e) {
+    CHECK(std::string(e.what()).find("node 'b1' holds replica 1 of the stage of lm_head .. loss") == 0);
+  }
+  // All of a replicated stage's ops leave its first node: the stage ends, replicas with it.
+  placement gone = move_ops(g, c, two, {1, 4, 5}, 1, 4);
+  CHECK_FALSE(gone.replicated());
+  CHECK(gone.node_of_op == std::vector<int>{0, 1, 0, 0, 1, 1});
+
+  // set_stage_replicas: add, drop, move replicas of a stage.
+  placement three = set_stage_replicas(g, c, two, 4, {2, 3, 1}, 4);
+  CHECK(three.replicas(4) == 3);
+  CHECK(three.stages[three.stage_of(4)].weights == std::vector<double>{1, 1, 1});
+  CHECK(arriving_replicas(two, three) == std::vector<std::pair<int, int>>{{1, 2}, {4, 2}, {5, 2}});
+  placement back = set_stage_replicas(g, c, three, 5, {2}, 4);
+  CHECK(same_placement(back, pipeline));  // one replica left: the pipeline again
+  CHECK(changed_ops(back, pipeline).empty());
+  // The first node changes: the stage's ops move there.
+  placement elsewhere = set_stage_replicas(g, c, two, 4, {1, 3}, 4);
+  CHECK(elsewhere.node_of_op == std::vector<int>{0, 1, 0, 0, 1, 1});
+  CHECK(elsewhere.node_of(4, 1) == 3);
+  // Replicating a pipeline's stage: every op on the op's node.
+  placement from_pipeline = set_stage_replicas(g, c, pipeline, 3, {0, 1}, 4);
+  CHECK(from_pipeline.replicas(2) == 2);
+  CHECK(from_pipeline.replicas(4) == 1);
+  auto refused = [&](const placement& p, int op, std::vector<int> nodes) {
+    try {
+      set_stage_replicas(g, c, p, op, nodes, 4);
+    } catch (const std::invalid_argument& e) {
+      return std::string(e.what());
+    }
+    return std::string("accepted");
+  };
+  CHECK(refused(two, 4, {}) == "a stage needs at least one node");
+  CHECK(refused(two, 4, {2, 2}) == "node 'b0' is named twice");
+  CHECK(refused(two, 4, {2, 0}).find("node 'a0' already holds ops of another stage (wte .. fc)") == 0);
+  CHECK(refused(two, 3, {0, 3}).find("node 'b1' already holds replica 1 of the ops of another stage") == 0);
+}
+
 }  // namespace
 }  // namespace fusion

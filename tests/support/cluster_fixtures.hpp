@@ -5,8 +5,10 @@
 
 #include <nlohmann/json.hpp>
 
+#include <chrono>
 #include <fstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "actors/trainer.hpp"
@@ -70,6 +72,11 @@ inline std::string all_output(const std::vector<child_process>& nodes) {
 
 // The step the run has reached (the `status` query).
 inline int step_of(session& s) { return nlohmann::json::parse(s.query("status"))["step"].get<int>(); }
+
+// Waits (at most 15 s) until the run has reached `step`.
+inline void wait_for_step(session& s, int step) {
+  for (int i = 0; i < 3000 && step_of(s) < step; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+}
 
 // The message of the error an admin command ends with ("" when it succeeds).
 inline std::string command_error(session& s, const std::string& verb, const std::vector<std::string>& args) {
