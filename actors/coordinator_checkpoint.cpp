@@ -7,6 +7,7 @@
 #include "actors/coordinator_state.hpp"
 #include "core/checkpoint.hpp"
 #include "core/checkpoint_dir.hpp"
+#include "scheduler/placement.hpp"
 
 namespace fusion {
 
@@ -18,7 +19,8 @@ static tensor tokenizer_identity(const tok::bpe_tokenizer& t) {
 }
 
 // The checkpoint names of op `id`'s non-trainable buffers (batch norm statistics): each replica
-// updates them from its own micro-batches, so they are per replica and replica 0's are saved.
+// updates them from its own micro-batches, so they are per replica; the checkpoint holds their
+// mean, weighted by the micro-batches each replica runs.
 static std::vector<std::string> buffer_keys(const graph& g, int id) {
   const graph_node& n = g.nodes[id];
   std::vector<std::string> out;
@@ -64,6 +66,19 @@ void save_checkpoint_async(coord_ptr self, std::string path, std::function<void(
     if (auto bad = diverged_replicas(s, *who, states))
       return fail(self, make_error(fusion_errc::bad_state, *bad + " (the checkpoint of step " +
                                                                std::to_string(s.train.step) + " was not written)"));
+    const auto& where = s.exec.current.where;
+    for (size_t k = 0; k < states.size(); ++k) {
+      const int id = (*who)[k].first;
+      if ((*who)[k].second != 0 || where.replicas(id) < 2) continue;
+      const auto keys = buffer_keys(s.in->model, id);
+      if (keys.empty()) continue;
+      // who lists an op's replicas together, replica 0 first.
+      std::vector<const named_tensors*> others;
+      for (int r = 1; r < where.replicas(id); ++r) others.push_back(&states[k + static_cast<size_t>(r)]);
+      std::vector<double> weights;
+      for (int n : routed_micro_batches(where, where.stage_of(id))) weights.push_back(n);
+      average_replica_buffers(states[k], others, keys, weights);
+    }
     std::vector<named_tensors> parts;
     for (size_t k = 0; k < states.size(); ++k)
       if ((*who)[k].second == 0) parts.push_back(std::move(states[k]));

@@ -376,4 +376,32 @@ const tensor* find_tensor(const checkpoint& ckpt, const std::string& name) {
   return nullptr;
 }
 
+void average_replica_buffers(std::vector<std::pair<std::string, tensor>>& first,
+                             const std::vector<const std::vector<std::pair<std::string, tensor>>*>& others,
+                             const std::vector<std::string>& keys, const std::vector<double>& weights) {
+  if (weights.size() != others.size() + 1)
+    throw std::invalid_argument("average_replica_buffers: one weight per replica");
+  for (auto& [name, t] : first) {
+    if (std::find(keys.begin(), keys.end(), name) == keys.end() || t.type() != dtype::f32) continue;
+    std::vector<const tensor*> theirs;
+    for (const auto* o : others) {
+      const tensor* same = nullptr;
+      for (const auto& [n, u] : *o)
+        if (n == name && u.type() == dtype::f32 && u.shape() == t.shape()) same = &u;
+      if (!same) break;
+      theirs.push_back(same);
+    }
+    if (theirs.size() != others.size()) continue;
+    double total = weights[0];
+    for (size_t k = 0; k < theirs.size(); ++k) total += weights[k + 1];
+    if (!(total > 0)) continue;
+    auto out = t.f32_span();
+    for (size_t i = 0; i < out.size(); ++i) {
+      double sum = weights[0] * out[i];
+      for (size_t k = 0; k < theirs.size(); ++k) sum += weights[k + 1] * theirs[k]->f32_span()[i];
+      out[i] = static_cast<float>(sum / total);
+    }
+  }
+}
+
 }  // namespace fusion

@@ -109,4 +109,13 @@ struct replica_state {
 std::optional<std::string> replica_divergence(const std::string& op, const std::vector<replica_state>& replicas,
                                               const std::vector<std::string>& skip = {});
 
+/// Per-replica buffers (batch-norm running statistics: each replica updates them from its own
+/// micro-batches) averaged for a checkpoint: every f32 tensor of `first` named in `keys` becomes
+/// the mean over `first` and `others` (same name, shape and type), replica k weighted by
+/// weights[k] (its micro-batches per step; weights[0] is `first`'s). A tensor another replica
+/// lacks, or holds in another shape, leaves `first`'s as it is.
+void average_replica_buffers(std::vector<std::pair<std::string, tensor>>& first,
+                             const std::vector<const std::vector<std::pair<std::string, tensor>>*>& others,
+                             const std::vector<std::string>& keys, const std::vector<double>& weights);
+
 }  // namespace fusion

@@ -240,6 +240,31 @@ TEST_CASE("core/checkpoint: save rejects bad names and unwritable places") {
   }
 }
 
+TEST_CASE("core/checkpoint: replicas' batch statistics are saved as their mean, weighted by micro-batches") {
+  using tensors = std::vector<std::pair<std::string, tensor>>;
+  auto state = [](float w, float mean, float var) {
+    return tensors{{"bn/w", tensor::from({1}, std::vector<float>{w})},
+                   {"bn/running_mean", tensor::from({2}, std::vector<float>{mean, -mean})},
+                   {"bn/running_var", tensor::from({1}, std::vector<float>{var})}};
+  };
+  const std::vector<std::string> keys = {"bn/running_mean", "bn/running_var"};
+  tensors a = state(0.5f, 1.0f, 2.0f);
+  const tensors b = state(0.5f, 4.0f, 8.0f), c = state(0.5f, 7.0f, 2.0f);
+  // Replica a ran 2 micro-batches a step, b and c one each.
+  average_replica_buffers(a, {&b, &c}, keys, {2, 1, 1});
+  CHECK(a[1].second.f32()[0] == doctest::Approx((2 * 1.0 + 4.0 + 7.0) / 4));
+  CHECK(a[1].second.f32()[1] == doctest::Approx(-(2 * 1.0 + 4.0 + 7.0) / 4));
+  CHECK(a[2].second.f32()[0] == doctest::Approx((2 * 2.0 + 8.0 + 2.0) / 4));
+  CHECK(a[0].second.f32()[0] == 0.5f);  // parameters are not buffers: untouched
+  // A replica without the buffer (or with another shape) leaves replica 0's.
+  tensors d = state(0.5f, 1.0f, 2.0f);
+  const tensors odd = {{"bn/running_mean", tensor::from({1}, std::vector<float>{9.0f})}};
+  average_replica_buffers(d, {&odd}, keys, {1, 1});
+  CHECK(d[1].second.f32()[0] == 1.0f);
+  CHECK(d[2].second.f32()[0] == 2.0f);
+  CHECK_THROWS_AS(average_replica_buffers(d, {&odd}, keys, {1}), std::invalid_argument);
+}
+
 TEST_CASE("core/checkpoint: replica_divergence names the op, both nodes and the first tensor that differs") {
   using tensors = std::vector<std::pair<std::string, tensor>>;
   auto state = [](float w, float m) {
