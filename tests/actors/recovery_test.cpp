@@ -196,7 +196,7 @@ TEST_CASE("recovery: with snapshots every step and no checkpoint, a killed node 
   auto c = tiny_config(steps, 2);
   std::vector<child_process> nodes;
   // One node per site: n0's ops are held on n1, n1's on n2, n2's on n0.
-  on_nodes(c, write_cluster(tag, 3, "placement { policy: "even" }"), 3, nodes, tag);
+  on_nodes(c, write_cluster(tag, 3, "placement { policy: \"even\" }"), 3, nodes, tag);
   c.recovery_mode = "auto";
   c.snapshot_every = 1;
   c.checkpoint_file = temp_path(tag + "-final.ckpt");  // written at the end only: nothing to recover from
