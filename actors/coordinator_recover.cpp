@@ -8,7 +8,9 @@
 //      of the last completed step, read from the old actors before they are retired; a loss
 //      during the optimizer update lets the update finish there (each actor handles the step
 //      request before the state request), so that step counts as done;
-//   2. from the last checkpoint of the run (or the one it resumed from): the run rewinds to its
+//   2. from peer-held snapshots (recovery.snapshot-every, actors/coordinator_snapshot.cpp): the
+//      newest step whose snapshot every op has on a survivor; every op rewinds to it;
+//   3. from the last checkpoint of the run (or the one it resumed from): the run rewinds to its
 //      step, and the data source delivers the batches of those steps again (a batch depends only
 //      on the seed and the step), as in a run resumed by hand.
 // What cannot be recovered fails the run naming the last good checkpoint; nothing is written.
@@ -43,8 +45,9 @@ struct recovery_ctx {
   int64_t step_at_loss = 0;                 // steps completed when the loss was detected
   bool step_in_flight = false, in_update = false;
   std::vector<given_up_plan> given_up;      // the plan at detection first
-  std::string source;                       // "replicas", "survivors" or "checkpoint"
+  std::string source;                       // "replicas", "survivors", "snapshots" or "checkpoint"
   std::string checkpoint;                   // the file, when source is "checkpoint"
+  std::string held_by;                      // the nodes that held the snapshots (source "snapshots")
   std::map<int, named_tensors> states;      // by op: the survivors' state (not "checkpoint")
   bool states_complete = false;
   int64_t resume_step = 0;                  // the step the survivors' states belong to
@@ -118,8 +121,9 @@ void finish(coord_ptr self, std::shared_ptr<recovery_ctx> ctx) {
   const int64_t lost = std::max<int64_t>(0, reached - at);
   const double seconds = seconds_between(ctx->detected, clock_type::now());
   std::string from = ctx->source == "checkpoint" ? "the checkpoint of step " + std::to_string(at) + " (" + ctx->checkpoint + ")"
-                     : ctx->source == "replicas" ? "the surviving replicas at step " + std::to_string(at)
-                                                 : "the surviving nodes at step " + std::to_string(at);
+                     : ctx->source == "replicas"  ? "the surviving replicas at step " + std::to_string(at)
+                     : ctx->source == "snapshots" ? "peer snapshots of step " + std::to_string(at) + " (held by " + ctx->held_by + ")"
+                                                  : "the surviving nodes at step " + std::to_string(at);
   char timing[64];
   std::snprintf(timing, sizeof timing, "%.2f s", seconds);
   std::string line = "recovered from the loss of " + lost_names(st, *ctx) + " at step " +
@@ -136,10 +140,11 @@ void finish(coord_ptr self, std::shared_ptr<recovery_ctx> ctx) {
     }
     json rec = {{"type", "recovery"}, {"time", metrics_time()}, {"step", at}, {"nodes", nodes}, {"sites", sites},
                 {"reason", ctx->why}, {"detected_at", ctx->detected_time}, {"detected_step", ctx->step_at_loss},
-                {"state_from", ctx->source}, {"checkpoint", ctx->checkpoint}, {"steps_lost", lost},
+                {"state_from", ctx->source}, {"checkpoint", ctx->checkpoint}, {"held_by", ctx->held_by}, {"steps_lost", lost},
                 {"seconds_to_resume", seconds}, {"survivors", survivor_names(st)}, {"note", ctx->note}};
     st.train.metrics << rec.dump() << '\n' << std::flush;
   }
+  prepare_snapshots(self);  // for the survivors' plan, while it trains
   // A train request still open goes on from the restored step, also when the loss came after
   // the last step (the final evaluation or checkpoint, which run again at the end).
   if (st.pending.train_rp.pending() && (st.phase == run_phase::training || st.phase == run_phase::ready)) {
@@ -244,6 +249,30 @@ void collect_states(coord_ptr self, std::shared_ptr<recovery_ctx> ctx) {
   });
 }
 
+// Reads every op's state from the peer snapshots held on the survivors; without a usable one the
+// last checkpoint still can, else the run cannot go on.
+void collect_snapshots(coord_ptr self, std::shared_ptr<recovery_ctx> ctx, std::string orphans) {
+  auto& st = self->state;
+  std::vector<bool> alive(st.members.nodes.size());
+  for (size_t i = 0; i < alive.size(); ++i) alive[i] = static_cast<bool>(st.members.nodes[i]);
+  restore_from_snapshots(self, alive, [=](snapshot_restore got) {
+    ctx->states = std::move(got.states);
+    ctx->states_complete = true;
+    ctx->resume_step = static_cast<int64_t>(got.step);
+    ctx->held_by = got.held_by;
+    retire_given_up(self, ctx);
+  }, [=](const std::string& why) {
+    auto& s = self->state;
+    ctx->checkpoint = last_checkpoint_file(s);
+    if (ctx->checkpoint.empty())
+      return give_up(self, ctx, "ops " + orphans + " ran only there (no surviving replica), the peer snapshots cannot "
+                                "replace them (" + why + ") and no checkpoint was written");
+    ctx->source = "checkpoint";
+    ctx->note += (ctx->note.empty() ? "" : "; ") + std::string("peer snapshots unusable: ") + why;
+    retire_given_up(self, ctx);
+  });
+}
+
 // Decides where the state comes from and plans on the survivors, then goes on.
 void plan_recovery(coord_ptr self, std::shared_ptr<recovery_ctx> ctx) {
   auto& st = self->state;
@@ -265,6 +294,8 @@ void plan_recovery(coord_ptr self, std::shared_ptr<recovery_ctx> ctx) {
     // Read before a second loss: still the state of every op.
   } else if (orphaned.empty()) {
     ctx->source = replica_lost ? "replicas" : "survivors";
+  } else if (snapshots_ready(st)) {
+    ctx->source = "snapshots";
   } else if (ctx->checkpoint = last_checkpoint_file(st); !ctx->checkpoint.empty()) {
     ctx->source = "checkpoint";
   } else {
@@ -301,6 +332,8 @@ void plan_recovery(coord_ptr self, std::shared_ptr<recovery_ctx> ctx) {
   } catch (const std::exception& e) {
     return give_up(self, ctx, e.what());
   }
+  if (ctx->source == "snapshots" && !ctx->states_complete)
+    return collect_snapshots(self, ctx, op_names(st.in->model, orphaned));
   if (ctx->source != "checkpoint" && !ctx->states_complete) return collect_states(self, ctx);
   retire_given_up(self, ctx);
 }

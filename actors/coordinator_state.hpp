@@ -154,6 +154,27 @@ struct recovery_state {
   int recoveries = 0;                           // completed
 };
 
+/// One op's peer-held snapshots (actors/coordinator_snapshot.cpp): a holder on its node and one
+/// on its buddy, joined by an edge of their own.
+struct snapshot_route {
+  int op = -1;                    ///< graph node id
+  int node = -1, buddy = -1;      ///< cluster node indices
+  uint32_t tensors = 0;           ///< state tensors of a snapshot
+  snapshot_holder local, remote;  ///< on `node` (keeps 2) and on `buddy` (keeps 1)
+  uint64_t edge = 0;              ///< the edge from `node` to `buddy` that carries the tensors
+};
+
+/// Peer-held snapshots (recovery.snapshot-every, docs/recovery.md).
+struct snapshot_state {
+  std::vector<snapshot_route> routes;  ///< complete once `ready`
+  std::vector<int> placed;             ///< the node of every op they were made for (replica 0)
+  bool ready = false, building = false;
+  uint64_t generation = 0;             ///< raised by every (re)build: an older one's replies are dropped
+  uint64_t build_epoch = 0;            ///< st.epoch when the build began (a recovery abandons it)
+  int64_t taken = 0;                   ///< snapshots sent so far
+  std::string off;                     ///< why snapshots are off (logged once), "" while they run
+};
+
 /// The coordinator's state, split by concern; the phase decides which messages it takes
 /// (actors/coordinator_phases.cpp).
 struct coordinator_state {
@@ -169,6 +190,7 @@ struct coordinator_state {
   pending_requests pending;
   rebalance_state rebalance;
   recovery_state recovery;
+  snapshot_state snap;
   /// Raised when a recovery gives up the plan in flight: replies and errors of requests sent
   /// before (gather, the optimizer step) belong to work that no longer exists and are dropped.
   uint64_t epoch = 0;
@@ -360,6 +382,26 @@ void on_failure_report(coord_ptr self, caf::error& e);
 void held_failure_due(coord_ptr self, caf::error& e, uint64_t losses);
 /// Whether the message being handled comes from an actor of a given-up plan.
 bool from_retired(coord_ptr self);
+
+// ---- actors/coordinator_snapshot.cpp ----
+/// Cluster runs with recovery.snapshot-every: makes the snapshot holders and edges of the
+/// current plan (in the background; training goes on meanwhile), replacing those of an older plan.
+void prepare_snapshots(coord_ptr self);
+/// After the optimizer update of a step: every snapshot-every steps, each op sends its state to
+/// its holders (export_atom; the op handles it before the next step's update).
+void maybe_snapshot(coord_ptr self);
+/// Whether snapshot holders exist to recover from.
+bool snapshots_ready(const coordinator_state& st);
+/// The state every op had after step `step`, from the peer snapshots held on surviving nodes.
+struct snapshot_restore {
+  uint64_t step = 0;
+  std::map<int, named_tensors> states;  ///< by graph node id (every compute op)
+  std::string held_by;                  ///< the nodes whose holders supplied it, for people
+};
+/// Finds the newest step whose snapshot every op has on a node `alive` says survives, fetches
+/// it and calls `done`; `failed` gets why not, in plain words.
+void restore_from_snapshots(coord_ptr self, std::vector<bool> alive, std::function<void(snapshot_restore)> done,
+                            std::function<void(const std::string&)> failed);
 
 // ---- actors/coordinator_commands.cpp ----
 /// An admin command (actors/admin_protocol.hpp): pause, resume, move, plan, rebalance, compress,

@@ -129,6 +129,7 @@ void optimizer_step(coord_ptr self) {
                     s.train.cur->machine.on_stepped() != step_machine::verdict::complete)
                   return;
                 ++s.train.step;
+                maybe_snapshot(self);  // before the next step's update request: the state of this step
                 s.train.last_stepped = clock_type::now();
                 s.train.cur->rec.step_s = seconds_between(s.train.cur->t0, clock_type::now());
                 s.train.cur->rec.tokens_per_s = static_cast<double>(s.in->cfg.batch * s.in->model.row_items) / s.train.cur->rec.step_s;
@@ -241,6 +242,7 @@ void begin_training(coord_ptr self) {
   s.train.t0 = clock_type::now();
   s.train.first_step = s.train.step;
   write_run_record(self);
+  prepare_snapshots(self);
   begin_step(self);
 }
 
@@ -467,6 +469,7 @@ void write_run_record(coord_ptr self) {
               {"runtime.cpu-ops", c.cpu_ops}, {"runtime.step-timeout", c.step_timeout_s},
               {"runtime.scheduler", c.scheduler}, {"cluster.file", c.cluster_file},
               {"recovery.mode", c.recovery_mode.empty() ? (c.checkpoint_file.empty() ? "off" : "auto") : c.recovery_mode},
+              {"recovery.snapshot-every", c.snapshot_every},
               {"flow.transport", c.transport}, {"flow.window", c.flow.window}, {"flow.chunk-kib", c.flow.chunk_bytes >> 10},
               {"scheduler.enabled", c.rebalance.enabled}, {"scheduler.every", c.rebalance.every},
               {"scheduler.min-gain", c.rebalance.min_gain}, {"scheduler.horizon", c.rebalance.horizon},

@@ -32,6 +32,9 @@ void add_fusion_message_types(caf::actor_system_config& cfg) {
   cfg.add_message_type<op_timing>("fusion.op_timing");
   cfg.add_message_type<device_timing>("fusion.device_timing");
   cfg.add_message_type<state_export>("fusion.state_export");
+  cfg.add_message_type<snapshot_holder>("fusion.snapshot_holder");
+  cfg.add_message_type<std::vector<uint64_t>>("fusion.u64_list");
+  cfg.add_message_type<std::vector<tensor>>("fusion.tensor_list");
   add_fusion_error_category(cfg);
 }
 

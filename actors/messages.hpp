@@ -481,6 +481,25 @@ using admin_actor = caf::typed_actor<caf::replies_to<query_atom, std::string>::w
                                      caf::replies_to<challenge_atom, std::string>::with<std::string, security::proof>,
                                      caf::replies_to<login_atom, security::proof>::with<std::string>>;
 
+// ---- peer-held snapshots (actors/snapshot_holder.hpp, docs/recovery.md) ----
+
+/// coordinator -> node hold_atom(op name, state tensors, keep, forward, buddy holder) -> a fresh
+/// snapshot holder for one op; seal_atom(step, checksum): the sender's checksum of a snapshot;
+/// held_atom -> the steps of the complete snapshots held; fetch_atom(step) -> their tensors.
+using hold_atom = caf::atom_constant<caf::atom("hold")>;
+using seal_atom = caf::atom_constant<caf::atom("seal")>;
+using held_atom = caf::atom_constant<caf::atom("held")>;
+using fetch_atom = caf::atom_constant<caf::atom("fetch")>;
+
+/// Keeps the snapshots of one op's state (core/snapshot_store.hpp). It takes an op's exported
+/// state tensors as a tensor sink (forward_atom, pass_mode::state, micro-batch field: the
+/// tensor's index); a holder on the op's own node also passes them on towards its buddy's holder
+/// and, once a snapshot is whole, sends that holder the checksum (seal_atom). stop_atom ends it.
+using snapshot_holder =
+    tensor_sink::extend<caf::reacts_to<seal_atom, uint64_t, uint64_t>,
+                        caf::replies_to<held_atom>::with<std::vector<uint64_t>>,
+                        caf::replies_to<fetch_atom, uint64_t>::with<std::vector<tensor>>, caf::reacts_to<stop_atom>>;
+
 // ---- the node and the coordinator as their peers see them ----
 
 /// A node actor (actors/node_actor.hpp), one per fusion-node process: the node_inbox of edge
@@ -499,6 +518,7 @@ using admin_actor = caf::typed_actor<caf::replies_to<query_atom, std::string>::w
 ///   probe_atom(peer, host, data port, warm-up ms, window ms) -> (Mbit/s, round trip s)
 ///   wire_atom(why, stray)                        a chunk its data channel refused
 ///   stats_atom -> node_stats (edge traffic since the last poll);  shutdown_atom -> true
+///   hold_atom(op name, state tensors, keep, forward, buddy) -> a snapshot holder it hosts
 using node_actor = node_inbox::extend<
     caf::replies_to<coordinator_atom, op_reporter>::with<bool>,
     caf::replies_to<spawn_atom, node_spec, actor_run_params>::with<op_actor>,
@@ -511,7 +531,8 @@ using node_actor = node_inbox::extend<
     caf::replies_to<profile_atom, std::vector<op_signature>>::with<device_timing>,
     caf::replies_to<probe_atom, std::string, std::string, uint16_t, uint32_t, uint32_t>::with<double, double>,
     caf::reacts_to<wire_atom, std::string, bool>, caf::replies_to<stats_atom>::with<node_stats>,
-    caf::replies_to<shutdown_atom>::with<bool>>;
+    caf::replies_to<shutdown_atom>::with<bool>,
+    caf::replies_to<hold_atom, std::string, uint32_t, uint32_t, edge_sender_actor, snapshot_holder>::with<snapshot_holder>>;
 
 /// The coordinator as a joining node sees it: challenge_atom(nonce) -> (nonce, proof) when the
 /// run is secured, then hello_atom(hello, node actor) -> welcome_atom(index, protocol version).

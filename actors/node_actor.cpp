@@ -12,6 +12,7 @@
 #include "actors/edge_actor.hpp"
 #include "actors/messages.hpp"
 #include "actors/op_actor.hpp"
+#include "actors/snapshot_holder.hpp"
 #include "core/log.hpp"
 #include "core/wire.hpp"
 #include "net/link_probe.hpp"
@@ -27,6 +28,7 @@ struct node_state {
   op_reporter coordinator;                                  // failures go there
   std::vector<op_actor> hosted;                             // op actors
   std::map<uint64_t, edge_sender_actor> senders;            // edge senders by edge id
+  std::vector<snapshot_holder> holders;                     // peer-held snapshots (hold_atom)
   std::shared_ptr<route_table> routes;
   std::map<std::string, std::shared_ptr<data_link>> links;  // data channels to peers, by "host:port"
   std::map<std::string, std::shared_ptr<data_link>> reversed;  // opened by peers behind firewalls, by name
@@ -45,6 +47,8 @@ using node_ptr = node_actor::stateful_pointer<node_state>;
 void stop_hosted(node_ptr self) {
   for (auto& a : self->state.hosted) self->send_exit(a, caf::exit_reason::user_shutdown);
   for (auto& [edge, a] : self->state.senders) self->send_exit(a, caf::exit_reason::user_shutdown);
+  for (auto& a : self->state.holders) self->send_exit(a, caf::exit_reason::user_shutdown);
+  self->state.holders.clear();
   self->state.hosted.clear();
   self->state.senders.clear();
 }
@@ -233,6 +237,14 @@ node_actor::behavior_type node_actor_fn(node_ptr self, node_identity id, std::sh
         } catch (const std::exception& e) {
           return make_error(fusion_errc::spawn_failed, "node " + self->state.id.name + ": " + e.what());
         }
+      },
+      [=](hold_atom, std::string& op, uint32_t tensors, uint32_t keep, edge_sender_actor& forward,
+          snapshot_holder& buddy) {
+        // Kept for the shutdown; one the coordinator stopped (stop_atom) stays listed, harmlessly.
+        auto& holders = self->state.holders;
+        holders.push_back(spawn_snapshot_holder(self->system(), "fusion-node " + self->state.id.name, std::move(op),
+                                                tensors, keep, std::move(forward), std::move(buddy)));
+        return holders.back();
       },
       // Migration: an op actor that moved away (or a new one whose move was abandoned).
       [=](retire_atom, op_actor& op) {

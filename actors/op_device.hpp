@@ -48,6 +48,16 @@ op_compute make_op_compute(const std::string& device, gemm_precision gemm, const
                            const attr_map& attrs, const std::vector<shape_t>& input_shapes, const std::string& name,
                            uint64_t seed, const optim_config& optim);
 
+/// The names of an op's state tensors in the order its actor lists them (get_state_atom,
+/// export_atom): "op/param", "op/param.m", "op/param.v" per parameter, then "op/buffer".
+std::vector<std::string> state_key_names(const std::string& op_name, const std::vector<param_spec>& params,
+                                         const std::vector<buffer_spec>& buffers);
+
+/// state_key_names of an op of kind `kind` ("input": none) named `op_name`, without building
+/// its tensors; throws what make_op throws for an unknown kind.
+std::vector<std::string> state_key_names(const std::string& op_name, const std::string& kind, const attr_map& attrs,
+                                         const std::vector<shape_t>& input_shapes);
+
 /// `t` as CPU data: moved when it already is, downloaded (waiting for `dev`'s queued work)
 /// otherwise. A CPU tensor is never copied here.
 tensor to_host(backend& dev, tensor t);

@@ -11,11 +11,7 @@
 namespace fusion::op_internal {
 
 std::vector<std::string> state_keys(const op_state& st) {
-  std::vector<std::string> keys;
-  for (auto& p : st.param_specs)
-    for (const char* suffix : {"", ".m", ".v"}) keys.push_back(st.spec.name + "/" + p.name + suffix);
-  for (auto& b : st.buffer_specs) keys.push_back(st.spec.name + "/" + b.name);
-  return keys;
+  return state_key_names(st.spec.name, st.param_specs, st.buffer_specs);
 }
 
 named_tensors collect_state(op_state& st) {

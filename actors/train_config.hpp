@@ -80,6 +80,9 @@ struct train_config {
   /// A lost node (docs/recovery.md): "auto" recovers on the survivors from a surviving replica or
   /// the last checkpoint, "off" fails the run; empty: auto when checkpoint_file is set, else off.
   std::string recovery_mode;
+  /// Every this many completed steps each op streams its state to a holder on a buddy node of
+  /// another site (peer-held snapshots, docs/recovery.md); 0: off.
+  int64_t snapshot_every = 0;
   std::string transport = "tcp";           ///< cross-process tensors: "tcp" data channel or "caf" messages
   flow_config flow;                        ///< flow control of cross-process edges (core/wire.hpp)
   /// Codecs of cross-node edges ([compression], docs/compression.md): none, topk, adatopk, int8 or int4.

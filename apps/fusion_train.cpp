@@ -203,6 +203,10 @@ struct train_app_config : table_config {
          "a lost node: auto (go on on the survivors, state from a surviving replica or the last checkpoint) or off "
          "(the run fails); default auto with output.checkpoint, else off",
          &run.recovery_mode},
+        {"recovery", "snapshot-every",
+         "every this many steps each op streams its state to a node of another site, the source a lost node's "
+         "state is recovered from before the last checkpoint (0: off)",
+         &run.snapshot_every},
         {"flow", "transport", "how tensors cross processes: tcp (data channel) or caf (CAF messages)",
          &run.transport},
         {"flow", "window", "chunks in flight per cross-process edge", &window},
@@ -369,6 +373,9 @@ void check_settings(const train_app_config& cfg) {
   if (auto in_range = r.rebalance.check(); !in_range) problems.push_back(in_range.error());
   if (!r.recovery_mode.empty() && r.recovery_mode != "auto" && r.recovery_mode != "off")
     problems.push_back("recovery.mode must be auto or off, got \"" + r.recovery_mode + "\"");
+  if (r.snapshot_every < 0)
+    problems.push_back("recovery.snapshot-every must be 0 (off) or a number of steps, got " +
+                       std::to_string(r.snapshot_every));
   // A device this machine cannot give is a setting to change, as fusion-node says too (exit 2).
   // With a cluster file, each node checks its own device.
   if (r.cluster_file.empty())

@@ -41,6 +41,7 @@ TEST_CASE("cli errors: fusion-train's value mistakes are said in plain words wit
        "compression.floor-gradients must be f16, int8, int4 or a keep ratio above 0 and at most 1, got \"int2\""},
       {"--compression.scale-block=0", "compression.scale-block must be 1 to 65536, got 0"},
       {"--recovery.mode=on", "recovery.mode must be auto or off, got \"on\""},
+      {"--recovery.snapshot-every=-1", "recovery.snapshot-every must be 0 (off) or a number of steps, got -1"},
       {"--train.stepz=5", "unknown option '--train.stepz' (did you mean '--train.steps'?)"},
   };
   for (auto& m : mistakes) {
