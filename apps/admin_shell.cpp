@@ -175,6 +175,7 @@ const std::vector<command_spec>& commands() {
       {"pause", k::verb, 0, 0, "pause", "let the step in flight finish, then hold the run"},
       {"resume", k::verb, 0, 0, "resume", "continue a paused run"},
       {"move", k::verb, 2, 2, "move OP|GLOB NODE", "move ops with their state to another node (at the step boundary)"},
+      {"drain", k::verb, 1, 1, "drain NODE", "move every op off a node (at the step boundary), then let it leave"},
       {"plan", k::verb, 0, 0, "plan", "what the scheduler would do now, and why"},
       {"rebalance", k::verb, 0, 1, "rebalance [-y]", "show the re-planned move; apply it after confirmation (-y: at once)"},
       {"compress", k::verb, 2, 2, "compress EDGE none|RATIO|auto", "the codec of one edge (id from 'placement')"},
