@@ -354,11 +354,14 @@ caf::result<welcome_atom, int32_t, uint32_t> on_hello(coord_ptr self, node_hello
   st.members.node_state[idx] = "joined";
   self->monitor(node);
   ++st.members.joined;
+  // Spares are not waited for: the run starts once every other node has joined.
+  size_t required = 0;
+  for (size_t i = 0; i < cluster.nodes.size(); ++i) required += !cluster.nodes[i].spare && st.members.nodes[i];
   if (st.in->cfg.progress)
-    std::fprintf(stderr, "fusion-train: %s joined: %s, %.0f GFLOP/s, %.1f GiB, pid %d (%zu/%zu)\n",
-                 node_label(st, idx).c_str(), h.device.c_str(), h.gflops,
-                 static_cast<double>(h.memory_bytes) / (1 << 30), h.pid, st.members.joined, cluster.nodes.size());
-  if (st.members.joined == cluster.nodes.size()) {
+    std::fprintf(stderr, "fusion-train: %s joined%s: %s, %.0f GFLOP/s, %.1f GiB, pid %d (%zu/%zu)\n",
+                 node_label(st, idx).c_str(), cluster.nodes[idx].spare ? " (a spare)" : "", h.device.c_str(), h.gflops,
+                 static_cast<double>(h.memory_bytes) / (1 << 30), h.pid, required, cluster.required_nodes());
+  if (required == cluster.required_nodes() && !cluster.nodes[idx].spare) {
     ++st.timer;
     // Plan after this handler returns: the welcome goes out before the first spawn request.
     self->send(self, start_atom::value, true);
@@ -382,6 +385,7 @@ static void on_down(coord_ptr self, const caf::down_msg& dm) {
     st.members.nodes[i] = nullptr;
     st.members.node_state[i] = st.phase == run_phase::finished ? "exited" : "lost";
     if (st.phase == run_phase::finished || st.phase == run_phase::failed) continue;
+    if (lost_quietly(self, i, describe(dm.reason))) continue;
     if (abandon_migration_on_loss(self, i)) continue;
     if (recover_from_loss(self, i, describe(dm.reason))) continue;
     fail(self, make_error(fusion_errc::node_lost,
@@ -408,9 +412,11 @@ void begin_join(coord_ptr self) {
   st.members.nodes.assign(cluster.nodes.size(), node_actor{});
   st.members.hellos.assign(cluster.nodes.size(), {});
   st.members.node_state.assign(cluster.nodes.size(), "waiting");
+  for (size_t i = 0; i < cluster.nodes.size(); ++i)
+    if (cluster.nodes[i].spare) st.members.node_state[i] = "spare";
   st.act = activity::joining;
   if (st.in->cfg.progress)
-    std::fprintf(stderr, "fusion-train: waiting for %zu node(s) of %s on %s:%u (%s)\n", cluster.nodes.size(),
+    std::fprintf(stderr, "fusion-train: waiting for %zu node(s) of %s on %s:%u (%s)\n", cluster.required_nodes(),
                  cluster.file.c_str(), host.c_str(), static_cast<unsigned>(*bound),
                  tls ? "mutual TLS, admission by certificate" : "PLAINTEXT, unauthenticated");
   if (st.in->cfg.on_listening) st.in->cfg.on_listening(*bound);
@@ -510,7 +516,8 @@ void join_timed_out(coord_ptr self) {
   auto& s = self->state;
   std::string missing;
   for (size_t i = 0; i < s.members.nodes.size(); ++i)
-    if (!s.members.nodes[i]) missing += (missing.empty() ? "" : ", ") + s.in->cluster.nodes[i].name;
+    if (!s.members.nodes[i] && !s.in->cluster.nodes[i].spare)
+      missing += (missing.empty() ? "" : ", ") + s.in->cluster.nodes[i].name;
   fail(self, make_error(fusion_errc::timeout, "node(s) " + missing + " of " + s.in->cluster.file +
                                                   " did not join within " + format_seconds(s.in->cfg.join_timeout_s) +
                                                   " (cluster.join-timeout); start them with fusion-node --config "

@@ -175,6 +175,7 @@ caf::result<std::string> run_command(coord_ptr self, const std::string& verb, co
   if (verb == "replicas") return command_replicas(self, args);
   if (verb == "checkpoint") return command_checkpoint(self, args);
   if (verb == "compress") return command_compress(self, args);
+  if (verb == "drain") return command_drain(self, args);
   if (auto r = scheduler_command(self, verb, args)) return std::move(*r);
   return bad("unknown command '" + verb + "'");
 }

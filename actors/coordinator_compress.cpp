@@ -3,18 +3,30 @@
 // (compression/adaptive.hpp, scheduler/compression_plan.hpp); this file feeds it the refined
 // estimator and tells the edge senders (compress_atom), which switch between two tensors: the
 // receiver decodes by each tensor's wire header, so no step boundary or handshake is needed.
+#include <algorithm>
 #include <cstdio>
 
 #include "actors/coordinator_state.hpp"
 #include "core/log.hpp"
 #include "scheduler/placement.hpp"
+#include "scheduler/survivors.hpp"
 
 namespace fusion {
 
 void plan_compression(coord_ptr self) {
   auto& st = self->state;
   const auto& c = st.in->cfg.compression;
-  st.exec.current = plan_compressed_run(*estimator_of(self), st.exec.profile, c, 1);
+  auto usable = usable_nodes(st);
+  if (std::find(usable.begin(), usable.end(), false) == usable.end()) {
+    st.exec.current = plan_compressed_run(*estimator_of(self), st.exec.profile, c, 1);
+  } else {
+    // Spares that have not joined get nothing: the policy places the model on the others.
+    cluster_profile profile = st.exec.profile;
+    profile.micro_batches = static_cast<int>(st.in->cfg.micro_batches);
+    st.exec.current = make_plan(st.in->model,
+                                place_on_survivors(st.in->model, st.in->cluster, profile, usable, c).where, 1);
+    assign_codecs(st.exec.current, estimator_of(self), c);
+  }
   st.exec.governors.clear();
   if (!codec_of(c.mode).adaptive()) return;
   // The governors start from the ratios the profile gave, so the first re-evaluation measures

@@ -338,7 +338,7 @@ std::optional<placement> check_placement_change(coord_ptr self, const placement&
 std::optional<placement> check_move(coord_ptr self, const std::vector<int>& ops, int node, caf::error& err) {
   auto& st = self->state;
   const auto& c = st.in->cluster;
-  if (!st.members.nodes[node]) {
+  if (!usable_node(st, static_cast<size_t>(node))) {
     err = make_error(fusion_errc::bad_command, "node '" + c.nodes[node].name + "' is " + st.members.node_state[node] +
                                                    ": ops can only move to a joined node");
     return std::nullopt;

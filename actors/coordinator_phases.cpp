@@ -7,9 +7,10 @@
 //   joining   start, hello, "all joined"
 //   planning  (profile replies only: request/then)
 //   wiring    (spawn, edge, route and connect replies only)
-//   ready     train, eval, sample, save, load, rewire; losses and logits of eval and sample passes
-//   training  losses, gradient norms, paced feeds, logits (eval every N steps), rewire, resume
-//   paused    save, rewire (resume is an admin command: every_phase)
+//   ready     train, eval, sample, save, load, rewire; losses and logits of eval and sample passes;
+//             hello (a node joins the running job)
+//   training  losses, gradient norms, paced feeds, logits (eval every N steps), rewire, resume, hello
+//   paused    save, rewire, hello (resume is an admin command: every_phase)
 //   finished, failed: every_phase only
 #include <caf/all.hpp>
 
@@ -93,6 +94,7 @@ caf::message_handler every_phase(coord_ptr self) {
         on_step_timeout(self);
       },
       [=](fail_atom, caf::error& e) { on_failure_report(self, e); },
+      [=](admit_atom, int32_t node, uint64_t serial) { profile_joiner(self, static_cast<size_t>(node), serial); },
       [=](fail_atom, caf::error& e, uint64_t losses) { held_failure_due(self, e, losses); },
       [=](query_atom, std::string& topic) -> caf::result<std::string> {
         if (auto refused = local_only(self, "query")) return refused;
@@ -164,6 +166,13 @@ caf::message_handler save_handler(coord_ptr self) {
   };
 }
 
+// Once the run is wired (ready, training, paused): a node joins the running job.
+caf::message_handler late_hello(coord_ptr self) {
+  return {
+      [=](hello_atom, node_hello& h, node_actor& node) { return on_late_hello(self, h, node); },
+  };
+}
+
 caf::message_handler pass_results(coord_ptr self) {
   return {
       [=](loss_atom, uint64_t s, uint32_t mb, double l, std::vector<double>& m) {
@@ -205,7 +214,8 @@ caf::message_handler ready(coord_ptr self) {
   }
       .or_else(rewire_handler(self))
       .or_else(save_handler(self))
-      .or_else(pass_results(self));
+      .or_else(pass_results(self))
+      .or_else(late_hello(self));
 }
 
 caf::message_handler training(coord_ptr self) {
@@ -218,7 +228,8 @@ caf::message_handler training(coord_ptr self) {
       },
   }
       .or_else(rewire_handler(self))
-      .or_else(pass_results(self));
+      .or_else(pass_results(self))
+      .or_else(late_hello(self));
 }
 
 }  // namespace
@@ -229,7 +240,7 @@ caf::behavior phase_behavior(coord_ptr self, run_phase p) {
     case run_phase::joining: return joining(self).or_else(common);
     case run_phase::ready: return ready(self).or_else(common);
     case run_phase::training: return training(self).or_else(common);
-    case run_phase::paused: return rewire_handler(self).or_else(save_handler(self)).or_else(common);
+    case run_phase::paused: return rewire_handler(self).or_else(save_handler(self)).or_else(late_hello(self)).or_else(common);
     case run_phase::planning:
     case run_phase::wiring:
     case run_phase::finished:

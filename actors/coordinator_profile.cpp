@@ -77,11 +77,12 @@ link_profile& link_of(cluster_profile& p, int a, int b) {
   return p.links.back();
 }
 
-// The node that probes for a site: its first node in cluster-file order.
+// The node that probes for a site: its first joined node in cluster-file order (spares that
+// have not joined are profiled when they do, actors/coordinator_join.cpp).
 int first_node_of(const coordinator_state& st, int site) {
   const auto& nodes = st.in->cluster.nodes;
   for (size_t i = 0; i < nodes.size(); ++i)
-    if (nodes[i].site_index == site) return static_cast<int>(i);
+    if (nodes[i].site_index == site && st.members.nodes[i]) return static_cast<int>(i);
   return -1;
 }
 
@@ -215,14 +216,17 @@ void probe_round(coord_ptr self, std::shared_ptr<std::vector<std::vector<std::pa
 
 void measure(coord_ptr self, std::function<void()> done) {
   auto& st = self->state;
-  const size_t n_nodes = st.in->cluster.nodes.size();
+  std::vector<size_t> present;
+  for (size_t i = 0; i < st.in->cluster.nodes.size(); ++i)
+    if (st.members.nodes[i]) present.push_back(i);
+  const size_t n_nodes = present.size();
   const auto t0 = clock_type::now();
   if (st.in->cfg.progress)
     std::fprintf(stderr, "fusion-train: measuring %zu node(s) and the links between their sites\n", n_nodes);
   auto ops = op_signatures(st.in->model);
   auto left = std::make_shared<size_t>(n_nodes);
   auto failed = std::make_shared<bool>(false);
-  for (size_t i = 0; i < n_nodes; ++i) {
+  for (size_t i : present) {
     self->request(st.members.nodes[i], profile_timeout, profile_atom::value, ops)
         .then(
             [=](device_timing& t) {

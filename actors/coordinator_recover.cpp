@@ -98,7 +98,7 @@ void give_up(coord_ptr self, const std::shared_ptr<recovery_ctx>& ctx, const std
 std::string survivor_names(const coordinator_state& st) {
   std::string out;
   for (size_t i = 0; i < st.members.nodes.size(); ++i)
-    if (st.members.nodes[i]) out += (out.empty() ? "" : ", ") + st.in->cluster.nodes[i].name;
+    if (usable_node(st, i)) out += (out.empty() ? "" : ", ") + st.in->cluster.nodes[i].name;
   return out;
 }
 
@@ -109,6 +109,8 @@ void finish(coord_ptr self, std::shared_ptr<recovery_ctx> ctx) {
   st.act = activity::idle;
   ++st.timer;
   ++st.recovery.recoveries;
+  for (size_t n : ctx->lost)
+    if (!st.members.nodes[n] && st.members.node_state[n] == "lost") st.members.node_state[n] = "recovered";
   const double grace_s = std::max(2.0, 2.0 * static_cast<double>(st.in->cfg.peer_timeout_ms) / 1e3);
   st.recovery.quiet_until = clock_type::now() + ms_of(grace_s);
   // The steps after the restored one will run again: their records go.
@@ -308,7 +310,9 @@ void plan_recovery(coord_ptr self, std::shared_ptr<recovery_ctx> ctx) {
   // The survivors' plan: the same policy as at start, memory checked.
   const auto& c = st.in->cluster;
   std::vector<bool> alive(c.nodes.size());
-  for (size_t i = 0; i < alive.size(); ++i) alive[i] = static_cast<bool>(st.members.nodes[i]);
+  // Nodes being admitted are not in the plan yet; a node being drained still is.
+  for (size_t i = 0; i < alive.size(); ++i)
+    alive[i] = usable_node(st, i) || (st.members.nodes[i] && st.members.node_state[i] == "draining");
   cluster_profile profile = st.exec.profile;
   if (profile.nodes.size() != c.nodes.size()) profile = profile_from_cluster(c);
   profile.micro_batches = static_cast<int>(cfg.micro_batches);

@@ -35,8 +35,8 @@ std::shared_ptr<schedule_snapshot> snapshot(coord_ptr self, bool count) {
   auto& st = self->state;
   auto* est = estimator_of(self);
   if (!est) return nullptr;
-  return std::make_shared<schedule_snapshot>(
-      schedule_snapshot{*est, st.exec.current, st.in->cfg.compression, st.rebalance.settings, st.train.step, count});
+  return std::make_shared<schedule_snapshot>(schedule_snapshot{
+      *est, st.exec.current, st.in->cfg.compression, st.rebalance.settings, st.train.step, count, false, 0, usable_nodes(st)});
 }
 
 json verdict_json(coord_ptr self, const schedule_verdict& v) {
@@ -98,7 +98,10 @@ void maybe_reschedule(coord_ptr self) {
   const int64_t step = st.train.step;
   // The estimator learns from step 3 on (observe_step).
   if (!s.enabled || !opfence_run(st) || step < 3 || step >= st.in->cfg.steps) return;
-  const bool first = s.first > 0 && step == s.first;
+  // A node joined (actors/coordinator_join.cpp): judged like the first re-plan, over the
+  // remaining steps and without confirmations, as soon as nothing else is in flight.
+  const bool offer = st.rebalance.offer;
+  const bool first = (s.first > 0 && step == s.first) || offer;
   if (!first && step % s.every != 0) return;
   // Moved ops are judged by what they measure on their new node, once they have settled there.
   std::erase_if(st.rebalance.settling, [&](const auto& kv) { return kv.second < st.train.step; });
@@ -108,6 +111,7 @@ void maybe_reschedule(coord_ptr self) {
   snap->first = first;
   snap->remaining = st.in->cfg.steps - step;
   st.rebalance.in_flight = true;
+  st.rebalance.offer = false;
   auto judged = std::make_shared<plan>(st.exec.current);
   self->request(scheduler_of(self), caf::infinite, evaluate_atom::value, snapshot_ptr(snap))
       .then([=](verdict_ptr v) { on_verdict(self, v, *judged); },

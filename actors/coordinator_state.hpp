@@ -6,7 +6,8 @@
 // around core/step_machine.hpp, metrics), actors/coordinator_checkpoint.cpp (saving and loading
 // checkpoints, the replicas' divergence check), actors/coordinator_eval.cpp (evaluation
 // and sampling), actors/coordinator_admin.cpp (queries, pause/resume, the admin actor) and
-// actors/coordinator_recover.cpp (going on without a lost node). Internal to actors/.
+// actors/coordinator_recover.cpp (going on without a lost node) and actors/coordinator_join.cpp
+// (nodes joining and leaving the running job). Internal to actors/.
 #pragma once
 
 #include <caf/all.hpp>
@@ -79,13 +80,20 @@ struct boundary_task {
 
 struct migration_ctx;
 struct recovery_ctx;
+struct admission_ctx;
 
 /// Who takes part (cluster mode): the nodes of the cluster file by index.
 struct membership_state {
   std::vector<node_actor> nodes;                // null: not joined, or gone
   std::vector<node_hello> hellos;
-  std::vector<std::string> node_state;          // "waiting", "joined", "lost", "exited"
+  /// "waiting" (not joined yet), "spare" (a spare not joined yet), "admitting" (joined the
+  /// running job, profiled until the next step boundary), "joined", "draining", "left" (drained),
+  /// "lost", "recovered" (lost, the run recovered without it), "exited" (after the run).
+  std::vector<std::string> node_state;
   size_t joined = 0;
+  /// Nodes joining the running job, by index (actors/coordinator_join.cpp).
+  std::map<size_t, std::shared_ptr<admission_ctx>> admitting;
+  uint64_t admissions = 0;                      // serial of the last admission begun
   security::challenge_book challenges;          // nonces handed to joining nodes and admin shells
 };
 
@@ -139,6 +147,7 @@ struct rebalance_state {
   rebalance_settings settings;                  // scheduler.*, changed by the admin's set / scheduler
   scheduler_actor scheduler;                    // spawned on first use
   bool in_flight = false;                       // a scheduler evaluation is out
+  bool offer = false;                           // a node joined: judge a re-plan at the next chance
   std::string last_verdict;                     // "scheduler at step 40: wait: ...", for status and watch
 };
 
@@ -402,6 +411,21 @@ struct snapshot_restore {
 /// it and calls `done`; `failed` gets why not, in plain words.
 void restore_from_snapshots(coord_ptr self, std::vector<bool> alive, std::function<void(snapshot_restore)> done,
                             std::function<void(const std::string&)> failed);
+// ---- actors/coordinator_join.cpp ----
+/// Whether cluster node `i` may take work: joined and not draining.
+bool usable_node(const coordinator_state& st, size_t i);
+/// usable_node for every node of the cluster file.
+std::vector<bool> usable_nodes(const coordinator_state& st);
+/// A hello while the run is wired (ready, training, paused): the node is checked as at start,
+/// welcomed, profiled in the background and admitted at the next step boundary.
+caf::result<welcome_atom, int32_t, uint32_t> on_late_hello(coord_ptr self, node_hello& h, node_actor& node);
+/// admit_atom: profiles the node of admission `serial` (after its welcome went out).
+void profile_joiner(coord_ptr self, size_t node, uint64_t serial);
+/// A node was lost that holds nothing to recover (being admitted, or holding no op and no part
+/// in a migration): marks it lost and says so. False when the loss needs a recovery.
+bool lost_quietly(coord_ptr self, size_t node, const std::string& why);
+/// The admin `drain NODE`: moves its ops to the other nodes, then lets it leave.
+caf::result<std::string> command_drain(coord_ptr self, const std::vector<std::string>& args);
 
 // ---- actors/coordinator_commands.cpp ----
 /// An admin command (actors/admin_protocol.hpp): pause, resume, move, plan, rebalance, compress,

@@ -556,4 +556,8 @@ using coordinator_session = caf::typed_actor<
 /// Registers every message type above with an actor system config (same names on every node).
 void add_fusion_message_types(caf::actor_system_config& cfg);
 
+/// coordinator -> itself: admit_atom(node index, admission serial): profile a node that joined
+/// the running job, once its welcome has gone out (actors/coordinator_join.cpp).
+using admit_atom = caf::atom_constant<caf::atom("admit")>;
+
 }  // namespace fusion

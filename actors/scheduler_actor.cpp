@@ -1,5 +1,9 @@
 #include "actors/scheduler_actor.hpp"
 
+#include <algorithm>
+
+#include "scheduler/survivors.hpp"
+
 namespace fusion {
 
 namespace {
@@ -23,8 +27,16 @@ scheduler_actor::behavior_type scheduler_fn(scheduler_actor::stateful_pointer<sc
             s.confirmations != mine.confirmations || s.first != mine.first)
           judge.configure(s);
         try {
-          out->proposal = plan_compressed_run(snap->est, snap->est.profile(), snap->compression,
-                                              snap->current.next_edge_id);
+          const auto& u = snap->usable;
+          if (std::find(u.begin(), u.end(), false) == u.end()) {
+            out->proposal = plan_compressed_run(snap->est, snap->est.profile(), snap->compression,
+                                                snap->current.next_edge_id);
+          } else {
+            // The same policy on the nodes that can take work, in the whole cluster's numbering.
+            out->proposal = make_plan(snap->est.model(), place_on_usable(snap->est, u, snap->compression),
+                                      snap->current.next_edge_id);
+            assign_codecs(out->proposal, &snap->est, snap->compression);
+          }
           if (snap->first)
             out->decision = judge.judge_first(snap->est, snap->current, out->proposal, snap->remaining);
           else

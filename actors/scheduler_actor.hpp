@@ -31,6 +31,10 @@ struct schedule_snapshot {
   /// `remaining` steps of the run, without confirmations.
   bool first = false;
   int64_t remaining = 0;
+  /// Per cluster node: whether it may take work (joined, not draining). Empty: every node. The
+  /// proposal is placed on those nodes only (scheduler/survivors.hpp), so that nodes that have
+  /// not joined, left or were lost get nothing, and a node that joins is offered work.
+  std::vector<bool> usable;
 };
 
 /// A verdict: the decision, the proposal it judged, or the reason there is none.

@@ -177,6 +177,7 @@ const std::vector<command_spec>& commands() {
       {"move", k::verb, 2, 2, "move OP|GLOB NODE", "move ops with their state to another node (at the step boundary)"},
       {"replicas", k::verb, 2, 2, "replicas OP NODE[,NODE...]",
        "the nodes holding OP's stage: add, drop or move replicas (at the step boundary)"},
+      {"drain", k::verb, 1, 1, "drain NODE", "move every op off a node (at the step boundary), then let it leave"},
       {"plan", k::verb, 0, 0, "plan", "what the scheduler would do now, and why"},
       {"rebalance", k::verb, 0, 1, "rebalance [-y]", "show the re-planned move; apply it after confirmation (-y: at once)"},
       {"compress", k::verb, 2, 2, "compress EDGE none|RATIO|auto", "the codec of one edge (id from 'placement')"},

@@ -42,6 +42,12 @@ int cluster_spec::find_site(const std::string& n) const {
   return -1;
 }
 
+size_t cluster_spec::required_nodes() const {
+  size_t n = 0;
+  for (auto& node : nodes) n += !node.spare;
+  return n;
+}
+
 int cluster_spec::find_node(const std::string& n) const {
   for (size_t i = 0; i < nodes.size(); ++i)
     if (nodes[i].name == n) return static_cast<int>(i);
@@ -107,6 +113,7 @@ class cluster_loader {
     nodes();
     links();
     placement();
+    spares();
     return std::move(spec_);
   }
 
@@ -308,6 +315,33 @@ class cluster_loader {
       }
       spec_.placement.assigns.push_back(std::move(out));
     }
+  }
+
+  // `spare: "NAME"` entries: nodes of the file the run does not wait for at start.
+  void spares() {
+    auto* d = pb::cluster::descriptor();
+    for (int i = 0; i < file_.spare_size(); ++i) {
+      const std::string& name = file_.spare(i);
+      const int line = line_of(&tree_, d, "spare", i, 1);
+      if (name.empty()) fail(line, "spare: empty node name (spare: \"NAME\" names a node entry of this file)");
+      const int index = spec_.find_node(name);
+      if (index < 0)
+        fail(line, "spare: unknown node '" + name + "'" + did_you_mean(name, node_names()) +
+                       "; a spare names a node entry of this file (nodes: " + join(node_names()) + ")");
+      auto& n = spec_.nodes[index];
+      if (n.spare) fail(line, "spare: node '" + name + "' listed twice (first at line " + std::to_string(n.spare_line) + ")");
+      for (auto& a : spec_.placement.assigns) {
+        bool named = a.node_index == index;
+        for (int r : a.replica_indices) named = named || r == index;
+        if (named)
+          fail(line, "spare: node '" + name + "' is named by the explicit assign at line " + std::to_string(a.line) +
+                         ": a spare may be absent at start, so the placement cannot count on it");
+      }
+      n.spare = true;
+      n.spare_line = line;
+    }
+    if (!spec_.nodes.empty() && spec_.required_nodes() == 0)
+      fail(line_of(&tree_, d, "spare", 0, 1), "every node is a spare: the run needs at least one node to start on");
   }
 
   void check_name(const std::string& n, const char* what, int line) const {

@@ -37,6 +37,9 @@ struct cluster_node {
   double memory_gib = 0;        ///< stated memory in GiB; 0: measure at join
   /// False: behind a firewall; peers sending to it have it dial them (connection reversal).
   bool accept_inbound = true;
+  /// Listed in `spare`: the run does not wait for it at start; it is admitted whenever it joins.
+  bool spare = false;
+  int spare_line = 0;           ///< line of its `spare` entry (0: not a spare)
   int line = 0;
 };
 
@@ -113,6 +116,8 @@ struct cluster_spec {
   double node_link_mbit(int node_a, int node_b) const;
   /// Names of the nodes with accept_inbound false, in file order.
   std::vector<std::string> firewalled_nodes() const;
+  /// How many nodes a run waits for at start: those not listed in `spare`.
+  size_t required_nodes() const;
 };
 
 /// Splits "HOST:PORT" (a node's coordinator, the coordinator's listen address); throws
@@ -122,7 +127,8 @@ std::pair<std::string, uint16_t> parse_host_port(const std::string& text, const 
 /// Loads and validates a cluster file. Throws cluster_error "FILE:LINE: message" for: parse
 /// errors, bad, unknown or duplicate site and node names, a node on an unknown site, a bad
 /// device, links to unknown sites or to the same site, duplicate links, mbit <= 0, a bad
-/// coordinator, an unknown placement policy and bad explicit assignments.
+/// coordinator, an unknown placement policy, bad explicit assignments and bad `spare` entries
+/// (an unknown or repeated node, a node an explicit assign names, every node a spare).
 cluster_spec load_cluster(const std::string& path);
 
 /// Same, from text already in memory; `path` is used only in messages.

@@ -61,8 +61,16 @@ workload_estimator::workload_estimator(const graph& g, const cluster_spec& c, cl
   base_fwd_.assign(static_cast<size_t>(ops_) * nodes_, 0.0);
   base_bwd_ = base_fwd_;
   base_upd_ = base_fwd_;
-  for (int k = 0; k < nodes_; ++k) {
-    const node_profile& np = profile_.nodes[k];
+  for (int k = 0; k < nodes_; ++k) set_node_rates(k);
+  correction_.assign(nodes_, 1.0);
+  correction_seen_.assign(nodes_, 0);
+  ring_s_per_byte_.assign(nodes_, -1.0);
+  set_link_rates();
+}
+
+void workload_estimator::set_node_rates(int k) {
+  const graph& g = *graph_;
+  const node_profile& np = profile_.nodes[k];
     // A CPU node capped at a share of a core (cpu_share) gets that share of the rates; a stated
     // or measured gflops already describes the device as it runs.
     const double share = !is_gpu(np.device) && np.cpu_share > 0 && np.ops.empty() ? std::min(np.cpu_share, 1.0) : 1.0;
@@ -84,11 +92,57 @@ workload_estimator::workload_estimator(const graph& g, const cluster_spec& c, cl
       // AdamW reads and writes parameters, gradients and both moments.
       base_upd_[at] = cost.param_bytes * 4 / mem_rate;
     }
-  }
-  correction_.assign(nodes_, 1.0);
-  correction_seen_.assign(nodes_, 0);
-  ring_s_per_byte_.assign(nodes_, -1.0);
+}
 
+workload_estimator workload_estimator::restricted(const cluster_spec& sub, const std::vector<int>& full) const {
+  cluster_profile p = profile_;
+  p.nodes.clear();
+  for (int k : full) p.nodes.push_back(profile_.nodes.at(k));
+  workload_estimator out(*graph_, sub, std::move(p), options_);
+  std::vector<int> index_of(nodes_, -1);
+  for (size_t i = 0; i < full.size(); ++i) index_of[full[i]] = static_cast<int>(i);
+  for (auto& [key, t] : measured_)
+    if (index_of[key.second] >= 0) out.measured_[{key.first, index_of[key.second]}] = t;
+  for (auto& [key, rate] : link_mbit_)
+    if (index_of[key.first] >= 0 && index_of[key.second] >= 0) {
+      const int a = index_of[key.first], b = index_of[key.second];
+      out.link_mbit_[{std::min(a, b), std::max(a, b)}] = rate;
+    }
+  for (size_t i = 0; i < full.size(); ++i) {
+    out.correction_[i] = correction_[full[i]];
+    out.correction_seen_[i] = correction_seen_[full[i]];
+    out.ring_s_per_byte_[i] = ring_s_per_byte_[full[i]];
+  }
+  return out;
+}
+
+void workload_estimator::admit_node(int node, const node_profile& np, const std::vector<link_profile>& links) {
+  if (node < 0 || node >= nodes_)
+    throw std::out_of_range("workload estimator: cannot admit cluster node " + std::to_string(node) + " (the cluster has " +
+                            std::to_string(nodes_) + ")");
+  profile_.nodes[node] = np;
+  for (auto& l : links) {
+    bool found = false;
+    for (auto& mine : profile_.links)
+      if ((mine.site_a == l.site_a && mine.site_b == l.site_b) || (mine.site_a == l.site_b && mine.site_b == l.site_a)) {
+        mine = l;
+        found = true;
+      }
+    if (!found) profile_.links.push_back(l);
+  }
+  set_node_rates(node);
+  set_link_rates();
+  // What was measured on the node before (a node that left or was lost comes back as a new
+  // process, maybe on another machine) no longer describes it.
+  std::erase_if(measured_, [node](const auto& kv) { return kv.first.second == node; });
+  std::erase_if(link_mbit_, [node](const auto& kv) { return kv.first.first == node || kv.first.second == node; });
+  correction_[node] = 1.0;
+  correction_seen_[node] = 0;
+  ring_s_per_byte_[node] = -1.0;
+}
+
+void workload_estimator::set_link_rates() {
+  const cluster_spec& c = *cluster_;
   base_mbit_.assign(static_cast<size_t>(nodes_) * nodes_, options_.local_mbit);
   base_rtt_.assign(static_cast<size_t>(nodes_) * nodes_, options_.local_rtt_s);
   for (int a = 0; a < nodes_; ++a)

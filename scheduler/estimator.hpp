@@ -159,7 +159,19 @@ class workload_estimator {
   /// (ring_work_bytes): refines the node's ring_s_per_byte.
   void observe_allreduce(int node, double work_bytes, double work_s);
 
+  /// A node that joins the running job (or comes back): its profile `np` replaces the one it
+  /// had, `links` (measured when it joined; others' site pairs stay) replace those site pairs,
+  /// and whatever was measured on the node before is forgotten. Other nodes' measurements stay.
+  void admit_node(int node, const node_profile& np, const std::vector<link_profile>& links);
+
+  /// This estimator seen on a part of its cluster: `sub` holds the nodes full[0], full[1], ...
+  /// of cluster() (in that order, sites and links unchanged) and must outlive the result, which
+  /// keeps every refinement (measured op times, corrections, links, ring work) of those nodes.
+  workload_estimator restricted(const cluster_spec& sub, const std::vector<int>& full) const;
+
  private:
+  void set_node_rates(int node);   // base_fwd_/bwd_/upd_ of one node from profile_
+  void set_link_rates();           // base_mbit_/rtt_ from profile_
   double profile_forward_s(int id, int node) const;
   double profile_backward_s(int id, int node) const;
   /// correction_[node] once measured, else the mean of the measured nodes of its device kind.

@@ -89,4 +89,28 @@ survivor_placement place_on_survivors(const graph& g, const cluster_spec& c, con
   return out;
 }
 
+placement place_on_usable(const workload_estimator& est, const std::vector<bool>& usable,
+                          const compression_config& comp) {
+  const cluster_spec& c = est.cluster();
+  if (usable.size() != c.nodes.size())
+    throw std::invalid_argument("place_on_usable: usable must cover every node of " + c.file);
+  std::vector<int> full;
+  cluster_spec s = c;
+  s.nodes.clear();
+  s.placement.assigns.clear();
+  for (size_t i = 0; i < c.nodes.size(); ++i)
+    if (usable[i]) {
+      full.push_back(static_cast<int>(i));
+      s.nodes.push_back(c.nodes[i]);
+    }
+  if (full.empty()) throw std::runtime_error("no node of " + c.file + " can take work");
+  if (s.placement.policy == placement_policy::explicit_ops) s.placement.policy = placement_policy::opfence;
+  const workload_estimator sub = est.restricted(s, full);
+  placement where = plan_compressed_run(sub, sub.profile(), comp, 1).where;
+  for (auto& n : where.node_of_op) n = full.at(n);
+  for (auto& st : where.stages)
+    for (auto& n : st.nodes) n = full.at(n);
+  return where;
+}
+
 }  // namespace fusion

@@ -34,4 +34,10 @@ struct survivor_placement {
 survivor_placement place_on_survivors(const graph& g, const cluster_spec& c, const cluster_profile& profile,
                                       const std::vector<bool>& alive, const compression_config& comp);
 
+/// The live scheduler's re-plan on the nodes that can take work (`usable`, by cluster node):
+/// OP-Fence (the run's policy, est.cluster()'s) with `est`'s refinements restricted to those
+/// nodes, in the whole cluster's node indices. Throws as place_on_survivors.
+placement place_on_usable(const workload_estimator& est, const std::vector<bool>& usable,
+                          const compression_config& comp);
+
 }  // namespace fusion

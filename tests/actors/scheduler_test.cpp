@@ -19,6 +19,7 @@
 
 #include "actors/trainer.hpp"
 #include "tests/support/cluster_fixtures.hpp"
+#include "tests/support/node_load.hpp"
 #include "tests/support/fixtures.hpp"
 
 using namespace fusion;
@@ -26,46 +27,6 @@ using namespace fusion::test::cluster;
 using fusion::test::child_process;
 using fusion::test::losses_of;
 using json = nlohmann::json;
-
-namespace {
-
-// Compute ops (not data inputs) per node name.
-std::map<std::string, int> ops_per_node(session& s) {
-  std::map<std::string, int> out;
-  const auto placement = json::parse(s.query("placement"));
-  for (auto& o : placement["ops"]) {
-    auto name = o["op"].get<std::string>();
-    if (name != "tokens" && name != "targets") ++out[o["node"].get<std::string>()];
-  }
-  return out;
-}
-
-// Holds a process stopped `1 - share` of every period (SIGSTOP / SIGCONT): a CPU cap without
-// cgroups, so the test needs no root. A shorter period catches more of the short ops of the tiny
-// model mid-way, so fewer steps measure the slowdown.
-class duty_cycle {
- public:
-  duty_cycle(pid_t pid, double share, std::chrono::microseconds period = std::chrono::milliseconds(50))
-      : thread_([this, pid, share, period] {
-      const auto run = std::chrono::microseconds(static_cast<int64_t>(static_cast<double>(period.count()) * share));
-      while (!stop_) {
-        std::this_thread::sleep_for(run);
-        ::kill(pid, SIGSTOP);
-        std::this_thread::sleep_for(period - run);
-        ::kill(pid, SIGCONT);
-      }
-    }) {}
-  ~duty_cycle() {
-    stop_ = true;
-    thread_.join();
-  }
-
- private:
-  std::atomic<bool> stop_{false};
-  std::thread thread_;
-};
-
-}  // namespace
 
 TEST_CASE("scheduler: a node slowed to a fifth loses its ops after the confirmations, losses unchanged") {
   const int steps = 40;

@@ -227,6 +227,26 @@ TEST_CASE("core/cluster: explicit assignments") {
               {"'assign' entries need policy: \"explicit\""});
 }
 
+TEST_CASE("core/cluster: spare nodes are not waited for at start, bad spare entries name their line") {
+  auto c = parse_cluster(head + "node { name: \"c1\" site: \"gamma\" }\n"  // 7
+                                "spare: \"c1\"\n",                          // 8
+                         "c.pbtxt");
+  REQUIRE(c.nodes.size() == 3);
+  CHECK(!c.nodes[0].spare);
+  CHECK(c.nodes[2].spare);
+  CHECK(c.nodes[2].spare_line == 8);
+  CHECK(c.required_nodes() == 2);
+  CHECK(parse_cluster(head, "c.pbtxt").required_nodes() == 2);
+
+  check_error(head + "spare: \"c2\"\n", 7, {"spare: unknown node 'c2'", "nodes: a1, b1"});
+  check_error(head + "spare: \"b2\"\n", 7, {"spare: unknown node 'b2'", "did you mean 'b1'?"});
+  check_error(head + "spare: \"\"\n", 7, {"spare: empty node name"});
+  check_error(head + "spare: \"b1\"\nspare: \"b1\"\n", 8, {"spare: node 'b1' listed twice", "first at line 7"});
+  check_error(head + "spare: \"a1\"\nspare: \"b1\"\n", 7, {"every node is a spare"});
+  check_error(head + "placement { policy: \"explicit\"\n  assign { node: \"b1\" ops: \"x\" }\n}\nspare: \"b1\"\n", 10,
+              {"spare: node 'b1' is named by the explicit assign at line 8"});
+}
+
 }  // namespace
 }  // namespace fusion
 

@@ -270,6 +270,40 @@ TEST_CASE("scheduler/estimator: measurements refine op times and links") {
   CHECK(est.link_mbit(0, 1) == doctest::Approx(50 + w * 50));
 }
 
+TEST_CASE("scheduler/estimator: a node admitted mid-run takes its new profile and forgets what it measured before") {
+  graph g = parse_graph(chain_model, "chain.pbtxt", 1);
+  cluster_spec c = two_sites();
+  cluster_profile prof = timed_profile(g, c, 2, 100, chain_times);
+  workload_estimator est(g, c, prof);
+  const int fc = 3, lm_head = 4;
+  est.observe_op(fc, 0, 2.0, 4.0);
+  est.observe_op(fc, 1, 3.0, 3.0);
+  est.observe_transfer(0, 1, 1e6, 0.16);  // about 50 Mbit/s
+  CHECK(est.link_mbit(0, 1) == doctest::Approx(50).epsilon(0.01));
+  // b0 comes back (another process, maybe another machine): twice as fast, its link probed at 400.
+  node_profile back = prof.nodes[1];
+  for (auto& [key, t] : back.ops) t = {t.forward_s / 2, t.backward_s / 2, t.update_s / 2};
+  link_profile probed;
+  probed.site_a = 0;
+  probed.site_b = 1;
+  probed.mbit = 400;
+  probed.rtt_s = 0.002;
+  probed.measured = true;
+  est.admit_node(1, back, {probed});
+  // Its new profile, not the 3 s measured before, scaled as a node that ran nothing yet: by what
+  // the measured nodes showed about their profiles (a0 ran fc at twice its profile).
+  const double corr = 1 + est.options().ema_weight * (2.0 - 1);
+  CHECK(est.forward_s(fc, 1) == doctest::Approx(0.5 * corr));
+  CHECK(est.backward_s(lm_head, 1) == doctest::Approx(1.0 * corr));
+  CHECK(est.forward_s(fc, 0) == doctest::Approx(2.0));       // the other node keeps its measurements
+  CHECK(est.link_mbit(0, 1) == doctest::Approx(400));         // the refined 50 is forgotten
+  CHECK(est.link_rtt_s(1, 0) == doctest::Approx(0.002));
+  CHECK(est.profile().nodes[1].ops == back.ops);
+  REQUIRE(est.profile().links.size() == 1);
+  CHECK(est.profile().links[0].mbit == 400);
+  CHECK_THROWS_AS(est.admit_node(2, back, {}), std::out_of_range);
+}
+
 TEST_CASE("scheduler/estimator: links default to the local rate within a site and without a link") {
   graph g = parse_graph(chain_model, "chain.pbtxt", 1);
   cluster_spec c = two_sites(true);  // a0 (a), b0 (b), a1 (a), c0 (c, no link)

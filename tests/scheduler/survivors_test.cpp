@@ -9,6 +9,7 @@
 
 #include "core/cluster.hpp"
 #include "core/graph.hpp"
+#include "scheduler/estimator.hpp"
 #include "scheduler/placement.hpp"
 #include "scheduler/profile.hpp"
 #include "scheduler/survivors.hpp"
@@ -93,6 +94,33 @@ TEST_CASE("survivors: no node left is an error naming the cluster file") {
     error = e.what();
   }
   CHECK(error == "no node of c.pbtxt is left to train on");
+}
+
+TEST_CASE("survivors: the scheduler's re-plan uses only the nodes that can take work, with what was measured") {
+  graph g = load_graph(src("configs/models/gpt-char-tiny.pbtxt"), 4);
+  cluster_spec c = cluster_of(3, "");
+  cluster_profile p = profile_from_cluster(c);
+  p.micro_batches = 4;
+  workload_estimator est(g, c, p);
+  const int fc = g.find("h0.fc");
+  REQUIRE(fc >= 0);
+  // n0 measured as profiled, n2 a hundred times slower: with n1 out, n0 takes the heavy ops.
+  const workload_estimator profiled(g, c, p);
+  for (auto& n : g.nodes)
+    if (!n.is_input()) {
+      est.observe_op(n.id, 0, profiled.forward_s(n.id, 0), profiled.backward_s(n.id, 0));
+      est.observe_op(n.id, 2, 100 * profiled.forward_s(n.id, 2), 100 * profiled.backward_s(n.id, 2));
+    }
+  const placement w = place_on_usable(est, {true, false, true}, compression_config{});
+  CHECK(!uses(w, 1));
+  CHECK(uses(w, 0));
+  CHECK(w.node_of_op[fc] == 0);
+  CHECK(w.node_of_op[g.find("h1.fc")] == 0);
+  // Without measurements both usable nodes are alike and n1 still gets nothing.
+  workload_estimator fresh(g, c, p);
+  CHECK(!uses(place_on_usable(fresh, {true, false, true}, compression_config{}), 1));
+  CHECK_THROWS_WITH(place_on_usable(fresh, {false, false, false}, compression_config{}),
+                    "no node of c.pbtxt can take work");
 }
 
 }  // namespace fusion

@@ -1,0 +1,56 @@
+// Fixtures of the tests that load or watch node processes while a run trains on them: where
+// the ops are (the `placement` query) and a CPU cap on a process without cgroups (no root).
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <signal.h>
+#include <sys/types.h>
+
+#include <atomic>
+#include <chrono>
+#include <map>
+#include <string>
+#include <thread>
+
+#include "actors/trainer.hpp"
+
+namespace fusion::test::cluster {
+
+// Compute ops (not data inputs) per node name.
+inline std::map<std::string, int> ops_per_node(session& s) {
+  std::map<std::string, int> out;
+  const auto placement = nlohmann::json::parse(s.query("placement"));
+  for (auto& o : placement["ops"]) {
+    auto name = o["op"].get<std::string>();
+    if (name != "tokens" && name != "targets") ++out[o["node"].get<std::string>()];
+  }
+  return out;
+}
+
+// Holds a process stopped `1 - share` of every period (SIGSTOP / SIGCONT): a CPU cap without
+// cgroups, so the test needs no root. A shorter period catches more of the short ops of the tiny
+// model mid-way, so fewer steps measure the slowdown.
+class duty_cycle {
+ public:
+  duty_cycle(pid_t pid, double share, std::chrono::microseconds period = std::chrono::milliseconds(50))
+      : thread_([this, pid, share, period] {
+      const auto run = std::chrono::microseconds(static_cast<int64_t>(static_cast<double>(period.count()) * share));
+      while (!stop_) {
+        std::this_thread::sleep_for(run);
+        ::kill(pid, SIGSTOP);
+        std::this_thread::sleep_for(period - run);
+        ::kill(pid, SIGCONT);
+      }
+    }) {}
+  ~duty_cycle() {
+    stop_ = true;
+    thread_.join();
+  }
+
+ private:
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+};
+
+}  // namespace fusion::test::cluster
