@@ -130,7 +130,7 @@ TEST_CASE("local steps: local:1 with outer lr 1 and momentum 0 under SGD takes t
   auto c = tiny_config(5, 4);
   c.optim.kind = "sgd";
   c.optim.momentum = 0;
-  c.optim.lr = 0.5;
+  c.optim.lr = 0.3;  // not a power of 2: the two paths round differently
   c.optim.grad_clip = 0;  // clipping is per replica under local steps: off for the comparison
   const auto want = losses_of(session(c).train());
   c.optim.sync_every = 1;
