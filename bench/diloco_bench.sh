@@ -8,7 +8,8 @@
 # Both see the same batches (same seed, same global batch, so equal tokens at every step).
 # Reported: validation loss every --eval-every steps (8 batches), tokens/s over the steps after
 # the first 5, and all-reduce bytes per step (every replica's ring bytes, the step records'
-# allreduce_bytes, averaged over the run).
+# allreduce_bytes; for local:H the bytes of a sync x steps // H syncs / steps, since a sync is
+# recorded with the step after it).
 # Needs root with network namespaces (scripts/run-sites.sh); refuses on loopback.
 #
 #   bench/diloco_bench.sh [--steps 600] [--eval-every 200] [--sync-every 20] [--build build]
@@ -77,7 +78,12 @@ def tps(name, warm=1 if steps < 20 else 5):
     return sum(r["tokens_per_s"] * r["step_s"] for r in meas) / wall
 def bytes_per_step(name):
     st = [r for r in rows(name) if r.get("type") == "step"]
-    return sum(r.get("allreduce_bytes", 0) for r in st) / len(st)
+    if name == "step":
+        return sum(r.get("allreduce_bytes", 0) for r in st) / len(st)
+    # A sync's bytes come with the next step's record, so the sync after the last step is not
+    # recorded: bytes per sync (the records that carry one) x the run's syncs (steps // H) / steps.
+    syncs = [r["allreduce_bytes"] for r in st if r.get("allreduce_bytes", 0) > 0]
+    return sum(syncs) / len(syncs) * (steps // h) / steps if syncs else float("nan")
 points = list(range(every, steps + 1, every))
 if steps not in points: points.append(steps)
 ref_val, ref_tps, ref_bytes = val("step"), tps("step"), bytes_per_step("step")
