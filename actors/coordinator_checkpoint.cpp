@@ -31,21 +31,54 @@ static std::vector<std::string> buffer_keys(const graph& g, int id) {
   return out;
 }
 
+// Whether a checkpoint tensor holds a local-steps outer state (".outer", ".outer_m").
+static bool is_outer_key(const std::string& name) {
+  auto ends = [&](const std::string& tail) {
+    return name.size() > tail.size() && name.compare(name.size() - tail.size(), tail.size(), tail) == 0;
+  };
+  return ends(".outer") || ends(".outer_m");
+}
+
+// Local steps (train.sync=local:H): a replica r >= 1 saves its own state (parameters and
+// buffers between syncs, optimizer moments always) under the name with this tail.
+static std::string replica_tail(int r) { return "@r" + std::to_string(r); }
+
 // With stage replicas: the first op whose replicas hold different parameters or optimizer state
-// (parts[k] is the state of replica who[k].second of op who[k].first), or nothing.
+// (parts[k] is the state of replica who[k].second of op who[k].first), or nothing. With local
+// steps the replicas share the outer state always, and the parameters and buffers after a sync
+// (their optimizer moments are their own).
 static std::optional<std::string> diverged_replicas(const coordinator_state& st,
                                                     const std::vector<std::pair<int, int>>& who,
                                                     const std::vector<named_tensors>& parts) {
   if (!st.exec.current.where.replicated()) return std::nullopt;
+  const int64_t H = st.in->cfg.optim.sync_every;
+  const bool at_sync = H > 0 && st.train.step % H == 0;
   std::map<int, std::vector<replica_state>> by_op;
+  std::map<int, const named_tensors*> first;
   for (size_t k = 0; k < who.size(); ++k) {
     auto [id, r] = who[k];
     by_op[id].push_back({st.in->cluster.nodes.at(st.exec.current.where.node_of(id, r)).name, &parts[k]});
+    if (r == 0) first[id] = &parts[k];
   }
-  for (auto& [id, replicas] : by_op)
-    if (auto bad = replica_divergence(st.in->model.nodes[id].name, replicas, buffer_keys(st.in->model, id)))
-      return bad;
+  for (auto& [id, replicas] : by_op) {
+    std::vector<std::string> skip = buffer_keys(st.in->model, id);
+    if (H > 0) {
+      skip.clear();
+      for (auto& [name, t] : *first[id]) {
+        const bool moment = name.size() > 2 && (name.compare(name.size() - 2, 2, ".m") == 0 ||
+                                                name.compare(name.size() - 2, 2, ".v") == 0);
+        if (!is_outer_key(name) && (moment || !at_sync)) skip.push_back(name);
+      }
+    }
+    if (auto bad = replica_divergence(st.in->model.nodes[id].name, replicas, skip)) return bad;
+  }
   return std::nullopt;
+}
+
+static const tensor* find_named(const named_tensors& all, const std::string& name) {
+  for (auto& kv : all)
+    if (kv.first == name) return &kv.second;
+  return nullptr;
 }
 
 void save_checkpoint_async(coord_ptr self, std::string path, std::function<void()> done,
@@ -80,8 +113,19 @@ void save_checkpoint_async(coord_ptr self, std::string path, std::function<void(
       average_replica_buffers(states[k], others, keys, weights);
     }
     std::vector<named_tensors> parts;
-    for (size_t k = 0; k < states.size(); ++k)
-      if ((*who)[k].second == 0) parts.push_back(std::move(states[k]));
+    const bool local = s.in->cfg.optim.sync_every > 0;
+    for (size_t k = 0; k < states.size(); ++k) {
+      const int r = (*who)[k].second;
+      if (r == 0) {
+        parts.push_back(std::move(states[k]));
+      } else if (local) {
+        // Every replica's own state, so a resume between syncs (or of the moments) is exact.
+        named_tensors own;
+        for (auto& [name, t] : states[k])
+          if (!is_outer_key(name)) own.emplace_back(name + replica_tail(r), std::move(t));
+        parts.push_back(std::move(own));
+      }
+    }
     checkpoint ck;
     ck.step = static_cast<uint64_t>(s.train.step);
     ck.model_name = s.in->model.name;
@@ -153,7 +197,14 @@ void load_checkpoint_async(coord_ptr self, std::string path, std::function<void(
     const std::string prefix = s.in->model.nodes[id].name + "/";
     named_tensors mine;
     for (auto& kv : *all)
-      if (kv.first.rfind(prefix, 0) == 0 && kv.first.find('/', prefix.size()) == std::string::npos) mine.push_back(kv);
+      if (kv.first.rfind(prefix, 0) == 0 && kv.first.find('/', prefix.size()) == std::string::npos &&
+          kv.first.find('@') == std::string::npos)
+        mine.push_back(kv);
+    // Local steps: replica r >= 1 takes its own tensors where the file has them (a checkpoint
+    // of the same replica count), else replica 0's.
+    if (r > 0)
+      for (auto& kv : mine)
+        if (const tensor* own = find_named(*all, kv.first + replica_tail(r))) kv.second = *own;
     return self->request(s.exec.replicas[id][r], timeout, set_state_atom::value, std::move(mine));
   }, [=](std::vector<bool>) {
     self->state.act = prev;

@@ -59,7 +59,8 @@ void release(coord_ptr self, const std::vector<snapshot_route>& routes) {
 
 std::vector<std::string> keys_of(const coordinator_state& st, int op) {
   const node_spec spec = make_node_spec(st.in->model, op);
-  return state_key_names(spec.name, spec.kind, attr_map{spec.attrs}, spec.input_shapes);
+  // Under local steps (train.sync=local:H) every op also holds the outer state.
+  return state_key_names(spec.name, spec.kind, attr_map{spec.attrs}, spec.input_shapes, st.in->cfg.optim.sync_every > 0);
 }
 
 // "n0 (site a) -> n1 (site b), n1 (site b) -> n2 (site c), ..." for the log.

@@ -110,7 +110,7 @@ void optimizer_step(coord_ptr self) {
                                                       : "the gradient norm became " + format_number(rec.grad_norm);
     return fail_diverged(self, what + " at step " + std::to_string(st.train.step + 1));
   }
-  float scale = clip_scale(rec.grad_norm, st.in->cfg.optim.grad_clip);
+  const float scale = clip_scale(rec.grad_norm, st.in->cfg.optim.grad_clip);
   c.machine.begin_update();
   // One timeout for the update (on_step_timeout) instead of one per request: CAF 0.17 keeps a
   // request's timeout in the actor clock until it expires, answered or not, so a timeout on each
@@ -120,8 +120,12 @@ void optimizer_step(coord_ptr self) {
   auto failed = std::make_shared<bool>(false);
   const uint64_t epoch = st.epoch;  // a recovery gives this step up: its replies are stale
   for (int id : st.exec.compute_nodes)
-    for (auto& replica : st.exec.replicas[id])
-      self->request(replica, caf::infinite, step_atom::value, c.machine.step(), rec.lr, scale)
+    for (size_t r = 0; r < st.exec.replicas[id].size(); ++r)
+      // Local steps (train.sync=local:H) clip each replica by its own gradient norm.
+      self->request(st.exec.replicas[id][r], caf::infinite, step_atom::value, c.machine.step(), rec.lr,
+                    c.machine.local_steps() ? clip_scale(c.machine.replica_norm(id, static_cast<int>(r)),
+                                                         st.in->cfg.optim.grad_clip)
+                                            : scale)
           .then(
               [=](stepped_atom, int32_t) {
                 auto& s = self->state;
@@ -279,6 +283,7 @@ void begin_step(coord_ptr self) {
   const int64_t B = cfg.batch, M = cfg.micro_batches;
   st.train.cur.emplace();
   auto& c = *st.train.cur;
+  c.machine.set_local_steps(cfg.optim.sync_every > 0);
   std::vector<int> replicas;
   for (auto& r : st.exec.replicas) replicas.push_back(static_cast<int>(r.size()));
   c.machine.begin(static_cast<uint64_t>(st.train.step), static_cast<size_t>(M), st.exec.compute_nodes,
@@ -461,7 +466,9 @@ void write_run_record(coord_ptr self) {
               {"optim.warmup-steps", o.warmup_steps}, {"optim.total-steps", o.total_steps},
               {"optim.beta1", o.beta1}, {"optim.beta2", o.beta2}, {"optim.eps", o.eps},
               {"optim.weight-decay", o.weight_decay}, {"optim.momentum", o.momentum},
-              {"optim.grad-clip", o.grad_clip}, {"output.checkpoint", c.checkpoint_file},
+              {"optim.grad-clip", o.grad_clip},
+              {"train.sync", sync_name(o.sync_every)}, {"train.outer-lr", o.outer_lr},
+              {"train.outer-momentum", o.outer_momentum}, {"output.checkpoint", c.checkpoint_file},
               {"output.checkpoint-every", c.checkpoint_every},
               {"output.keep-checkpoints", c.keep_checkpoints}, {"runtime.threads", c.threads},
               {"runtime.blas-threads", c.blas_threads}, {"runtime.device", c.device},

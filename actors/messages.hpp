@@ -451,7 +451,7 @@ typename Inspector::result_type inspect(Inspector& f, node_spec& x) {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, optim_config& x) {
   return f(caf::meta::type_name("optim_config"), x.kind, x.lr, x.min_lr, x.beta1, x.beta2, x.eps, x.weight_decay,
-           x.momentum, x.grad_clip, x.warmup_steps, x.total_steps);
+           x.momentum, x.grad_clip, x.warmup_steps, x.total_steps, x.sync_every, x.outer_lr, x.outer_momentum);
 }
 
 template <class Inspector>

@@ -61,20 +61,6 @@ const tensor_sink& sink_of(const op_state& st, const std::vector<tensor_sink>& s
   return sinks[at];
 }
 
-// Adds the seconds of its scope to the step's ring work (the all-reduce's share of this actor's
-// time, which the estimator learns per node).
-class ring_work_timer {
- public:
-  explicit ring_work_timer(reduce_timing& t) : t_(t), t0_(std::chrono::steady_clock::now()) {}
-  ~ring_work_timer() { t_.work_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count(); }
-  ring_work_timer(const ring_work_timer&) = delete;
-  ring_work_timer& operator=(const ring_work_timer&) = delete;
-
- private:
-  reduce_timing& t_;
-  std::chrono::steady_clock::time_point t0_;
-};
-
 void report_failure(self_ptr self, const std::string& what) {
   if (self->state.coordinator)
     self->send(self->state.coordinator, fail_atom::value,
@@ -85,6 +71,9 @@ void report_grads(self_ptr self, uint64_t step) {
   auto& st = self->state;
   double sq = 0;
   for (auto& g : st.grads) sq += st.dev->sum_of_squares(g);
+  // Local steps: the norm of the gradient this replica steps with (clipped per replica).
+  const double factor = local_grad_factor(st);
+  sq *= factor * factor;
   self->send(st.coordinator, grads_atom::value, step, static_cast<int32_t>(st.spec.id),
              static_cast<int32_t>(st.ring.replica), sq,
              std::exchange(st.fwd_seconds, std::vector<double>(st.run.micro_batches, 0.0)),
@@ -96,16 +85,9 @@ void report_grads(self_ptr self, uint64_t step) {
 // gradients (every replica now holds the same bits) and the replica reports them.
 void advance_reduce(self_ptr self, uint64_t step, std::vector<ring_reducer::message> out) {
   auto& st = self->state;
+  send_ring(self, step, out);
   {
     ring_work_timer work(st.reduce_stat);
-    for (auto& m : out) {
-      if (!st.ring.next) throw std::runtime_error("replica " + std::to_string(st.ring.replica) + " has no ring successor");
-      tensor chunk(shape_t{static_cast<int64_t>(m.values.size())}, dtype::f32);
-      std::copy(m.values.begin(), m.values.end(), chunk.f32());
-      // The values' bytes on the wire: the ring's codec carries f16 values in two bytes.
-      st.reduce_stat.bytes_sent += m.values.size() * (st.ring.f16_values ? 2 : sizeof(float));
-      self->send(st.ring.next, reduce_atom::value, step, m.k, std::move(chunk));
-    }
     auto it = st.reduces.find(step);
     if (it == st.reduces.end() || !it->second.done()) return;
     const std::vector<float>& sum = it->second.values();
@@ -124,13 +106,6 @@ void advance_reduce(self_ptr self, uint64_t step, std::vector<ring_reducer::mess
   report_grads(self, step);
 }
 
-ring_reducer& reducer_of(op_state& st, uint64_t step) {
-  auto it = st.reduces.find(step);
-  if (it == st.reduces.end())
-    it = st.reduces.emplace(step, ring_reducer(st.ring.replica, st.ring.replicas, st.ring.f16_values)).first;
-  return it->second;
-}
-
 // This replica's backward of the step is done: with one replica it reports its gradients; with
 // several they are summed around the ring first (all parameter gradients as one f32 buffer).
 void finish_backward(self_ptr self, uint64_t step) {
@@ -139,7 +114,8 @@ void finish_backward(self_ptr self, uint64_t step) {
     st.fwd_seconds.at(m) = st.dev->timed_seconds(forward_slot(m));
     st.bwd_seconds.at(m) = st.dev->timed_seconds(backward_slot(m));
   }
-  if (st.ring.replicas < 2 || st.params.empty()) return report_grads(self, step);
+  // Local steps: each replica steps on its own gradients; the replicas meet at the sync.
+  if (st.ring.replicas < 2 || st.params.empty() || local_steps(st)) return report_grads(self, step);
   // A message of an abandoned earlier step must not wait forever for its all-reduce.
   st.reduces.erase(st.reduces.begin(), st.reduces.lower_bound(step));
   st.backward_done = std::chrono::steady_clock::now();
@@ -345,6 +321,7 @@ op_actor::behavior_type op_actor_fn(self_ptr self, node_spec spec, actor_run_par
   st.v = std::move(compute->v);
   st.buffer_specs = std::move(compute->buffer_specs);
   st.buffers = std::move(compute->buffers);
+  reset_outer_state(st);
   // Every handler converts exceptions into a fail message: nothing escapes the actor.
   auto guarded = [self](auto&& fn) {
     try {
@@ -430,15 +407,24 @@ op_actor::behavior_type op_actor_fn(self_ptr self, node_spec spec, actor_run_par
             std::vector<float> values(host.f32(), host.f32() + host.numel());
             out = reducer_of(st, step).receive(k, std::move(values));
           }
+          if (local_steps(st)) return advance_sync(self, step, std::move(out));
           advance_reduce(self, step, std::move(out));
         });
       },
       [=](step_atom, uint64_t step, double lr, float scale) -> caf::result<stepped_atom, int32_t> {
         try {
-          apply_step(self, step, lr, scale);
+          apply_step(self, step, lr, scale * local_grad_factor(self->state));
+          if (sync_due(self->state, step)) return begin_sync(self, step);
         } catch (const std::exception& e) {
-          return make_error(fusion_errc::op_failed,
-                            "op actor '" + self->state.spec.name + "' failed in the optimizer step: " + e.what());
+          auto err = make_error(fusion_errc::op_failed,
+                                "op actor '" + self->state.spec.name + "' failed in the optimizer step: " + e.what());
+          // A sync that began owns the request's answer: the error goes through its promise.
+          if (auto& rp = self->state.sync_rp; rp.pending()) {
+            auto taken = std::exchange(rp, caf::response_promise{});
+            taken.deliver(std::move(err));
+            return taken;
+          }
+          return err;
         }
         return {stepped_atom::value, static_cast<int32_t>(self->state.spec.id)};
       },
@@ -487,6 +473,30 @@ op_actor::behavior_type op_actor_fn(self_ptr self, node_spec spec, actor_run_par
 }
 
 }  // namespace
+
+namespace op_internal {
+
+ring_reducer& reducer_of(op_state& st, uint64_t step) {
+  auto it = st.reduces.find(step);
+  if (it == st.reduces.end())
+    it = st.reduces.emplace(step, ring_reducer(st.ring.replica, st.ring.replicas, st.ring.f16_values)).first;
+  return it->second;
+}
+
+void send_ring(self_ptr self, uint64_t step, std::vector<ring_reducer::message>& out) {
+  auto& st = self->state;
+  ring_work_timer work(st.reduce_stat);
+  for (auto& m : out) {
+    if (!st.ring.next) throw std::runtime_error("replica " + std::to_string(st.ring.replica) + " has no ring successor");
+    tensor chunk(shape_t{static_cast<int64_t>(m.values.size())}, dtype::f32);
+    std::copy(m.values.begin(), m.values.end(), chunk.f32());
+    // The values' bytes on the wire: the ring's codec carries f16 values in two bytes.
+    st.reduce_stat.bytes_sent += m.values.size() * (st.ring.f16_values ? 2 : sizeof(float));
+    self->send(st.ring.next, reduce_atom::value, step, m.k, std::move(chunk));
+  }
+}
+
+}  // namespace op_internal
 
 op_actor spawn_op_actor(caf::actor_system& sys, node_spec spec, actor_run_params params) {
   // A precision no node knows (a damaged or newer coordinator) throws here, which the node

@@ -85,19 +85,23 @@ float read_scalar(backend& dev, const tensor& t) {
 }
 
 std::vector<std::string> state_key_names(const std::string& op_name, const std::vector<param_spec>& params,
-                                         const std::vector<buffer_spec>& buffers) {
+                                         const std::vector<buffer_spec>& buffers, bool outer) {
   std::vector<std::string> keys;
   for (auto& p : params)
     for (const char* suffix : {"", ".m", ".v"}) keys.push_back(op_name + "/" + p.name + suffix);
   for (auto& b : buffers) keys.push_back(op_name + "/" + b.name);
+  if (!outer) return keys;
+  for (auto& p : params)
+    for (const char* suffix : {".outer", ".outer_m"}) keys.push_back(op_name + "/" + p.name + suffix);
+  for (auto& b : buffers) keys.push_back(op_name + "/" + b.name + ".outer");
   return keys;
 }
 
 std::vector<std::string> state_key_names(const std::string& op_name, const std::string& kind, const attr_map& attrs,
-                                         const std::vector<shape_t>& input_shapes) {
+                                         const std::vector<shape_t>& input_shapes, bool outer) {
   if (kind == "input") return {};
   auto impl = make_op(kind, attrs);
-  return state_key_names(op_name, impl->params(input_shapes), impl->buffers(input_shapes));
+  return state_key_names(op_name, impl->params(input_shapes), impl->buffers(input_shapes), outer);
 }
 
 }  // namespace fusion

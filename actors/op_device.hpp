@@ -49,14 +49,16 @@ op_compute make_op_compute(const std::string& device, gemm_precision gemm, const
                            uint64_t seed, const optim_config& optim);
 
 /// The names of an op's state tensors in the order its actor lists them (get_state_atom,
-/// export_atom): "op/param", "op/param.m", "op/param.v" per parameter, then "op/buffer".
+/// export_atom): "op/param", "op/param.m", "op/param.v" per parameter, then "op/buffer"; with
+/// `outer` (local steps, train.sync=local:H) then the outer state: "op/param.outer",
+/// "op/param.outer_m" per parameter and "op/buffer.outer".
 std::vector<std::string> state_key_names(const std::string& op_name, const std::vector<param_spec>& params,
-                                         const std::vector<buffer_spec>& buffers);
+                                         const std::vector<buffer_spec>& buffers, bool outer = false);
 
 /// state_key_names of an op of kind `kind` ("input": none) named `op_name`, without building
 /// its tensors; throws what make_op throws for an unknown kind.
 std::vector<std::string> state_key_names(const std::string& op_name, const std::string& kind, const attr_map& attrs,
-                                         const std::vector<shape_t>& input_shapes);
+                                         const std::vector<shape_t>& input_shapes, bool outer = false);
 
 /// `t` as CPU data: moved when it already is, downloaded (waiting for `dev`'s queued work)
 /// otherwise. A CPU tensor is never copied here.

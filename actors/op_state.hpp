@@ -74,10 +74,50 @@ struct op_state {
   std::map<uint32_t, tensor> incoming;
   int64_t incoming_count = -1;
   caf::response_promise import_rp;
+  // train.sync=local:H (actors/op_local_steps.cpp): the outer optimizer's state, the same on
+  // every replica of the op: host copies of the parameters and buffers at the last sync (the
+  // anchors the outer step starts from) and the outer Nesterov momentum per parameter.
+  std::vector<tensor> anchors, outer_m, buffer_anchors;
+  caf::response_promise sync_rp;  // the step_atom of a sync step: answered once the sync is done
   static inline const char* name = "op_actor";
 };
 
 using self_ptr = op_actor::stateful_pointer<op_state>;
+
+// Adds the seconds of its scope to the step's ring work (the all-reduce's share of this actor's
+// time, which the estimator learns per node).
+class ring_work_timer {
+ public:
+  explicit ring_work_timer(reduce_timing& t) : t_(t), t0_(std::chrono::steady_clock::now()) {}
+  ~ring_work_timer() { t_.work_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count(); }
+  ring_work_timer(const ring_work_timer&) = delete;
+  ring_work_timer& operator=(const ring_work_timer&) = delete;
+
+ private:
+  reduce_timing& t_;
+  std::chrono::steady_clock::time_point t0_;
+};
+
+/// The ring all-reduce of `step` (gradients, or a local-steps sync), created on first use.
+ring_reducer& reducer_of(op_state& st, uint64_t step);
+/// Sends ring messages of `step` to the ring successor, counting their value bytes.
+void send_ring(self_ptr self, uint64_t step, std::vector<ring_reducer::message>& out);
+
+// ---- local steps (train.sync=local:H): actors/op_local_steps.cpp ----
+/// Whether the run takes local steps (run.optim.sync_every > 0).
+bool local_steps(const op_state& st);
+/// What the replica's gradient is multiplied by before its own step: M over its micro-batches
+/// (the loss seeds every micro-batch with 1 / M); 1 without local steps.
+float local_grad_factor(const op_state& st);
+/// Whether the step `step` (0-based) ends with a sync: local steps and (step + 1) % H == 0.
+bool sync_due(const op_state& st, uint64_t step);
+/// Anchors from the current parameters and buffers, outer momentum zero (nothing without local
+/// steps): at spawn, and after a state without outer tensors was restored.
+void reset_outer_state(op_state& st);
+/// Starts the sync after step `step`'s update; the promise answers the step_atom once done.
+caf::response_promise begin_sync(self_ptr self, uint64_t step);
+/// Sends what the sync's ring gives to send; once done, applies the outer step.
+void advance_sync(self_ptr self, uint64_t step, std::vector<ring_reducer::message> out);
 
 /// The names of the state tensors, in the order collect_state lists them: an op of the same spec
 /// on another node lists the same names, so a migration ships the tensors by index.

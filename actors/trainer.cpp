@@ -129,6 +129,8 @@ session::impl::impl(train_config c) {
   if (cfg.schedule != "auto" && !parse_schedule(cfg.schedule, fixed))
     throw std::runtime_error("train.schedule must be eager, gpipe, 1f1b or auto, got \"" + cfg.schedule + "\"");
   check_optim_config(cfg.optim);
+  // The one place train.sync reaches the planner's pricing (compression_config::allreduce_every).
+  cfg.compression.allreduce_every = std::max<int64_t>(1, cfg.optim.sync_every);
   if (!cfg.cluster_file.empty()) {
     if (cfg.device != "cpu")
       throw std::runtime_error("runtime.device=" + cfg.device + " applies to a one-process run; with a cluster "

@@ -19,6 +19,7 @@
 #include "core/cluster.hpp"
 #include "core/graph.hpp"
 #include "core/wire.hpp"
+#include "ops/optim.hpp"
 #include "scheduler/opfence.hpp"
 #include "scheduler/placement.hpp"
 #include "scheduler/plan.hpp"
@@ -34,7 +35,8 @@ constexpr const char* usage_text =
     R"(usage: fusion-cluster check CLUSTER [--model FILE [--train.batch B] [--train.micro-batches M]]
        fusion-cluster plan CLUSTER --model FILE [--train.batch B] [--train.micro-batches M]
                            [--cluster.policy P] [--cluster.profile FILE] [--compression.mode MODE]
-                           [--train.schedule S] [--train.allreduce f32|f16] [--json]
+                           [--train.schedule S] [--train.allreduce f32|f16] [--train.sync step|local:H]
+                           [--json]
        fusion-cluster netns CLUSTER
        fusion-cluster certs CLUSTER --out DIR [--days N] [--force]
        fusion-cluster --help | --version
@@ -84,6 +86,8 @@ options (the names and meanings of fusion-train's settings where they are the sa
                                docs/scheduler.md)
   --train.allreduce f32|f16    plan: the values the replicas' gradient all-reduce carries (default: f32;
                                f16 halves its bytes, docs/scheduler.md)
+  --train.sync step|local:H    plan: replicas all-reduce every step (default) or average their parameter
+                               change every H steps (1/H of the all-reduce per step, docs/scheduler.md)
   --compression.mode MODE      none, topk, adatopk, int8 or int4 (docs/compression.md): predict with that
                                codec's default settings and list every edge's codec and bytes
                                (default: none)
@@ -210,6 +214,7 @@ nlohmann::json plan_json(const workload_estimator& est, const plan_report& r, co
 /// What the command line of a command gives; the fields a command lacks stay as they are.
 struct command_args {
   std::string cluster_file, model_file, policy, profile_file, out, compression, schedule = "auto", allreduce = "f32";
+  std::string sync = "step";
   std::string batch, micro_batches, days;  ///< checked by parse_count once parsing is done
   bool json = false, force = false;
   bool has_batch = false, has_micro_batches = false, has_days = false, has_compression = false;  ///< given at all
@@ -238,6 +243,10 @@ int run_plan(const command_args& a) {
     throw usage_error("--compression.mode must be " + codec_names() + ", got '" + a.compression + "'");
   if (!parse_value_type(a.allreduce, compression.allreduce) || compression.allreduce == value_type::bf16)
     throw usage_error("--train.allreduce must be f32 or f16, got '" + a.allreduce + "'");
+  int64_t sync_every = 0;
+  if (!parse_sync(a.sync, sync_every))
+    throw usage_error("--train.sync must be step or local:H with H a whole number >= 1, got '" + a.sync + "'");
+  compression.allreduce_every = std::max<int64_t>(1, sync_every);
   pipeline_schedule fixed = pipeline_schedule::eager;
   if (a.schedule != "auto" && !parse_schedule(a.schedule, fixed))
     throw usage_error("--train.schedule must be eager, gpipe, 1f1b or auto, got '" + a.schedule + "'");
@@ -352,6 +361,7 @@ int run(int argc, char** argv) {
   program.option(plan_cmd, "--compression.mode", a.compression, &a.has_compression);
   program.option(plan_cmd, "--train.schedule", a.schedule);
   program.option(plan_cmd, "--train.allreduce", a.allreduce);
+  program.option(plan_cmd, "--train.sync", a.sync);
   program.flag(plan_cmd, "--json", a.json);
   for (auto [old_flag, advice] : {std::pair{"--policy", "use --cluster.policy P"},
                                   {"--compression", "use --compression.mode MODE"}})

@@ -96,6 +96,7 @@ struct train_app_config : table_config {
   /// [compression] mode, values, blocks, floors (train_config::compression, checked in
   /// check_settings).
   std::string compression_mode = "none", compression_values = "f16", allreduce = "f32";
+  std::string sync = "step";  ///< [train] sync: step or local:H (train_config::optim.sync_every)
   uint64_t compression_block = 4096, compression_scale_block = quant_default_block, compression_confirm = 2;
   std::string compression_floor_activations = "1", compression_floor_gradients = "1";
 
@@ -144,6 +145,13 @@ struct train_app_config : table_config {
          "values of the stage replicas' gradient all-reduce: f32, or f16 (half the bytes; every replica applies "
          "the same rounded sum)",
          &allreduce},
+        {"train", "sync",
+         "how stage replicas stay in step: step (gradients all-reduced every step) or local:H (each replica steps "
+         "alone; every H steps the replicas average their parameter change and apply an outer Nesterov step, as "
+         "DiLoCo does: 1/H of the all-reduce bytes)",
+         &sync},
+        {"train", "outer-lr", "train.sync=local:H: the outer optimizer's learning rate", &o.outer_lr},
+        {"train", "outer-momentum", "train.sync=local:H: the outer optimizer's Nesterov momentum", &o.outer_momentum},
         path_option("train", "resume", "checkpoint to resume from (or to sample from)", &run.resume_from),
         {"optim", "kind", "adamw or sgd", &o.kind},
         {"optim", "lr", "peak learning rate", &o.lr},
@@ -347,6 +355,9 @@ void check_settings(const train_app_config& cfg) {
   value_type values;
   if (!parse_value_type(cfg.allreduce, values) || values == value_type::bf16)
     problems.push_back("train.allreduce must be f32 or f16, got \"" + cfg.allreduce + "\"");
+  if (int64_t every = 0; !parse_sync(cfg.sync, every))
+    problems.push_back("train.sync must be step or local:H with H a whole number of steps >= 1, got \"" + cfg.sync +
+                       "\"");
   if (!parse_value_type(cfg.compression_values, values))
     problems.push_back("compression.values must be " + value_type_names() + ", got \"" + cfg.compression_values +
                       "\"");
@@ -392,6 +403,7 @@ void apply_compression(train_app_config& cfg) {
   parse_codec_kind(cfg.compression_mode, c.mode);
   parse_value_type(cfg.compression_values, c.adaptive.values);
   parse_value_type(cfg.allreduce, c.allreduce);
+  parse_sync(cfg.sync, cfg.run.optim.sync_every);  // the session derives compression.allreduce_every
   c.adaptive.block = static_cast<uint32_t>(cfg.compression_block);
   c.adaptive.scale_block = static_cast<uint32_t>(cfg.compression_scale_block);
   parse_level(cfg.compression_floor_activations, c.adaptive.floor_activations);

@@ -19,9 +19,11 @@ void step_machine::begin(uint64_t step, size_t micro_batches, std::vector<int> c
   replicas_.assign(graph_nodes, 1);
   for (size_t id = 0; id < graph_nodes && id < replicas.size(); ++id) replicas_[id] = std::max(1, replicas[id]);
   reported_.assign(graph_nodes, {});
+  replica_sq_.assign(graph_nodes, {});
   reports_expected_ = 0;
   for (size_t id = 0; id < graph_nodes; ++id) {
     reported_[id].assign(static_cast<size_t>(replicas_[id]), 0);
+    replica_sq_[id].assign(static_cast<size_t>(replicas_[id]), 0.0);
     if (is_compute_[id]) reports_expected_ += static_cast<size_t>(replicas_[id]);
   }
   n_loss_ = n_grads_ = updates_left_ = 0;
@@ -41,6 +43,7 @@ step_machine::verdict step_machine::on_grads(uint64_t step, int id, int replica,
       !is_compute_[id] || replica < 0 || replica >= replicas_of(id) || reported_[id][replica])
     return verdict::refused;
   if (replica == 0) sq_[id] = squared_norm;
+  replica_sq_[id][replica] = squared_norm;
   reported_[id][replica] = 1;
   ++n_grads_;
   return forward_backward_done() ? verdict::complete : verdict::counted;
@@ -69,9 +72,37 @@ double step_machine::mean_loss() const {
 }
 
 double step_machine::grad_norm() const {
+  if (local_) {
+    const auto norms = replica_norms();
+    return *std::max_element(norms.begin(), norms.end());
+  }
   double sum = 0;
   for (double v : sq_) sum += v;
   return std::sqrt(sum);
+}
+
+std::vector<double> step_machine::replica_norms() const {
+  if (!local_) return {grad_norm()};
+  int groups = 1;
+  for (size_t id = 0; id < replicas_.size(); ++id)
+    if (is_compute_[id]) groups = std::max(groups, replicas_[id]);
+  std::vector<double> out(static_cast<size_t>(groups), 0.0);
+  for (int g = 0; g < groups; ++g) {
+    double sum = 0;
+    for (size_t id = 0; id < replica_sq_.size(); ++id)
+      if (is_compute_[id]) sum += replica_sq_[id][static_cast<size_t>(g % replicas_[id])];
+    out[static_cast<size_t>(g)] = std::sqrt(sum);
+  }
+  return out;
+}
+
+double step_machine::replica_norm(int id, int replica) const {
+  if (!local_ || id < 0 || static_cast<size_t>(id) >= replicas_.size()) return grad_norm();
+  const auto norms = replica_norms();
+  double worst = 0;
+  for (size_t g = 0; g < norms.size(); ++g)
+    if (static_cast<int>(g) % replicas_[id] == replica) worst = std::max(worst, norms[g]);
+  return worst;
 }
 
 std::vector<int> step_machine::waiting_for_grads() const {

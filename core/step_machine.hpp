@@ -14,6 +14,11 @@
 // The replicas' gradients are the same all-reduced sum (bit-identical, actors/op_actor.cpp), so
 // an op's squared norm is counted once, from replica 0; summing every replica's would count the
 // op R times in the global norm and change the clipping.
+//
+// With local steps (train.sync=local:H, set_local_steps) each replica steps on its own
+// gradients, so clipping is per replica: replica g's norm sums every op's squared norm of
+// replica g mod R (an op with fewer replicas counts in each group its replica serves), and
+// replica r of an op is clipped by the largest norm among the groups it serves (replica_norm).
 #pragma once
 
 #include <cstddef>
@@ -62,8 +67,19 @@ class step_machine {
   size_t micro_batches() const { return losses_.size(); }
   /// Mean loss over the micro-batches, summed in micro-batch order (deterministic).
   double mean_loss() const;
-  /// sqrt of the summed squared norms, in graph-node order (deterministic).
+  /// sqrt of the summed squared norms, in graph-node order (deterministic); with local steps,
+  /// the largest of the replicas' norms (replica_norms).
   double grad_norm() const;
+  /// Local steps: every replica reports its own gradients and is clipped by its own norm. Kept
+  /// across begin(); off by default.
+  void set_local_steps(bool on) { local_ = on; }
+  bool local_steps() const { return local_; }
+  /// Local steps: the norm of replica group g for g < the largest replica count, over every
+  /// op's replica g mod R (graph-node order). Without local steps: { grad_norm() }.
+  std::vector<double> replica_norms() const;
+  /// The norm that clips replica `replica` of op `id`: with local steps the largest
+  /// replica_norms() entry among the groups g with g mod R(id) == replica; else grad_norm().
+  double replica_norm(int id, int replica) const;
   /// Compute ops with a replica that has not reported a gradient norm yet, in id order.
   std::vector<int> waiting_for_grads() const;
   /// Compute ops that have not answered the update yet (counted, not named: replies carry no id).
@@ -79,6 +95,8 @@ class step_machine {
   std::vector<double> losses_;
   std::vector<char> loss_in_;
   std::vector<double> sq_;          // by graph node id
+  std::vector<std::vector<double>> replica_sq_;  // local steps: by graph node id, then replica
+  bool local_ = false;
   std::vector<char> is_compute_;
   std::vector<int> replicas_;       // by graph node id
   std::vector<std::vector<char>> reported_;  // by graph node id, then replica

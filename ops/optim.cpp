@@ -46,6 +46,38 @@ void check_optim_config(const optim_config& c) {
                               "optim.min-lr), got " + num(c.min_lr) + " above " + num(c.lr) + ": lower optim.min-lr too");
   if (c.warmup_steps < 0) bad_field("optim.warmup-steps", "must be >= 0, got " + std::to_string(c.warmup_steps));
   if (c.total_steps < 0) bad_field("optim.total-steps", "must be >= 0, got " + std::to_string(c.total_steps));
+  if (c.sync_every < 0) bad_field("train.sync", "must be step or local:H with H >= 1, got local:" + std::to_string(c.sync_every));
+  if (!(c.outer_lr > 0)) bad_field("train.outer-lr", "must be > 0, got " + num(c.outer_lr));
+  if (!(c.outer_momentum >= 0 && c.outer_momentum < 1))
+    bad_field("train.outer-momentum", "must be in [0, 1), got " + num(c.outer_momentum));
+}
+
+bool parse_sync(const std::string& text, int64_t& every) {
+  if (text == "step") {
+    every = 0;
+    return true;
+  }
+  const std::string prefix = "local:";
+  if (text.rfind(prefix, 0) != 0 || text.size() == prefix.size() || text.size() > prefix.size() + 9) return false;
+  int64_t h = 0;
+  for (size_t i = prefix.size(); i < text.size(); ++i) {
+    if (text[i] < '0' || text[i] > '9') return false;
+    h = h * 10 + (text[i] - '0');
+  }
+  if (h < 1) return false;
+  every = h;
+  return true;
+}
+
+std::string sync_name(int64_t every) { return every <= 0 ? "step" : "local:" + std::to_string(every); }
+
+void outer_update(float* anchor, const float* delta, float* buf, int64_t n, double lr, double momentum) {
+  const auto lr_f = static_cast<float>(lr), mu = static_cast<float>(momentum);
+  for (int64_t i = 0; i < n; ++i) {
+    const float b = mu * buf[i] + delta[i];
+    buf[i] = b;
+    anchor[i] -= lr_f * (delta[i] + mu * b);
+  }
 }
 
 int optim_state_count(const optim_config& c) {

@@ -24,7 +24,18 @@ struct optim_config {
   double grad_clip = 1.0;      ///< max global gradient norm; 0 turns clipping off (< 0 is rejected)
   int64_t warmup_steps = 0;
   int64_t total_steps = 1000;
+  /// train.sync: 0 is `step` (the replicas all-reduce their gradients every step); H >= 1 is
+  /// `local:H` (each replica steps on its own gradients, and every H steps the replicas average
+  /// their parameter change and apply the outer optimizer: outer_update below, as DiLoCo does).
+  int64_t sync_every = 0;
+  double outer_lr = 0.7;        ///< train.outer-lr: the outer (Nesterov) optimizer's learning rate
+  double outer_momentum = 0.9;  ///< train.outer-momentum: its momentum
 };
+
+/// Parses train.sync: "step" (0) or "local:H" with H a whole number >= 1 (H). False otherwise.
+bool parse_sync(const std::string& text, int64_t& every);
+/// train.sync as written: "step" or "local:H".
+std::string sync_name(int64_t every);
 
 /// Throws std::invalid_argument naming the first bad field (unknown kind, negative lr, betas
 /// outside [0, 1), eps <= 0, negative weight decay or momentum, a negative or NaN grad_clip,
@@ -59,6 +70,15 @@ void adamw_update(float* p, const float* g, float* m, float* v, int64_t n, int64
 ///     p  -= lr * buf                             (p -= lr * g' when momentum == 0)
 void sgd_update(float* p, const float* g, float* buf, int64_t n, double lr, const optim_config& c,
                 bool decay, float grad_scale);
+
+/// The outer step of local:H (DiLoCo's outer optimizer: torch.optim.SGD with nesterov, dampening
+/// 0) on a parameter tensor from its value at the last sync, `anchor`, and the replicas' mean
+/// pseudo-gradient `delta` (anchor - parameter now, averaged over replicas):
+///     buf    = momentum * buf + delta            (buf starts at zero)
+///     anchor = anchor - lr * (delta + momentum * buf)
+/// `anchor` is then the parameter every replica takes. With lr 1 and momentum 0 it is
+/// anchor - delta: the replicas' mean parameter (up to float rounding).
+void outer_update(float* anchor, const float* delta, float* buf, int64_t n, double lr, double momentum);
 
 /// Sum of x[i]^2 accumulated in double (for the global gradient norm).
 double sum_of_squares(const float* x, int64_t n);

@@ -55,6 +55,7 @@ std::vector<link_group> link_groups(const plan& p, const workload_estimator& est
 }
 
 void assign_codecs(plan& p, const workload_estimator* est, const compression_config& c) {
+  p.allreduce_every = std::max<int64_t>(1, c.allreduce_every);
   // The all-reduce's format is its own setting, whatever the activations' codec.
   for (auto& e : p.edges) e.setting = e.kind == edge_kind::reduce ? codec_for_edge(e, c) : codec_settings{};
   if (c.mode == codec_kind::none) return;
@@ -111,10 +112,11 @@ plan plan_compressed_run(const workload_estimator& est, const cluster_profile& p
   if (is_opfence(cluster.placement.policy)) {
     opfence_options o;
     o.replicas = cluster.placement.policy == placement_policy::opfence_replicas;
-    if (c.mode != codec_kind::none || c.allreduce != value_type::f32)
+    if (c.mode != codec_kind::none || c.allreduce != value_type::f32 || c.allreduce_every > 1)
       o.prepare_plan = [&](plan& candidate) { assign_codecs(candidate, &est, c); };
     o.cut_bytes_ratio = cut_bytes_ratio(c);
     o.allreduce_bytes_ratio = allreduce_bytes_ratio(c);
+    o.allreduce_every = std::max<int64_t>(1, c.allreduce_every);
     p = make_plan(g, opfence_place(est, o, report), first_id);
   } else {
     p = plan_run(g, cluster, profile, first_id);

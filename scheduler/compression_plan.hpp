@@ -27,6 +27,10 @@ struct compression_config {
   /// carry f16 values through the topk codec at keep_all_ratio; the ring rounds what it sends, so
   /// every replica applies the same decoded sum: core/ring_reduce.hpp). bf16 is refused.
   value_type allreduce = value_type::f32;
+  /// Steps per all-reduce: 1 under train.sync=step, H under local:H (the replicas average their
+  /// parameter change once every H steps), so its bytes and time per step are 1/H
+  /// (opfence_options::allreduce_every, the estimator's simulation through plan::allreduce_every).
+  int64_t allreduce_every = 1;
 };
 
 /// The admin's codec for one edge (fusion-admin `compress EDGE none|RATIO`).
@@ -64,7 +68,7 @@ struct link_group {
 /// (gradients) compute per micro-batch under `p`.
 std::vector<link_group> link_groups(const plan& p, const workload_estimator& est);
 
-/// Sets the codec of every edge of `p` for `c.mode`: none everywhere; topk at c.ratio on every
+/// Sets p.allreduce_every to c.allreduce_every and the codec of every edge of `p` for `c.mode`: none everywhere; topk at c.ratio on every
 /// compressible edge; adatopk at the ratio propose_ratio gives each link group (with `est`
 /// from the profile, before the first step). Non-compressible edges (token ids) stay none.
 void assign_codecs(plan& p, const workload_estimator* est, const compression_config& c);
@@ -76,7 +80,8 @@ void assign_codecs(plan& p, const workload_estimator* est, const compression_con
 double cut_bytes_ratio(const compression_config& c);
 
 /// The fraction of the fp32 gradient bytes a ring hop of the all-reduce carries under
-/// c.allreduce (1 for f32; the f16 keep-all codec's wire bytes per fp32 byte for f16).
+/// c.allreduce (1 for f32; the f16 keep-all codec's wire bytes per fp32 byte for f16). Per
+/// step it runs once every c.allreduce_every steps (opfence_options::allreduce_every).
 double allreduce_bytes_ratio(const compression_config& c);
 
 /// The plan of a run with compression: placed by the cluster file's policy (as plan_run), codecs

@@ -136,12 +136,12 @@ step_estimate workload_estimator::simulate(const plan& p) const {
       link_half_rtt[at] = link_rtt_s(a, b) / 2;
     }
   };
-  auto send = [&](int a, int b, double bytes, double t) {
+  auto send = [&](int a, int b, double bytes, double t, double latency_share = 1.0) {
     const size_t at = static_cast<size_t>(a) * K + b;
     prepare(at, a, b);
     const double start = std::max(t, link_free[at]);
     link_free[at] = start + bytes * link_sec_per_byte[at];
-    return link_free[at] + link_half_rtt[at];
+    return link_free[at] + latency_share * link_half_rtt[at];
   };
 
   // Backward of one op actor runs in micro-batch order: each (op, m) waits for the previous
@@ -241,9 +241,12 @@ step_estimate workload_estimator::simulate(const plan& p) const {
       ring_wire[e.producer] = static_cast<double>(wire_bytes_per_micro_batch(e)) / static_cast<double>(e.bytes_per_micro_batch);
   std::vector<std::vector<double>> replica_end(ops_);
   for (int id = 0; id < ops_; ++id) replica_end[id].assign(pw.replicas(id), 0.0);
+  // train.sync=local:H runs the ring once every H steps: per step, 1/H of its bytes, host work
+  // and rounds' latency (an amortized ring, not the one long step in H that runs it).
+  const double ring_share = 1.0 / static_cast<double>(std::max<int64_t>(1, p.allreduce_every));
   auto all_reduce = [&](int op) {
     const int R = pw.replicas(op);
-    const double bytes = costs_[op].param_bytes;
+    const double bytes = costs_[op].param_bytes * ring_share;
     if (R < 2 || !(bytes > 0)) return;
     const auto& ring = pw.stages[pw.stage_of(op)].nodes;
     const double chunk = bytes / R, wire_chunk = chunk * ring_wire[op];
@@ -264,7 +267,7 @@ step_estimate workload_estimator::simulate(const plan& p) const {
       for (int r = 0; r < R; ++r) {
         // Step 0 sends the replica's own chunk; later steps add (or copy) what arrived, then send.
         const double leaves = k == 0 ? ready[r] + host[r] * chunk : std::max(ready[r], into[r]) + 2 * host[r] * chunk;
-        next[(r + 1) % R] = send(ring[r], ring[(r + 1) % R], wire_chunk, leaves);
+        next[(r + 1) % R] = send(ring[r], ring[(r + 1) % R], wire_chunk, leaves, ring_share);
       }
       into.swap(next);
     }
@@ -273,7 +276,7 @@ step_estimate workload_estimator::simulate(const plan& p) const {
     est.allreduce_bytes += wire_chunk * steps * R;
     const double work_bytes = ring_work_bytes(bytes, R);
     for (int r = 0; r < R; ++r) est.allreduce_work_s += host[r] * work_bytes;
-    est.allreduce_s += steps * (wire_chunk * slowest + half_rtt) + slowest_host * work_bytes;
+    est.allreduce_s += steps * (wire_chunk * slowest + half_rtt * ring_share) + slowest_host * work_bytes;
   };
   // Backward of `op` for micro-batch m is done at t: a gradient to every producer but the data.
   auto emit_backward = [&](int op, int m, double t) {

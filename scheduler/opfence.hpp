@@ -54,6 +54,9 @@ struct opfence_options {
   /// (train.allreduce f16: scheduler/compression_plan.hpp's allreduce_bytes_ratio); the group
   /// DP prices the ring with it, as the simulator does through the reduce edges' codec.
   double allreduce_bytes_ratio = 1.0;
+  /// Steps per all-reduce (train.sync: 1 for step, H for local:H): the group DP prices the
+  /// ring's bytes and time per step at 1/H, as the simulator does (plan::allreduce_every).
+  int64_t allreduce_every = 1;
   /// Stage replicas (scheduler/opfence_replicas.cpp): also try chains of node groups, each group
   /// holding one stage with one replica per node, and keep the fastest plan; the pipeline-only
   /// plan stays when nothing beats it (policy "opfence-replicas"). Off: pipeline only (policy "opfence").
@@ -173,9 +176,10 @@ std::vector<std::vector<int>> replica_groups(const std::vector<int>& chain, cons
 /// counts the activations of the micro-batches a replica takes (M / R, rounded up) against the
 /// smallest member.
 /// `ring_bytes_ratio`: the fraction of the fp32 gradient bytes a ring hop carries (an f16
-/// all-reduce: opfence_options::allreduce_bytes_ratio).
+/// all-reduce: opfence_options::allreduce_bytes_ratio); `ring_every`: steps per all-reduce
+/// (train.sync=local:H), each op's reduce_s is divided by it.
 cut_problem make_group_cut_problem(const workload_estimator& est, const std::vector<std::vector<int>>& groups,
-                                   bool allow_skip, double ring_bytes_ratio = 1.0);
+                                   bool allow_skip, double ring_bytes_ratio = 1.0, int64_t ring_every = 1);
 
 /// The placer registered for placement_policy::opfence (options.replicas off) and
 /// placement_policy::opfence_replicas (on): builds a workload_estimator from (g, c, profile)

@@ -56,7 +56,7 @@ std::vector<std::vector<int>> replica_groups(const std::vector<int>& chain, cons
 }
 
 cut_problem make_group_cut_problem(const workload_estimator& est, const std::vector<std::vector<int>>& groups,
-                                   bool allow_skip, double ring_bytes_ratio) {
+                                   bool allow_skip, double ring_bytes_ratio, int64_t ring_every) {
   const std::vector<int> ops = compute_ops(est.model());
   const size_t n = ops.size(), kc = groups.size();
   // Cross bytes and memory do not depend on the chain.
@@ -104,6 +104,8 @@ cut_problem make_group_cut_problem(const workload_estimator& est, const std::vec
         if (grad_bytes > 0)
           p.reduce_s[g][i] = grad_bytes * ring_bytes_ratio * 2 * (r - 1) / r * ring_spb + 2 * (r - 1) * ring_rtt / 2 +
                              ring_host * workload_estimator::ring_work_bytes(grad_bytes, static_cast<int>(nodes.size()));
+        // local:H runs the ring once every H steps: its bytes, rounds and host work per step are 1/H.
+        p.reduce_s[g][i] /= static_cast<double>(std::max<int64_t>(1, ring_every));
       }
     }
     double cap = 0;
@@ -189,7 +191,8 @@ placement opfence_place(const workload_estimator& est, const opfence_options& op
         if (width < 2 || width > static_cast<int>(chain.size()) || width > est.micro_batches()) continue;
         auto groups = replica_groups(chain, result.fences, width, span);
         if (groups.size() == chain.size() || !seen.insert(groups).second) continue;
-        cut_problem problem = make_group_cut_problem(est, groups, true, options.allreduce_bytes_ratio);
+        cut_problem problem =
+            make_group_cut_problem(est, groups, true, options.allreduce_bytes_ratio, options.allreduce_every);
         std::vector<std::vector<int>> cuts;
         cut_solution skip = solve_cuts(problem);
         if (skip.feasible) cuts.push_back(skip.position_of_op);
@@ -220,7 +223,11 @@ placement opfence_place(const workload_estimator& est, const opfence_options& op
             result.groups = groups;
             result.chain.clear();
             for (auto& grp : groups) result.chain.push_back(grp[0]);
-            result.bottleneck_s = evaluate_cuts(make_group_cut_problem(est, groups, true, options.allreduce_bytes_ratio), position).bottleneck;
+            result.bottleneck_s =
+                evaluate_cuts(make_group_cut_problem(est, groups, true, options.allreduce_bytes_ratio,
+                                                     options.allreduce_every),
+                              position)
+                    .bottleneck;
           }
         }
       }

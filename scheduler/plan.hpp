@@ -82,6 +82,9 @@ struct plan {
   /// How the stages interleave forwards and backwards (scheduler/schedule.hpp); the op actors
   /// get its live bound with their wiring, and the estimator simulates it.
   pipeline_schedule schedule = pipeline_schedule::eager;
+  /// Steps per all-reduce of the replicas (train.sync: 1 for step, H for local:H, set by
+  /// assign_codecs): the estimator counts 1/H of the ring's bytes and time per step.
+  int64_t allreduce_every = 1;
 
   /// The edge with this id, or null.
   const plan_edge* find(uint64_t id) const;

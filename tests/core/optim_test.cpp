@@ -209,6 +209,8 @@ TEST_CASE("core/optim: config messages name the options a user writes, with plai
       {[](optim_config& c) { c.grad_clip = std::nan(""); }, "optim.grad-clip", "nan"},
       {[](optim_config& c) { c.warmup_steps = -2; }, "optim.warmup-steps", "got -2"},
       {[](optim_config& c) { c.total_steps = -1; }, "optim.total-steps", "got -1"},
+      {[](optim_config& c) { c.outer_lr = 0; }, "train.outer-lr", "got 0"},
+      {[](optim_config& c) { c.outer_momentum = 1; }, "train.outer-momentum", "got 1"},
   };
   for (auto& k : cases) {
     optim_config c;
@@ -219,4 +221,45 @@ TEST_CASE("core/optim: config messages name the options a user writes, with plai
     CHECK(m.find(k.value) != std::string::npos);
     for (const char* internal : {"_", "optimizer config", ".000000"}) CHECK(m.find(internal) == std::string::npos);
   }
+}
+
+TEST_CASE("core/optim: train.sync parses step and local:H, and refuses the rest") {
+  int64_t every = -7;
+  CHECK(parse_sync("step", every));
+  CHECK(every == 0);
+  CHECK(parse_sync("local:20", every));
+  CHECK(every == 20);
+  CHECK(sync_name(20) == "local:20");
+  CHECK(sync_name(0) == "step");
+  for (const char* bad : {"", "local", "local:", "local:0", "local:-1", "local:2x", "Local:2", "steps", "local:9999999999"}) {
+    CAPTURE(bad);
+    every = 5;
+    CHECK_FALSE(parse_sync(bad, every));
+    CHECK(every == 5);  // left as it was
+  }
+}
+
+TEST_CASE("core/optim: the outer update is torch.optim.SGD with Nesterov momentum over 3 syncs") {
+  // Reference in double: buf = mu buf + d; p -= lr (d + mu buf), as torch.optim.SGD(nesterov=True).
+  const double lr = 0.7, mu = 0.9;
+  std::vector<float> p = {0.5f, -1.25f, 2.0f}, buf(3, 0.0f);
+  std::vector<double> pd(p.begin(), p.end()), bd(3, 0.0);
+  const std::vector<std::vector<float>> deltas = {{0.1f, -0.2f, 0.05f}, {0.02f, 0.3f, -0.1f}, {-0.05f, 0.0f, 0.2f}};
+  for (auto& d : deltas) {
+    outer_update(p.data(), d.data(), buf.data(), 3, lr, mu);
+    for (int i = 0; i < 3; ++i) {
+      bd[i] = mu * bd[i] + d[i];
+      pd[i] -= lr * (d[i] + mu * bd[i]);
+    }
+  }
+  for (int i = 0; i < 3; ++i) {
+    CHECK(p[i] == doctest::Approx(pd[i]).epsilon(1e-6));
+    CHECK(buf[i] == doctest::Approx(bd[i]).epsilon(1e-6));
+  }
+  // lr 1, momentum 0: the anchor minus the mean change, i.e. the mean of the replicas' values.
+  std::vector<float> anchor = {1.0f, 2.0f}, zero(2, 0.0f);
+  const std::vector<float> mean_delta = {0.25f, -0.5f};  // replicas at (0.5, 2.5) and (1.0, 2.5)
+  outer_update(anchor.data(), mean_delta.data(), zero.data(), 2, 1.0, 0.0);
+  CHECK(anchor[0] == 0.75f);
+  CHECK(anchor[1] == 2.5f);
 }

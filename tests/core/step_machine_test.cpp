@@ -97,3 +97,27 @@ TEST_CASE("step machine: with replicas, one report and one update per (op, repli
   for (int i = 0; i < 3; ++i) CHECK(m.on_stepped() == verdict::counted);
   CHECK(m.on_stepped() == verdict::complete);
 }
+
+TEST_CASE("step machine: with local steps, each replica group has its own norm and clips its replicas") {
+  step_machine m;
+  m.set_local_steps(true);
+  // Op 1 has 2 replicas, op 2 one: group 0 = op 1 replica 0 + op 2, group 1 = op 1 replica 1 + op 2.
+  m.begin(0, 2, {1, 2}, 3, {1, 2, 1});
+  CHECK(m.on_loss(0, 0, 1.0) == verdict::counted);
+  CHECK(m.on_loss(0, 1, 1.0) == verdict::counted);
+  CHECK(m.on_grads(0, 1, 0, 9.0) == verdict::counted);
+  CHECK(m.on_grads(0, 1, 1, 1.0) == verdict::counted);
+  CHECK(m.on_grads(0, 2, 0, 16.0) == verdict::complete);
+  const auto norms = m.replica_norms();
+  REQUIRE(norms.size() == 2);
+  CHECK(norms[0] == doctest::Approx(5.0));                // sqrt(9 + 16)
+  CHECK(norms[1] == doctest::Approx(std::sqrt(17.0)));    // sqrt(1 + 16)
+  CHECK(m.replica_norm(1, 0) == doctest::Approx(5.0));
+  CHECK(m.replica_norm(1, 1) == doctest::Approx(std::sqrt(17.0)));
+  CHECK(m.replica_norm(2, 0) == doctest::Approx(5.0));    // serves both groups: the larger
+  CHECK(m.grad_norm() == doctest::Approx(5.0));
+  // Synchronous steps: replica 0's norm per op, one global norm for every replica.
+  m.set_local_steps(false);
+  CHECK(m.grad_norm() == doctest::Approx(5.0));
+  CHECK(m.replica_norm(1, 1) == doctest::Approx(5.0));
+}

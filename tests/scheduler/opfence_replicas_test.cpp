@@ -167,6 +167,46 @@ TEST_CASE("scheduler/opfence-replicas: the group DP prices an f16 all-reduce's r
   CHECK(priced > 0);
 }
 
+// train.sync=local:H runs the ring once every H steps: the estimator and the group DP count 1/H
+// of it per step, so a slow link whose ring costs more than replicas save under `step` carries
+// replicas under local:20.
+TEST_CASE("scheduler/opfence-replicas: under local:20 it replicates across a slow link it avoids under step") {
+  graph g = parse_graph(wide_model, "wide.pbtxt", 1);
+  cluster_spec cl = parse_cluster("name: \"slow\"\nsite { name: \"a\" }\nsite { name: \"b\" }\n"
+                                  "node { name: \"a1\" site: \"a\" gflops: 2 }\n"
+                                  "node { name: \"b1\" site: \"b\" gflops: 2 }\n"
+                                  "link { a: \"a\" b: \"b\" mbit: 20 }\n"
+                                  "placement { policy: \"opfence-replicas\" }\n",
+                                  "slow.pbtxt");
+  cluster_profile prof = profile_from_cluster(cl);
+  prof.micro_batches = 8;
+  workload_estimator est(g, cl, prof);
+  compression_config step, local;
+  local.allreduce_every = 20;
+  opfence_report at_step, at_local;
+  const plan p_step = plan_compressed_run(est, prof, step, 1, &at_step);
+  const plan p_local = plan_compressed_run(est, prof, local, 1, &at_local);
+  MESSAGE("step: " << at_step.estimate.step_s << " s (replicated " << at_step.replicated << "), local:20: "
+                   << at_local.estimate.step_s << " s (replicated " << at_local.replicated << ")");
+  CHECK_FALSE(p_step.where.replicated());
+  REQUIRE(p_local.where.replicated());
+  CHECK(p_local.allreduce_every == 20);
+  CHECK(at_local.estimate.step_s < at_step.estimate.step_s);
+  // The same replicated plan simulated as `step`: 20 times the all-reduce bytes per step.
+  plan as_step = p_local;
+  as_step.allreduce_every = 1;
+  const step_estimate every_step = est.simulate(as_step), every_20 = est.simulate(p_local);
+  CHECK(every_20.allreduce_bytes > 0);
+  CHECK(every_step.allreduce_bytes == doctest::Approx(20 * every_20.allreduce_bytes));
+  CHECK(every_step.allreduce_s == doctest::Approx(20 * every_20.allreduce_s).epsilon(0.02));
+  CHECK(every_step.step_s > every_20.step_s);
+  // The group DP's ring cost per step falls by H too.
+  const cut_problem ring1 = make_group_cut_problem(est, {{0, 1}}, true);
+  const cut_problem ring20 = make_group_cut_problem(est, {{0, 1}}, true, 1.0, 20);
+  for (size_t i = 0; i < ring1.reduce_s[0].size(); ++i)
+    CHECK(ring20.reduce_s[0][i] == doctest::Approx(ring1.reduce_s[0][i] / 20));
+}
+
 TEST_CASE("scheduler/opfence-replicas: never predicted slower than pipeline-only, and deterministic") {
   graph g = load_graph(src("configs/models/gpt-char-tiny.pbtxt"), 2);
   for (const char* file : {"local-2", "local-3", "sites-3", "sites-2-slow", "sites-4-pairs", "sites-6-tiers"}) {

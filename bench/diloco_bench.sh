@@ -1,0 +1,105 @@
+#!/usr/bin/env bash
+# Local steps against synchronous replicas across a slow link: gpt-char-small
+# (configs/runs/char-sites.ini) as ONE stage with two replicas, a1 and b1 of
+# configs/clusters/sites-2-slow.pbtxt (20 Mbit/s between them), in one run of this script:
+#   step      train.sync=step: the replicas all-reduce their gradients every step;
+#   local:H   train.sync=local:H (default H 20): each replica steps alone, every H steps they
+#             average their parameter change and take DiLoCo's outer Nesterov step (0.7, 0.9).
+# Both see the same batches (same seed, same global batch, so equal tokens at every step).
+# Reported: validation loss every --eval-every steps (8 batches), tokens/s over the steps after
+# the first 5, and all-reduce bytes per step (every replica's ring bytes, the step records'
+# allreduce_bytes; for local:H the bytes of a sync x steps // H syncs / steps, since a sync is
+# recorded with the step after it).
+# Needs root with network namespaces (scripts/run-sites.sh); refuses on loopback.
+#
+#   bench/diloco_bench.sh [--steps 600] [--eval-every 200] [--sync-every 20] [--build build]
+#                         [--out runs/diloco/STAMP] [--smoke]
+#
+# --smoke: 8 steps, H 2, one evaluation of 2 batches at the end (the ctest bench_smoke_diloco_bench;
+# without namespaces it exits 77, skipped).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+steps=600 eval_every=200 eval_batches=8 sync_every=20 build=${BUILD_DIR:-build} out="" smoke=0
+while [[ $# -gt 0 ]]; do
+  case $1 in
+    --steps) steps=$2; shift 2 ;;
+    --eval-every) eval_every=$2; shift 2 ;;
+    --sync-every) sync_every=$2; shift 2 ;;
+    --build) build=$2; shift 2 ;;
+    --out) out=$2; shift 2 ;;
+    --smoke) steps=8 eval_every=8 eval_batches=2 sync_every=2 smoke=1; shift ;;
+    -h|--help) sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) echo "diloco_bench: unknown option '$1' (try --help)" >&2; exit 2 ;;
+  esac
+done
+for v in "$steps" "$eval_every" "$sync_every"; do
+  [[ $v =~ ^[1-9][0-9]*$ ]] || { echo "diloco_bench: step counts must be integers >= 1" >&2; exit 2; }
+done
+for b in fusion-train fusion-node fusion-cluster; do
+  [[ -x $build/apps/$b ]] || { echo "diloco_bench: $build/apps/$b not found (build it, or --build DIR)" >&2; exit 2; }
+done
+if ! why=$(scripts/sites.sh check 2>&1); then
+  echo "diloco_bench: refusing to run: $why (the slow link exists only as a shaped namespace link)" >&2
+  ((smoke)) && exit 77  # ctest: skipped, with the reason above
+  exit 3
+fi
+export FUSION_BIN=$build/apps FUSION_CLUSTER_BIN=$build/apps/fusion-cluster
+out=${out:-runs/diloco/$(date +%Y%m%d-%H%M%S)}
+mkdir -p "$out"
+# sites-2-slow with every op on a1 and a replica on b1: one stage, its ring across the link.
+cluster=$out/sites-2-slow-replicas.pbtxt run=configs/runs/char-sites.ini
+sed 's/^placement .*$/placement { policy: "explicit" assign { node: "a1" replica: "b1" ops: "*" } }/' \
+  configs/clusters/sites-2-slow.pbtxt >"$cluster"
+common=(--train.eval-every="$eval_every" --train.eval-batches="$eval_batches" --output.sample-chars=0 --output.checkpoint=
+        --compression.mode=none --runtime.quiet)
+
+# sites NAME ARGS...: a run over the emulated sites, metrics in $out/NAME.jsonl.
+sites() {
+  local name=$1; shift
+  echo "diloco_bench: $name ($steps steps over $cluster) ..." >&2
+  scripts/run-sites.sh --cluster "$cluster" --run "$run" --tag dil --subnet 10.78.6 --logs "$out/$name.nodes" \
+    -- --train.steps="$steps" --output.metrics="$out/$name.jsonl" "${common[@]}" "$@" >"$out/$name.log" 2>&1 ||
+    { echo "diloco_bench: $name failed (see $out/$name.log)" >&2; exit 1; }
+}
+sites step --train.sync=step
+sites local --train.sync=local:"$sync_every"
+
+python3 - "$out" "$steps" "$eval_every" "$eval_batches" "$sync_every" <<'PY' | tee "$out/table.txt"
+import json, sys
+out, steps, every, eval_batches, h = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
+def rows(name):
+    return [json.loads(l) for l in open(f"{out}/{name}.jsonl") if l.strip()]
+def val(name):
+    return {r["step"]: r["val_loss"] for r in rows(name) if r.get("type") == "eval"}
+def tps(name, warm=1 if steps < 20 else 5):
+    st = sorted((r for r in rows(name) if r.get("type") == "step"), key=lambda r: r["step"])
+    base = [r for r in st if r["step"] <= warm]; meas = [r for r in st if r["step"] > warm]
+    wall = meas[-1]["elapsed_s"] - (base[-1]["elapsed_s"] if base else 0)
+    return sum(r["tokens_per_s"] * r["step_s"] for r in meas) / wall
+def bytes_per_step(name):
+    st = [r for r in rows(name) if r.get("type") == "step"]
+    if name == "step":
+        return sum(r.get("allreduce_bytes", 0) for r in st) / len(st)
+    # A sync's bytes come with the next step's record, so the sync after the last step is not
+    # recorded: bytes per sync (the records that carry one) x the run's syncs (steps // H) / steps.
+    syncs = [r["allreduce_bytes"] for r in st if r.get("allreduce_bytes", 0) > 0]
+    return sum(syncs) / len(syncs) * (steps // h) / steps if syncs else float("nan")
+points = list(range(every, steps + 1, every))
+if steps not in points: points.append(steps)
+ref_val, ref_tps, ref_bytes = val("step"), tps("step"), bytes_per_step("step")
+print(f"gpt-char-small, 1 stage x 2 replicas across sites-2-slow's 20 Mbit/s link, {steps} steps "
+      f"(equal tokens per step); validation loss ({eval_batches} batches)")
+print()
+print("| sync | " + " | ".join(f"val@{p}" for p in points) + " | tokens/s | x step | all-reduce MB/step | bytes vs step | final vs step |")
+print("|---|" + "---|" * (len(points) + 5))
+results = []
+for name, label in (("step", "step"), ("local", f"local:{h}")):
+    v, t, b = val(name), tps(name), bytes_per_step(name)
+    final, ref = v.get(steps, float("nan")), ref_val.get(steps, float("nan"))
+    print(f"| {label} | " + " | ".join(f"{v.get(p, float('nan')):.4f}" for p in points) +
+          f" | {t:.0f} | {t / ref_tps:.2f}x | {b / 1e6:.3f} | {b / ref_bytes:.4f} | {(final / ref - 1) * 100:+.2f}% |")
+    results.append(f"{name}_tokens_per_s={t:.1f} {name}_final_val_loss={final:.4f} {name}_allreduce_bytes_per_step={b:.0f}")
+print()
+print("RESULT " + " ".join(results))
+PY
+echo "runs: $out"
