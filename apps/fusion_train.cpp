@@ -99,7 +99,6 @@ struct train_app_config : table_config {
   std::string compression_mode = "none", compression_values = "f16", allreduce = "f32";
   uint64_t compression_block = 4096, compression_scale_block = quant_default_block, compression_confirm = 2;
   std::string compression_floor_activations = "1", compression_floor_gradients = "1";
-  std::string micro_batches = "1";  ///< [train] micro-batches: a count or "auto" (apply_micro_batches)
 
   train_app_config() {
     auto& o = run.optim;
@@ -135,7 +134,7 @@ struct train_app_config : table_config {
         {"train", "micro-batches",
          "pipeline micro-batches per step: a divisor of batch, or auto (the estimator's choice among them, printed "
          "at start)",
-         &micro_batches},
+         &run.micro_batches, 0, false, "auto", 0},
         {"train", "schedule",
          "pipeline schedule: eager (whatever is ready runs), gpipe (every forward before any backward), 1f1b (at "
          "most stages - position micro-batches alive per stage) or auto (the estimator's choice, printed at start)",
@@ -277,13 +276,6 @@ const char* usage =
     "settings, 130 interrupted; the full list: docs/training.md, section \"Exit status\". See also\n"
     "docs/cluster.md.\n";
 
-// A micro-batch count: decimal digits only (at most 18 of them).
-bool parse_micro_batches(const std::string& text, int64_t& out) {
-  if (text.empty() || text.size() > 18 || text.find_first_not_of("0123456789") != std::string::npos) return false;
-  out = std::stoll(text);
-  return true;
-}
-
 // Settings that are wrong whatever the model and data: reported as usage errors (exit 2)
 // before anything is loaded, all of them at once (one per line). Throws usage_error.
 void check_settings(const train_app_config& cfg) {
@@ -291,14 +283,10 @@ void check_settings(const train_app_config& cfg) {
   std::vector<std::string> problems;
   if (r.model_file.empty()) problems.push_back("no model file: set [model] file in the config or pass --model FILE");
   if (r.batch < 1) problems.push_back("train.batch must be at least 1, got " + std::to_string(r.batch));
-  if (cfg.micro_batches != "auto") {
-    int64_t m = 0;
-    if (!parse_micro_batches(cfg.micro_batches, m))
-      problems.push_back("train.micro-batches must be a whole number or auto, got \"" + cfg.micro_batches + "\"");
-    else if (m < 1 || r.batch % m != 0)
-      problems.push_back("train.micro-batches (" + std::to_string(m) + ") must be at least 1 and divide "
-                        "train.batch (" + std::to_string(r.batch) + "), or be auto");
-  }
+  // 0 is what `auto` stands for (the option row's word).
+  if (r.micro_batches != 0 && (r.micro_batches < 1 || r.batch % r.micro_batches != 0))
+    problems.push_back("train.micro-batches (" + std::to_string(r.micro_batches) + ") must be at least 1 and divide "
+                      "train.batch (" + std::to_string(r.batch) + "), or be auto");
   pipeline_schedule schedule;
   if (r.schedule != "auto" && !parse_schedule(r.schedule, schedule))
     problems.push_back("train.schedule must be eager, gpipe, 1f1b or auto, got \"" + r.schedule + "\"");
@@ -405,11 +393,8 @@ void check_settings(const train_app_config& cfg) {
 // op times least far on average (scheduler/micro_batches.hpp).
 void apply_micro_batches(train_app_config& cfg) {
   auto& r = cfg.run;
-  r.micro_batches_auto = cfg.micro_batches == "auto";
-  if (!r.micro_batches_auto) {
-    parse_micro_batches(cfg.micro_batches, r.micro_batches);
-    return;
-  }
+  r.micro_batches_auto = r.micro_batches == 0;
+  if (!r.micro_batches_auto) return;
   const auto candidates = micro_batch_candidates(r.batch, 64);
   r.micro_batches = candidates.empty() ? 1 : candidates[candidates.size() / 2];
 }

@@ -117,6 +117,13 @@ micro_batch_choice choose_micro_batches(int64_t batch, const graph& measured_gra
       const cluster_profile prof = rescale_profile(measured, measured_graph, g, static_cast<int>(m), o);
       const workload_estimator est(g, c, prof, eo);
       plan p = place(est, prof);
+      // A replica without micro-batches would never send its gradients: the run refuses such a
+      // plan (train.micro-batches below the replica count), so it is no candidate.
+      for (size_t st = 0; st < p.where.stages.size(); ++st) {
+        const auto counts = routed_micro_batches(p.where, static_cast<int>(st));
+        if (std::find(counts.begin(), counts.end(), 0) != counts.end())
+          throw std::runtime_error("a replica of stage " + std::to_string(st) + " would get no micro-batch");
+      }
       p.schedule = fixed ? *fixed : choose_schedule(est, p).chosen;
       const step_estimate e = est.simulate(p);
       micro_batch_prediction r;
