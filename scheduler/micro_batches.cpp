@@ -75,8 +75,9 @@ micro_batch_choice pick_micro_batches(std::vector<micro_batch_prediction> candid
   char buf[200];
   if (best) {
     c.chosen = best->micro_batches;
-    std::snprintf(buf, sizeof buf, "%lld micro-batches: the shortest predicted step (%.4g s under %s)",
-                  static_cast<long long>(best->micro_batches), best->step_s, schedule_name(best->schedule));
+    std::snprintf(buf, sizeof buf, "%lld %s: the shortest predicted step (%.4g s under %s)",
+                  static_cast<long long>(best->micro_batches), best->micro_batches == 1 ? "micro-batch" : "micro-batches",
+                  best->step_s, schedule_name(best->schedule));
     c.reason = buf;
     // What the neighbours lose (the candidates are sorted by M).
     if (best->micro_batches > candidates.front().micro_batches) c.reason += "; fewer leave more of the pipeline idle";
@@ -85,8 +86,9 @@ micro_batch_choice pick_micro_batches(std::vector<micro_batch_prediction> candid
     best = &*std::min_element(candidates.begin(), candidates.end(),
                               [](const auto& a, const auto& b) { return a.peak_bytes < b.peak_bytes; });
     c.chosen = best->micro_batches;
-    std::snprintf(buf, sizeof buf, "%lld micro-batches: no candidate fits in memory, this one needs the least (%s)",
-                  static_cast<long long>(best->micro_batches), human_bytes(best->peak_bytes).c_str());
+    std::snprintf(buf, sizeof buf, "%lld %s: no candidate fits in memory, this one needs the least (%s)",
+                  static_cast<long long>(best->micro_batches), best->micro_batches == 1 ? "micro-batch" : "micro-batches",
+                  human_bytes(best->peak_bytes).c_str());
     c.reason = buf;
   }
   c.candidates = std::move(candidates);
