@@ -270,6 +270,7 @@ void place_and_wire(coord_ptr self) {
   const graph& g = st.in->model;
   try {
     if (cluster_mode(st)) {
+      choose_run_micro_batches(self);
       plan_compression(self);
       check_replica_routes(st);
     } else {

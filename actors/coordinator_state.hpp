@@ -323,6 +323,10 @@ std::string describe_prediction(coord_ptr self);
 /// Sets the current plan's pipeline schedule from train.schedule (auto: the estimator's
 /// choice) and prints it with the predicted step time of both schedules.
 void choose_run_schedule(coord_ptr self);
+/// train.micro-batches = auto in a cluster run: picks M from the profile (replanning each
+/// candidate), prints why, and moves the model, the profile and the estimator to it
+/// (actors/micro_batches_auto.cpp). Nothing for a fixed count or a one-process run.
+void choose_run_micro_batches(coord_ptr self);
 /// Feeds a finished step's op and edge times to the estimator (moving averages).
 void observe_step(coord_ptr self, const step_record& rec);
 /// The estimator (cluster mode; built from st.profile on first use), or null in one process.

@@ -35,6 +35,9 @@ struct train_config {
   bool flip = false;                       ///< random horizontal flips
   int64_t batch = 16;                      ///< global batch (sequences per optimizer step)
   int64_t micro_batches = 1;               ///< pipeline micro-batches per step (must divide batch)
+  /// train.micro-batches = auto: the estimator picks micro_batches among the divisors of batch
+  /// (scheduler/micro_batches.hpp); micro_batches is then the count the profile is measured at.
+  bool micro_batches_auto = false;
   /// Pipeline schedule (scheduler/schedule.hpp): "gpipe", "1f1b", or "auto" (the estimator's
   /// choice, printed at start with the predicted step time of both).
   std::string schedule = "auto";

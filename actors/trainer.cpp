@@ -15,6 +15,7 @@
 #include "actors/admin_protocol.hpp"
 #include "actors/errors.hpp"
 #include "actors/messages.hpp"
+#include "actors/micro_batches_auto.hpp"
 #include "actors/secure_link.hpp"
 #include "actors/node_actor.hpp"
 #include "actors/op_device.hpp"
@@ -148,6 +149,7 @@ session::impl::impl(train_config c) {
   if (precision == gemm_precision::bf16 && cfg.cluster_file.empty() && cuda_index_of(cfg.device) < 0)
     throw std::runtime_error("runtime.precision: bf16 applies to the GEMMs of ops on a GPU, and this run has none "
                              "(runtime.device=" + cfg.device + ")");
+  if (cfg.micro_batches_auto && cfg.cluster_file.empty()) cfg.micro_batches = choose_local_micro_batches(cfg);
   in->model = load_graph(cfg.model_file, cfg.batch / cfg.micro_batches);
   load_data(*in);
 
@@ -240,6 +242,7 @@ std::vector<std::string> session::cluster_nodes() const {
 }
 int64_t session::param_count() const { return impl_->in->model.param_count(); }
 size_t session::actor_count() const { return impl_->in->model.nodes.size(); }
+int64_t session::micro_batches() const { return impl_->in->cfg.micro_batches; }
 double session::unigram_entropy() const {
   if (!impl_->in->text) return NAN;
   return fusion::unigram_entropy(impl_->in->text->train_tokens(), impl_->in->tokenizer.size());

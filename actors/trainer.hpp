@@ -59,6 +59,8 @@ class session {
   int64_t param_count() const;
   /// Number of op actors (one per OP-DAG node, inputs included).
   size_t actor_count() const;
+  /// Micro-batches per step: train.micro-batches, or what auto chose (train_config::micro_batches_auto).
+  int64_t micro_batches() const;
   /// What throughput counts: "tokens" for a text model, "images" for an image model.
   std::string item_name() const;
   /// Whether the model reads text (and so can sample).

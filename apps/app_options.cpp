@@ -47,6 +47,34 @@ const char* kind_name(ini_option::kind k) {
 
 std::string key_of(const option_row& r) { return std::string(r.category) + "." + r.name; }
 
+std::string trimmed(const std::string& s) {
+  const size_t a = s.find_first_not_of(" \t\r"), b = s.find_last_not_of(" \t\r");
+  return a == std::string::npos ? "" : s.substr(a, b - a + 1);
+}
+
+// The config file with every `name=WORD` (or "WORD") of an option row that has a word replaced
+// by `name=VALUE`, line for line (problems keep their line numbers): CAF and the linter then see
+// the integer the word stands for.
+std::string replace_words(const std::string& text, const std::vector<option_row>& rows) {
+  std::istringstream in(text);
+  std::string out, line, category;
+  while (std::getline(in, line)) {
+    const std::string t = trimmed(line);
+    if (t.size() > 2 && t.front() == '[' && t.back() == ']') category = trimmed(t.substr(1, t.size() - 2));
+    const size_t eq = t.find('=');
+    if (eq != std::string::npos && t.front() != ';') {
+      const std::string key = trimmed(t.substr(0, eq));
+      std::string value = trimmed(t.substr(eq + 1));
+      if (value.size() >= 2 && value.front() == '"' && value.back() == '"') value = value.substr(1, value.size() - 2);
+      for (auto& r : rows)
+        if (r.word && category == r.category && key == r.name && value == r.word)
+          line = key + "=" + std::to_string(r.word_value);
+    }
+    out += line + "\n";
+  }
+  return out;
+}
+
 /// " (default: VALUE)" from the row's target before parsing, "" when it has none (an empty text).
 std::string default_of(const option_row& r) {
   std::string v = std::visit(
@@ -163,6 +191,8 @@ void override_args(parsed_args& out, const std::vector<option_row>& rows, const 
       continue;
     }
     take_value("a value");
+    if (row->word && (value == row->word || value == "\"" + std::string(row->word) + "\""))
+      value = std::to_string(row->word_value);
     // The INI rule holds here too (core/ini_check.hpp): a real needs a decimal point or an
     // exponent, so that a value means the same on the command line and in a config file.
     if (std::holds_alternative<double*>(row->target) && !value.empty() &&
@@ -252,7 +282,8 @@ load_result load_options(const char* program, const std::string& usage, table_co
   if (args.help) {
     std::cout << usage << "\noptions (--category.key=value or --category.key value; a bool alone means true):\n";
     for (auto& r : cfg.rows()) {
-      std::string key = "--" + key_of(r) + "=<" + (r.is_path ? "path" : kind_name(kind_of(r))) + ">";
+      std::string key = "--" + key_of(r) + "=<" + (r.is_path ? "path" : kind_name(kind_of(r))) +
+                        (r.word ? std::string("|") + r.word : std::string()) + ">";
       std::printf("  %-36s %s%s\n", key.c_str(), r.help, default_of(r).c_str());
     }
     std::printf("  %-36s %s\n", "--version", "print the version and exit");
@@ -273,6 +304,7 @@ load_result load_options(const char* program, const std::string& usage, table_co
       return load_result::exit_usage;
     }
     ini << in.rdbuf();
+    ini.str(replace_words(ini.str(), cfg.rows()));
     auto problems = check_ini(ini.str(), args.config_file, cfg.schema());
     if (!problems.empty()) {
       for (auto& p : problems) std::cerr << to_string(p) << "\n";

@@ -31,6 +31,10 @@ struct option_row {
   std::variant<bool*, int64_t*, uint64_t*, double*, std::string*> target;
   uint64_t max = 0;      ///< unsigned options: largest accepted value, e.g. 65535 for a port (0: none)
   bool is_path = false;  ///< a file path: a relative value in the config file is resolved against its directory
+  /// Integer options: a word that may stand for the value `word_value` (train.micro-batches'
+  /// "auto" for 0), on the command line and in the config file, quoted or not.
+  const char* word = nullptr;
+  int64_t word_value = 0;
 };
 
 /// A path option row (see option_row::is_path).

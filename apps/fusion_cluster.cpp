@@ -24,6 +24,7 @@
 #include "scheduler/placement.hpp"
 #include "scheduler/plan.hpp"
 #include "scheduler/compression_plan.hpp"
+#include "scheduler/micro_batches.hpp"
 #include "scheduler/plan_report.hpp"
 #include "security/certs.hpp"
 
@@ -77,7 +78,10 @@ certs   makes the run's certificates in DIR (docs/security.md): a cluster CA (ca
 options (the names and meanings of fusion-train's settings where they are the same):
   --model FILE                 the OP-DAG model file
   --train.batch B              global batch: sequences per optimizer step (default: 16)
-  --train.micro-batches M      pipeline micro-batches per step, divides B (default: 4)
+  --train.micro-batches M      pipeline micro-batches per step, divides B (default: 4); plan takes
+                               auto: the divisor of B with the shortest predicted step that fits
+                               (re-planned per candidate; op times of a --profile moved by the
+                               GEMM-efficiency model, docs/scheduler.md section 5)
   --cluster.policy P           opfence, opfence-replicas, even or explicit (default: the cluster
                                file's placement policy)
   --cluster.profile FILE       measured rates from fusion-train's profile file (--profile for
@@ -220,10 +224,18 @@ struct command_args {
   bool has_batch = false, has_micro_batches = false, has_days = false, has_compression = false;  ///< given at all
 };
 
-/// --train.batch and --train.micro-batches (defaults 16 and 4), checked: B divisible by M.
+/// --train.batch and --train.micro-batches (defaults 16 and 4), checked: B divisible by M. For
+/// --train.micro-batches auto, M is the reference count the profile is moved from (the middle
+/// divisor of B, as fusion-train measures at).
 std::pair<int64_t, int64_t> batch_of(const command_args& a) {
   const int64_t batch = a.has_batch ? parse_count("--train.batch", a.batch) : 16;
-  const int64_t micro = a.has_micro_batches ? parse_count("--train.micro-batches", a.micro_batches) : 4;
+  int64_t micro = 4;
+  if (a.has_micro_batches && a.micro_batches == "auto") {
+    const auto candidates = micro_batch_candidates(batch, 64);
+    micro = candidates[candidates.size() / 2];
+  } else if (a.has_micro_batches) {
+    micro = parse_count("--train.micro-batches", a.micro_batches);
+  }
   if (batch % micro != 0)
     throw usage_error("--train.batch " + std::to_string(batch) + " is not a multiple of --train.micro-batches " +
                       std::to_string(micro));
@@ -237,11 +249,13 @@ int run_plan(const command_args& a) {
   const std::string& policy = a.policy;
   const std::string& profile_file = a.profile_file;
   compression_config compression;
-  const auto [batch, micro] = batch_of(a);
+  auto [batch, micro] = batch_of(a);
   const bool json = a.json;
+  const bool auto_micro = a.has_micro_batches && a.micro_batches == "auto";
   if (a.has_compression && !parse_codec_kind(a.compression, compression.mode))
     throw usage_error("--compression.mode must be " + codec_names() + ", got '" + a.compression + "'");
-  if (!parse_value_type(a.allreduce, compression.allreduce) || compression.allreduce == value_type::bf16)
+  if (!parse_value_type(a.allreduce, compression.allreduce) ||
+      (compression.allreduce != value_type::f32 && compression.allreduce != value_type::f16))
     throw usage_error("--train.allreduce must be f32 or f16, got '" + a.allreduce + "'");
   int64_t sync_every = 0;
   if (!parse_sync(a.sync, sync_every))
@@ -261,6 +275,23 @@ int run_plan(const command_args& a) {
   cluster_profile prof = profile_file.empty() ? profile_from_cluster(c) : load_profile(profile_file, c);
   prof.micro_batches = static_cast<int>(micro);
   graph g = load_graph(model_file, batch / micro);
+  std::string micro_line;
+  if (auto_micro) {
+    std::optional<pipeline_schedule> schedule;
+    if (a.schedule != "auto") schedule = fixed;
+    const micro_batch_choice mc = choose_micro_batches(
+        batch, g, c, prof, [&](int64_t rows) { return load_graph(model_file, rows); },
+        [&](const workload_estimator& e, const cluster_profile& p) { return plan_compressed_run(e, p, compression, 1); },
+        schedule, estimator_options{});
+    micro_line = "micro-batches: " + std::to_string(mc.chosen) + " (auto: " + mc.reason + "); predicted step " +
+                 format_candidates(mc) + "\n";
+    if (mc.chosen != micro) {
+      graph chosen_graph = load_graph(model_file, batch / mc.chosen);
+      prof = rescale_profile(prof, g, chosen_graph, static_cast<int>(mc.chosen));
+      g = std::move(chosen_graph);
+      micro = mc.chosen;
+    }
+  }
   workload_estimator est(g, c, prof);
   opfence_report fence;
   bool is_fence = is_opfence(c.placement.policy);
@@ -308,6 +339,7 @@ int run_plan(const command_args& a) {
         std::cout << "none beats the pipeline-only plan (predicted step " << fence.pipeline_step_s << " s)\n";
     }
   }
+  std::cout << micro_line;
   std::cout << "schedule: " << schedule_name(p.schedule) << " ("
             << (a.schedule == "auto" ? "auto: " + sc.reason : "--train.schedule") << "); " << format_predictions(sc)
             << "\n";

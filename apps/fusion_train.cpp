@@ -36,6 +36,7 @@
 #include "core/graph_names.hpp"
 #include "core/log.hpp"
 #include "ops/optim.hpp"
+#include "scheduler/micro_batches.hpp"
 #include "scheduler/schedule.hpp"
 
 namespace {
@@ -131,7 +132,10 @@ struct train_app_config : table_config {
          &run.crop_padding},
         {"data", "flip", "image models: random horizontal flips", &run.flip},
         {"train", "batch", "global batch: sequences per optimizer step", &run.batch},
-        {"train", "micro-batches", "pipeline micro-batches per step (divides batch)", &run.micro_batches},
+        {"train", "micro-batches",
+         "pipeline micro-batches per step: a divisor of batch, or auto (the estimator's choice among them, printed "
+         "at start)",
+         &run.micro_batches, 0, false, "auto", 0},
         {"train", "schedule",
          "pipeline schedule: eager (whatever is ready runs), gpipe (every forward before any backward), 1f1b (at "
          "most stages - position micro-batches alive per stage) or auto (the estimator's choice, printed at start)",
@@ -291,9 +295,10 @@ void check_settings(const train_app_config& cfg) {
   std::vector<std::string> problems;
   if (r.model_file.empty()) problems.push_back("no model file: set [model] file in the config or pass --model FILE");
   if (r.batch < 1) problems.push_back("train.batch must be at least 1, got " + std::to_string(r.batch));
-  if (r.micro_batches < 1 || r.batch % r.micro_batches != 0)
+  // 0 is what `auto` stands for (the option row's word).
+  if (r.micro_batches != 0 && (r.micro_batches < 1 || r.batch % r.micro_batches != 0))
     problems.push_back("train.micro-batches (" + std::to_string(r.micro_batches) + ") must be at least 1 and divide "
-                      "train.batch (" + std::to_string(r.batch) + ")");
+                      "train.batch (" + std::to_string(r.batch) + "), or be auto");
   pipeline_schedule schedule;
   if (r.schedule != "auto" && !parse_schedule(r.schedule, schedule))
     problems.push_back("train.schedule must be eager, gpipe, 1f1b or auto, got \"" + r.schedule + "\"");
@@ -353,7 +358,7 @@ void check_settings(const train_app_config& cfg) {
   if (!parse_codec_kind(cfg.compression_mode, mode))
     problems.push_back("compression.mode must be " + codec_names() + ", got \"" + cfg.compression_mode + "\"");
   value_type values;
-  if (!parse_value_type(cfg.allreduce, values) || values == value_type::bf16)
+  if (!parse_value_type(cfg.allreduce, values) || (values != value_type::f32 && values != value_type::f16))
     problems.push_back("train.allreduce must be f32 or f16, got \"" + cfg.allreduce + "\"");
   if (int64_t every = 0; !parse_sync(cfg.sync, every))
     problems.push_back("train.sync must be step or local:H with H a whole number of steps >= 1, got \"" + cfg.sync +
@@ -361,6 +366,10 @@ void check_settings(const train_app_config& cfg) {
   if (!parse_value_type(cfg.compression_values, values))
     problems.push_back("compression.values must be " + value_type_names() + ", got \"" + cfg.compression_values +
                       "\"");
+  else if (values == value_type::int8 && cfg.compression_mode == "adatopk")
+    // Its ladder already has int8 rungs and sends top-k values as int8; `values` is its keep-all rung's.
+    problems.push_back("compression.values = int8 is for compression.mode = topk; adatopk's keep-all rung needs f32, "
+                       "f16 or bf16 (its top-k rungs send int8 values anyway)");
   const auto& c = r.compression;
   auto ratio_ok = [](double x) { return x > 0 && x <= 1; };
   if (!ratio_ok(c.ratio))
@@ -395,6 +404,17 @@ void check_settings(const train_app_config& cfg) {
   std::string all = problems.front();
   for (size_t i = 1; i < problems.size(); ++i) all += "\nfusion-train: " + problems[i];
   throw usage_error(all);
+}
+
+// train.micro-batches onto train_config (after check_settings). auto measures the profile at
+// the middle divisor of the batch (at most 64 micro-batches), where the efficiency model moves
+// op times least far on average (scheduler/micro_batches.hpp).
+void apply_micro_batches(train_app_config& cfg) {
+  auto& r = cfg.run;
+  r.micro_batches_auto = r.micro_batches == 0;
+  if (!r.micro_batches_auto) return;
+  const auto candidates = micro_batch_candidates(r.batch, 64);
+  r.micro_batches = candidates.empty() ? 1 : candidates[candidates.size() / 2];
 }
 
 // [compression] strings and unsigned keys onto train_config::compression (after check_settings).
@@ -439,6 +459,7 @@ int run(int argc, char** argv) {
     case load_result::run: break;
   }
   check_settings(cfg);
+  apply_micro_batches(cfg);
   apply_compression(cfg);
   if (cfg.run.optim.total_steps == 0) cfg.run.optim.total_steps = cfg.run.steps;
   cfg.run.threads = static_cast<int>(cfg.threads);
@@ -506,14 +527,14 @@ int run(int argc, char** argv) {
   memory_hint = "the whole corpus is held in memory; otherwise try a smaller train.batch, more "
                 "train.micro-batches or a smaller model";
   doing = "reading " + data_words(cfg.run) + ", then loading the model " + cfg.run.model_file +
-          " for train.batch " + std::to_string(cfg.run.batch) + " in " + std::to_string(cfg.run.micro_batches) +
-          " micro-batches";
+          " for train.batch " + std::to_string(cfg.run.batch) + " in " +
+          (cfg.run.micro_batches_auto ? std::string("auto") : std::to_string(cfg.run.micro_batches)) + " micro-batches";
   session s(cfg.run);
-  doing = "training (train.batch " + std::to_string(cfg.run.batch) + ", " + std::to_string(cfg.run.micro_batches) +
+  doing = "training (train.batch " + std::to_string(cfg.run.batch) + ", " + std::to_string(s.micro_batches()) +
           " micro-batches)";
   std::fprintf(stderr, "fusion-train: model %s, %lld parameters, %zu operator actors, batch %lld in %lld micro-batches\n",
                cfg.run.model_file.c_str(), static_cast<long long>(s.param_count()), s.actor_count(),
-               static_cast<long long>(cfg.run.batch), static_cast<long long>(cfg.run.micro_batches));
+               static_cast<long long>(cfg.run.batch), static_cast<long long>(s.micro_batches()));
   std::fprintf(stderr, "fusion-train: data: %s\n", s.describe_data().c_str());
   if (prometheus) prometheus->set_items(s.is_text() ? "tokens" : "images");
   if (s.step() > 0) std::fprintf(stderr, "fusion-train: resumed at step %lld\n", static_cast<long long>(s.step()));

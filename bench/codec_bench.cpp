@@ -91,6 +91,12 @@ int codec_table(bool quick) {
                     encode_topk(v, 0.1, value_type::f16, 4096, p);
                   },
                   [](const std::vector<std::byte>& p, std::vector<float>& d) { return decode_topk(p, d); }});
+  // AdaTopK's last rungs: the kept values as int8 with a scale per 64 of them.
+  rows.push_back({"topk 10% int8 /64",
+                  [](const std::vector<float>& v, std::vector<std::byte>& p) {
+                    encode_topk(v, 0.1, value_type::int8, 4096, p, 64);
+                  },
+                  [](const std::vector<std::byte>& p, std::vector<float>& d) { return decode_topk(p, d); }});
   auto decode_q = [](const std::vector<std::byte>& p, std::vector<float>& d) { return decode_quant(p, d); };
   for (const unsigned bits : {8u, 4u}) {
     for (const uint32_t block : {32u, 64u, 128u, 256u})

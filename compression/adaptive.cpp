@@ -13,8 +13,8 @@ namespace fusion {
 
 namespace {
 
-// Densest first: choose_rung takes the first rung that fits. The top-k rungs above 0.2 are
-// larger than int4 with f16 values; they only serve floors between them.
+// Densest first: choose_rung takes the first rung that fits. The top-k rungs send int8 values;
+// at 0.5 that is still larger than int4, so it only serves floors between them.
 constexpr std::array<double, 13> ratio_ladder = {keep_all_ratio, int8_level, int4_level, 0.5, 0.3, 0.2, 0.15,
                                                  0.1,            0.07,       0.05,       0.03, 0.02, 0.01};
 
@@ -70,7 +70,7 @@ std::string level_name(double level, const adaptive_settings& s) {
     case rung_family::topk: break;
   }
   char buf[48];
-  std::snprintf(buf, sizeof buf, "top-k %.3g%% %s", level * 100, to_string(s.values).c_str());
+  std::snprintf(buf, sizeof buf, "top-k %.3g%% int8 /%u", level * 100, s.scale_block);
   return buf;
 }
 

@@ -14,7 +14,8 @@
 // `values`: f16 halves the bytes and is nearly exact, level keep_all_ratio); int8 and int4 (a
 // code per element and an f32 scale per scale_block elements: about 1/4 and 1/7 of the bytes,
 // levels int8_level and int4_level of compression/quant.hpp); then top-k at 0.5, 0.3, 0.2, 0.15,
-// 0.1, 0.07, 0.05, 0.03, 0.02, 0.01. A rung is named by its *level*, one double that orders the
+// 0.1, 0.07, 0.05, 0.03, 0.02, 0.01, the kept values sent as int8 with an f32 scale per
+// scale_block of them (compression/topk.hpp). A rung is named by its *level*, one double that orders the
 // rungs (a larger level is the denser rung) and is what the governor holds, codec_for_edge
 // turns into a codec (adatopk's codec at that level) and the plan and metrics carry as the
 // edge's keep_ratio. The rule takes the densest rung whose payload fits, never below the
@@ -55,7 +56,7 @@ struct adaptive_settings {
 /// Parses a floor: "f16" or a number in (0, 1] (1: keep-all, below: a top-k ratio), "int8" or
 /// "int4" (their levels). False for anything else.
 bool parse_level(std::string_view text, double& level);
-/// A level in words: "f32" (raw), "f16 keep-all", "int8 /64", "int4 /64", "top-k 20% f16".
+/// A level in words: "f32" (raw), "f16 keep-all", "int8 /64", "int4 /64", "top-k 20% int8 /64".
 std::string level_name(double level, const adaptive_settings& s);
 
 /// One direction of one link, as the rule sees it.
@@ -72,7 +73,7 @@ struct link_load {
 double floor_level(bool forward, const adaptive_settings& s);
 
 /// The codec of ladder rung `ratio`: none (raw fp32) at 1, else adatopk at that level with the
-/// settings' value type and blocks (int8 or int4 at their levels).
+/// settings' value type and blocks (int8 or int4 at their levels; top-k with int8 values).
 codec_settings rung_codec(double ratio, const adaptive_settings& s);
 
 /// Seconds one micro-batch of `load` takes on its link at keep ratio `ratio` (1: dense fp32).

@@ -35,6 +35,8 @@ const std::array<const codec*, codec_count>& table() {
   return t;
 }
 
+constexpr value_type all_value_types[] = {value_type::f32, value_type::f16, value_type::bf16, value_type::int8};
+
 // "a, b or c"
 std::string name_list(const std::vector<std::string>& names) {
   std::string out;
@@ -89,6 +91,7 @@ std::string to_string(value_type v) {
     case value_type::f32: return "f32";
     case value_type::f16: return "f16";
     case value_type::bf16: return "bf16";
+    case value_type::int8: return "int8";
   }
   return "value_type(" + std::to_string(static_cast<int>(v)) + ")";
 }
@@ -100,7 +103,7 @@ bool parse_codec_kind(std::string_view text, codec_kind& out) {
 }
 
 bool parse_value_type(std::string_view text, value_type& out) {
-  for (auto v : {value_type::f32, value_type::f16, value_type::bf16})
+  for (auto v : all_value_types)
     if (text == to_string(v)) return out = v, true;
   return false;
 }
@@ -113,7 +116,7 @@ std::string codec_names() {
 
 std::string value_type_names() {
   std::vector<std::string> names;
-  for (auto v : {value_type::f32, value_type::f16, value_type::bf16}) names.push_back(to_string(v));
+  for (auto v : all_value_types) names.push_back(to_string(v));
   return name_list(names);
 }
 

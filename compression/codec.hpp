@@ -3,11 +3,12 @@
 // no CUDA headers), tested directly (tests/compression/).
 //
 //   none    the raw fp32 bytes (the wire carries the tensor itself; no payload is built)
-//   topk    magnitude top-k per block, values as f32, f16 or bf16 (compression/topk.hpp has
+//   topk    magnitude top-k per block, values as f32, f16, bf16 or int8 (compression/topk.hpp has
 //           the rules and the payload layout); at keep_all_ratio it keeps every element and
 //           only rounds the values
 //   adatopk topk on the wire; the scheduler sets the ratio per edge and direction
-//           (compression/adaptive.hpp); its ladder's quantizing rungs are int8 and int4
+//           (compression/adaptive.hpp); its ladder's quantizing rungs are int8 and int4, its
+//           top-k rungs send int8 values
 //   int8    a signed 8-bit code per element and an f32 scale per block of scale_block elements
 //   int4    the same with 4-bit codes, two per byte (compression/quant.hpp has both formats)
 //
@@ -37,16 +38,17 @@ enum class codec_kind : uint8_t {
 #undef FUSION_CODEC
 };
 
-/// Element type of the values a codec sends.
-enum class value_type : uint8_t { f32 = 0, f16 = 1, bf16 = 2 };
+/// Element type of the values a codec sends. int8: a code per value and an f32 scale per
+/// codec_settings::scale_block values (topk only: compression/topk.hpp).
+enum class value_type : uint8_t { f32 = 0, f16 = 1, bf16 = 2, int8 = 3 };
 
-/// "none", "topk", "adatopk", "int8", "int4" / "f32", "f16", "bf16".
+/// "none", "topk", "adatopk", "int8", "int4" / "f32", "f16", "bf16", "int8".
 std::string to_string(codec_kind k);
 std::string to_string(value_type v);
 /// Parses a name; false when unknown.
 bool parse_codec_kind(std::string_view text, codec_kind& out);
 bool parse_value_type(std::string_view text, value_type& out);
-/// The names for a usage message: "none, topk, adatopk, int8 or int4" / "f32, f16 or bf16".
+/// The names for a usage message: "none, topk, adatopk, int8 or int4" / "f32, f16, bf16 or int8".
 std::string codec_names();
 std::string value_type_names();
 
@@ -60,8 +62,8 @@ struct codec_settings {
   value_type values = value_type::f16;
   uint32_t block = 4096;             ///< elements per block, 1..codec_max_block
   bool error_feedback = false;       ///< gradient direction only (edge_encoder)
-  /// int8 / int4: elements per scale, 1..codec_max_block (compression/quant.hpp's
-  /// quant_default_block).
+  /// int8 / int4, and topk's int8 values: elements per scale, 1..codec_max_block
+  /// (compression/quant.hpp's quant_default_block).
   uint32_t scale_block = 64;
   bool operator==(const codec_settings&) const = default;
 };

@@ -171,6 +171,35 @@ void pack_nibbles(const int8_t* q, uint64_t n, std::byte* out) {
   if (n % 2) o[pairs] = static_cast<uint8_t>(static_cast<uint8_t>(q[n - 1]) & 0x0fu);
 }
 
+// Scales and codes of every block of x (codes -Q..Q as int8, one per element); returns the start
+// of the first block holding inf or NaN (nothing after it is written), or n.
+uint64_t quantize_blocks(const float* x, uint64_t n, uint32_t block, float qmax, const kernels& k, std::byte* scales,
+                         int8_t* q) {
+  for (uint64_t b = 0, blocks = block_count(n, block); b < blocks; ++b) {
+    const uint64_t start = b * block;
+    const auto len = static_cast<uint32_t>(std::min<uint64_t>(block, n - start));
+    const uint32_t m = k.max_abs_bits(x + start, len);
+    if (m >= inf_bits) return start;
+    const float scale = scale_of(std::bit_cast<float>(m), qmax);
+    store<float>(scales + b * sizeof(float), scale);
+    if (scale == 0)  // all zero, or an absmax so small that its scale underflows
+      std::memset(q + start, 0, len);
+    else
+      k.quantize(x + start, len, scale, qmax, q + start);
+  }
+  return n;
+}
+
+// The first scale that is negative, infinite or NaN, as words ("" when all are sound).
+std::string bad_scale(const std::byte* scales, uint64_t blocks, uint64_t& which) {
+  for (uint64_t b = 0; b < blocks; ++b) {
+    const uint32_t s = load<uint32_t>(scales + b * sizeof(float));
+    if (s >= inf_bits)  // the sign bit, an infinity or a NaN
+      return which = b, (s & 0x80000000u ? "negative" : (s == inf_bits ? "infinite" : "NaN"));
+  }
+  return "";
+}
+
 }  // namespace
 
 std::string quant_non_finite_message(unsigned bits, uint64_t element, float value, uint32_t block) {
@@ -236,20 +265,8 @@ void encode_quant(std::span<const float> x, unsigned bits, uint32_t block, std::
   thread_local std::vector<int8_t> scratch;
   if (bits == 4) scratch.resize(n);
   int8_t* q = bits == 8 ? reinterpret_cast<int8_t*>(codes) : scratch.data();
-  const kernels k = kernels_of(path);
-  const float qmax = qmax_of(bits);
-  for (uint64_t b = 0; b < blocks; ++b) {
-    const uint64_t start = b * block;
-    const auto len = static_cast<uint32_t>(std::min<uint64_t>(block, n - start));
-    const uint32_t m = k.max_abs_bits(x.data() + start, len);
-    if (m >= inf_bits) refuse_non_finite(x.data(), start, len, block, bits);
-    const float scale = scale_of(std::bit_cast<float>(m), qmax);
-    store<float>(scales + b * sizeof(float), scale);
-    if (scale == 0)  // all zero, or an absmax so small that its scale underflows
-      std::memset(q + start, 0, len);
-    else
-      k.quantize(x.data() + start, len, scale, qmax, q + start);
-  }
+  const uint64_t bad = quantize_blocks(x.data(), n, block, qmax_of(bits), kernels_of(path), scales, q);
+  if (bad < n) refuse_non_finite(x.data(), bad, static_cast<uint32_t>(std::min<uint64_t>(block, n - bad)), block, bits);
   if (bits == 4) pack_nibbles(q, n, codes);
 }
 
@@ -294,13 +311,9 @@ result<quant_layout> read_quant_header(std::span<const std::byte> payload, unsig
 
 // Every scale finite and not negative, no code the encoder never writes, padding zero.
 status check_quant_body(const quant_layout& l, const std::byte* p, const std::string& what) {
-  const std::byte* scales = p + quant_header_bytes;
-  for (uint64_t b = 0; b < l.blocks; ++b) {
-    const uint32_t s = load<uint32_t>(scales + b * sizeof(float));
-    if (s >= inf_bits)  // the sign bit, an infinity or a NaN
-      return fail(what + "the scale of block " + std::to_string(b) + " is " +
-                  (s & 0x80000000u ? "negative" : (s == inf_bits ? "infinite" : "NaN")));
-  }
+  uint64_t b = 0;
+  if (const std::string bad = bad_scale(p + quant_header_bytes, l.blocks, b); !bad.empty())
+    return fail(what + "the scale of block " + std::to_string(b) + " is " + bad);
   const auto* c = reinterpret_cast<const uint8_t*>(p + l.codes_offset());
   const uint64_t bytes = code_bytes(l.n, l.bits);
   bool bad = false;  // a branch-free scan first; the slow one only to name the culprit
@@ -363,6 +376,32 @@ status decode_quant_bits(std::span<const std::byte> payload, std::span<float> ds
 status decode_quant(std::span<const std::byte> payload, std::span<float> dst) {
   return decode_quant_bits(payload, dst, 0);
 }
+
+namespace quant_detail {
+
+uint64_t quantize_int8(const float* x, uint64_t n, uint32_t block, std::byte* scales, int8_t* codes) {
+  return quantize_blocks(x, n, block, qmax_of(8), kernels_of(quant_best_path()), scales, codes);
+}
+
+std::string check_int8(const std::byte* scales, const std::byte* codes, uint64_t n, uint32_t block) {
+  uint64_t b = 0;
+  if (std::string bad = bad_scale(scales, block_count(n, block), b); !bad.empty())
+    return "the scale of value block " + std::to_string(b) + " is " + bad;
+  const auto* c = reinterpret_cast<const uint8_t*>(codes);
+  bool never = false;
+  for (uint64_t j = 0; j < n; ++j) never |= c[j] == 0x80u;
+  if (!never) return "";
+  for (uint64_t j = 0; j < n; ++j)
+    if (c[j] == 0x80u) return "value " + std::to_string(j) + " has the code -128, which no encoder writes";
+  return "";
+}
+
+void dequantize_int8(const std::byte* scales, const std::byte* codes, uint64_t n, uint32_t block, float* dst) {
+  const auto* q = reinterpret_cast<const int8_t*>(codes);
+  for (uint64_t j = 0; j < n; ++j) dst[j] = static_cast<float>(q[j]) * load<float>(scales + (j / block) * sizeof(float));
+}
+
+}  // namespace quant_detail
 
 bool quant_payload_elements(std::span<const std::byte> payload, uint64_t& n) {
   return payload_bytes::elements(payload, "FZQ1", quant_header_bytes, n);

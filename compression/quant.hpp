@@ -88,4 +88,17 @@ status decode_quant(std::span<const std::byte> payload, std::span<float> dst);
 /// header or the magic is wrong.
 bool quant_payload_elements(std::span<const std::byte> payload, uint64_t& n);
 
+/// The int8 rules on a bare array, for codecs that carry int8 values inside their own payloads
+/// (topk's int8 value type, compression/topk.hpp): `scales` holds ceil(n / block) f32 scales,
+/// `codes` n int8 codes, laid out as in an int8 payload after its header.
+namespace quant_detail {
+/// Writes the scales and codes of `n` floats on the fastest path; returns the start of the first
+/// block holding inf or NaN (nothing from it on is written), or n when every element is finite.
+uint64_t quantize_int8(const float* x, uint64_t n, uint32_t block, std::byte* scales, int8_t* codes);
+/// What is wrong with the scales and codes ("the scale of value block 3 is NaN"), "" when sound.
+std::string check_int8(const std::byte* scales, const std::byte* codes, uint64_t n, uint32_t block);
+/// Decodes checked scales and codes into dst[0, n).
+void dequantize_int8(const std::byte* scales, const std::byte* codes, uint64_t n, uint32_t block, float* dst);
+}  // namespace quant_detail
+
 }  // namespace fusion

@@ -13,7 +13,11 @@
 //               themselves by payload bits, then index.
 //  values       the kept x[i] in ascending index order, as fp32 bits, or rounded to fp16 / bf16
 //               to nearest, ties to even, subnormals kept, overflow to inf, NaN quieted with its
-//               payload truncated (compression/half.hpp has the exact bit recipes).
+//               payload truncated (compression/half.hpp has the exact bit recipes); or int8:
+//               the int8 codec's scales and codes of the block's kept values in runs of the
+//               value block (compression/quant.cpp's kernels). With int8 values a tensor with
+//               any inf or NaN is refused, naming the lowest such element: one always ranks
+//               among its block's kept values, and codes cannot carry it.
 //  index form   u16 indices if 2 * (full * k_full + k_tail) <= full * ceil(block / 8) +
 //               ceil(tail / 8) (the positions of the whole payload; ties go to indices), else
 //               bitmaps. full = n / block, tail = n % block.
@@ -61,22 +65,25 @@ using payload_bytes::saturated;
 using payload_bytes::store;
 
 
-uint32_t value_bytes(value_type v) { return v == value_type::f32 ? 4 : 2; }
+uint32_t value_bytes(value_type v) { return v == value_type::f32 ? 4 : (v == value_type::int8 ? 1 : 2); }
 
 // Sizes and offsets of one payload. total saturates at UINT64_MAX (no payload is that long).
 struct layout {
   uint64_t n = 0, full = 0;  // elements, full blocks
   uint32_t block = 1, tail = 0, k_full = 0, k_tail = 0;
   value_type values = value_type::f32;
+  uint32_t vblock = 0;       // int8 values: kept values per scale; else 0
   bool bitmap = false;
   uint64_t full_bytes = 0, total = 0;  // one full block's section; the whole payload
 
   uint32_t pos_bytes(uint32_t len, uint32_t k) const { return bitmap ? (len + 7) / 8 : 2 * k; }
+  uint64_t scales(uint32_t k) const { return vblock ? (uint64_t{k} + vblock - 1) / vblock : 0; }
+  uint64_t vals_bytes(uint32_t k) const { return 4 * scales(k) + uint64_t{k} * value_bytes(values); }
   void size() {
     full = n / block;
     tail = static_cast<uint32_t>(n % block);
-    full_bytes = pos_bytes(block, k_full) + uint64_t{k_full} * value_bytes(values);
-    const uint64_t tail_bytes = tail ? pos_bytes(tail, k_tail) + uint64_t{k_tail} * value_bytes(values) : 0;
+    full_bytes = pos_bytes(block, k_full) + vals_bytes(k_full);
+    const uint64_t tail_bytes = tail ? pos_bytes(tail, k_tail) + vals_bytes(k_tail) : 0;
     total = sat_add(sat_add(codec_header_bytes, sat_mul(full, full_bytes)), tail_bytes);
   }
   uint64_t offset(uint64_t b) const { return codec_header_bytes + b * full_bytes; }
@@ -88,11 +95,12 @@ struct layout {
 uint32_t clamp_block(uint32_t block) { return std::clamp<uint32_t>(block, 1, codec_max_block); }
 
 // The encoder's layout: keep counts from the ratio, the smaller index form.
-layout plan(uint64_t n, double ratio, value_type values, uint32_t block) {
+layout plan(uint64_t n, double ratio, value_type values, uint32_t block, uint32_t value_block) {
   layout l;
   l.n = n;
   l.block = clamp_block(block);
   l.values = values;
+  l.vblock = values == value_type::int8 ? clamp_block(value_block) : 0;
   const uint64_t full = n / l.block;
   const uint32_t tail = static_cast<uint32_t>(n % l.block);
   l.k_full = keep_count(l.block, ratio);
@@ -106,7 +114,14 @@ layout plan(uint64_t n, double ratio, value_type values, uint32_t block) {
 
 
 // Converts values to the payload's type (loops stay branch-free so they vectorise).
-void write_values(std::byte* p, const float* v, uint32_t k, value_type t, uint16_t* tmp) {
+void write_values(std::byte* p, const float* v, uint32_t k, const layout& l, uint16_t* tmp) {
+  const value_type t = l.values;
+  if (t == value_type::int8) {
+    // The tensor was checked finite, so every run of values gets its scale.
+    if (quant_detail::quantize_int8(v, k, l.vblock, p, reinterpret_cast<int8_t*>(p + 4 * l.scales(k))) != k)
+      throw std::logic_error("topk: a kept value is not finite in a tensor checked finite");
+    return;
+  }
   if (t == value_type::f32) {
     std::memcpy(p, v, size_t{k} * 4);
     return;
@@ -131,7 +146,12 @@ void write_values(std::byte* p, const float* v, uint32_t k, value_type t, uint16
   std::memcpy(p, tmp, size_t{k} * 2);
 }
 
-void read_values(const std::byte* p, uint32_t k, value_type t, float* v, uint16_t* tmp) {
+void read_values(const std::byte* p, uint32_t k, const layout& l, float* v, uint16_t* tmp) {
+  const value_type t = l.values;
+  if (t == value_type::int8) {
+    quant_detail::dequantize_int8(p, p + 4 * l.scales(k), k, l.vblock, v);
+    return;
+  }
   if (t == value_type::f32) {
     std::memcpy(v, p, size_t{k} * 4);
     return;
@@ -145,7 +165,8 @@ void read_values(const std::byte* p, uint32_t k, value_type t, float* v, uint16_
 
 std::string describe(const layout& l) {
   return "n " + std::to_string(l.n) + ", block " + std::to_string(l.block) + ", k " + std::to_string(l.k_full) +
-         "/" + std::to_string(l.k_tail) + ", " + to_string(l.values) + " values, " +
+         "/" + std::to_string(l.k_tail) + ", " + to_string(l.values) + " values" +
+         (l.vblock ? " /" + std::to_string(l.vblock) : std::string()) + ", " +
          (l.bitmap ? "bitmaps" : "u16 indices");
 }
 
@@ -158,11 +179,16 @@ result<layout> read_header(std::span<const std::byte> payload) {
   const std::byte* p = payload.data();
   if (std::memcmp(p, "FZK1", 4) != 0) return fail(what + "bad magic (not FZK1)");
   const auto vt = static_cast<uint8_t>(p[4]), form = static_cast<uint8_t>(p[5]);
-  if (vt > 2) return fail(what + "unknown value type " + std::to_string(vt) + " (0 f32, 1 f16, 2 bf16)");
+  if (vt > 3) return fail(what + "unknown value type " + std::to_string(vt) + " (0 f32, 1 f16, 2 bf16, 3 int8)");
   if (form > 1) return fail(what + "unknown index form " + std::to_string(form) + " (0 u16 indices, 1 bitmap)");
-  if (load<uint16_t>(p + 6) != 0 || load<uint32_t>(p + 28) != 0)
-    return fail(what + "reserved header bytes are not zero");
   l.values = static_cast<value_type>(vt);
+  const uint32_t vblock = load<uint32_t>(p + 28);
+  if (load<uint16_t>(p + 6) != 0 || (l.values != value_type::int8 && vblock != 0))
+    return fail(what + "reserved header bytes are not zero");
+  if (l.values == value_type::int8 && (vblock < 1 || vblock > codec_max_block))
+    return fail(what + "value block of " + std::to_string(vblock) + " values (1.." + std::to_string(codec_max_block) +
+                ")");
+  l.vblock = l.values == value_type::int8 ? vblock : 0;
   l.bitmap = form == 1;
   l.n = load<uint64_t>(p + 8);
   const uint32_t block = load<uint32_t>(p + 16);
@@ -185,8 +211,21 @@ result<layout> read_header(std::span<const std::byte> payload) {
   return l;
 }
 
-// Checks the positions of block b (the section starts at p).
+status check_positions(const layout& l, uint64_t b, const std::byte* p);
+
+// Checks the positions and, with int8 values, the scales and codes of block b (the section
+// starts at p).
 status check_block(const layout& l, uint64_t b, const std::byte* p) {
+  if (auto sound = check_positions(l, b, p); !sound) return sound;
+  if (l.values != value_type::int8) return {};
+  const uint32_t len = l.len(b), k = l.kept(b);
+  const std::byte* scales = p + l.pos_bytes(len, k);
+  if (const std::string bad = quant_detail::check_int8(scales, scales + 4 * l.scales(k), k, l.vblock); !bad.empty())
+    return fail("topk payload: " + bad + " (block " + std::to_string(b) + ")");
+  return {};
+}
+
+status check_positions(const layout& l, uint64_t b, const std::byte* p) {
   const uint32_t len = l.len(b), k = l.kept(b);
   const std::string where = " (block " + std::to_string(b) + ")";
   if (l.bitmap) {
@@ -234,7 +273,7 @@ class block_decoder {
   void operator()(uint64_t b, float* dense) {
     const std::byte* p = payload_ + l_.offset(b);
     const uint32_t len = l_.len(b), k = l_.kept(b);
-    read_values(p + l_.pos_bytes(len, k), k, l_.values, val_.data(), tmp_.data());
+    read_values(p + l_.pos_bytes(len, k), k, l_, val_.data(), tmp_.data());
     if (l_.bitmap) {
       topk_detail::expand_bitmap(reinterpret_cast<const uint8_t*>(p), val_.data(), len, dense);
     } else {
@@ -253,26 +292,42 @@ class block_decoder {
 
 }  // namespace
 
-uint64_t topk_payload_bytes(uint64_t n, double ratio, value_type values, uint32_t block) {
-  return plan(n, ratio, values, block).total;
+uint64_t topk_payload_bytes(uint64_t n, double ratio, value_type values, uint32_t block, uint32_t value_block) {
+  return plan(n, ratio, values, block, value_block).total;
 }
 
 uint64_t topk_max_payload_bytes(uint64_t n) {
   // The largest any decodable payload can be: block 1 with every element kept as a u16 index
-  // and an fp32 value, 6 bytes per element.
-  return sat_add(codec_header_bytes, sat_mul(n, 6));
+  // and an int8 code with its own f32 scale, 7 bytes per element.
+  return sat_add(codec_header_bytes, sat_mul(n, 7));
+}
+
+std::string topk_non_finite_message(uint64_t element, float value, uint32_t block) {
+  return "topk: element " + std::to_string(element) + " of the tensor is " + (std::isnan(value) ? "NaN" : "infinite") +
+         " (block " + std::to_string(element / std::max<uint32_t>(block, 1)) +
+         "): int8 values carry finite values only";
 }
 
 void encode_topk(std::span<const float> x, double ratio, value_type values, uint32_t block,
-                 std::vector<std::byte>& out) {
+                 std::vector<std::byte>& out, uint32_t value_block) {
   if (!(ratio > 0 && ratio <= 1))
     throw std::invalid_argument("topk: keep ratio " + std::to_string(ratio) + " outside (0, 1]");
   if (block < 1 || block > codec_max_block)
     throw std::invalid_argument("topk: block of " + std::to_string(block) + " elements (1.." +
                                 std::to_string(codec_max_block) + ")");
-  if (static_cast<uint8_t>(values) > 2)
+  if (static_cast<uint8_t>(values) > 3)
     throw std::invalid_argument("topk: unknown value type " + std::to_string(static_cast<int>(values)));
-  const layout l = plan(x.size(), ratio, values, block);
+  if (values == value_type::int8) {
+    if (value_block < 1 || value_block > codec_max_block)
+      throw std::invalid_argument("topk: value block of " + std::to_string(value_block) + " values (1.." +
+                                  std::to_string(codec_max_block) + ")");
+    bool bad = false;  // a branch-free scan first; the slow one only to name the culprit
+    for (const float v : x) bad |= (std::bit_cast<uint32_t>(v) & 0x7fffffffu) >= 0x7f800000u;
+    if (bad)
+      for (size_t i = 0; i < x.size(); ++i)
+        if (!std::isfinite(x[i])) throw std::invalid_argument(topk_non_finite_message(i, x[i], block));
+  }
+  const layout l = plan(x.size(), ratio, values, block, value_block);
   out.resize(l.total);
   std::byte* p = out.data();
   std::memcpy(p, "FZK1", 4);
@@ -283,7 +338,7 @@ void encode_topk(std::span<const float> x, double ratio, value_type values, uint
   store<uint32_t>(p + 16, l.block);
   store<uint32_t>(p + 20, l.k_full);
   store<uint32_t>(p + 24, l.k_tail);
-  store<uint32_t>(p + 28, 0);
+  store<uint32_t>(p + 28, l.vblock);
 
   const size_t cap = std::max(l.k_full, l.k_tail) + size_t{16};  // slack for vector stores
   std::vector<uint16_t> idx(cap), tmp(cap);
@@ -298,7 +353,7 @@ void encode_topk(std::span<const float> x, double ratio, value_type values, uint
                                                   reinterpret_cast<uint8_t*>(q));
     if (kept != k) throw std::logic_error("topk: selection kept " + std::to_string(kept) + " of " + std::to_string(k));
     if (!l.bitmap) std::memcpy(q, idx.data(), size_t{k} * 2);
-    write_values(q + l.pos_bytes(len, k), val.data(), k, values, tmp.data());
+    write_values(q + l.pos_bytes(len, k), val.data(), k, l, tmp.data());
   }
 }
 
@@ -340,6 +395,9 @@ class topk_codec_impl final : public codec {
     // topk at ratio 1 keeps every element and only rounds the values (with f32 values that is no
     // smaller than raw, so raw goes); adatopk's 1 is the rule saying "raw fits".
     if (!adaptive_ && s.keep_ratio >= 1) s.keep_ratio = keep_all_ratio;
+    // The ladder's last rungs: the kept values go as int8 (the keep-all rung keeps the run's
+    // value type; it is the nearly exact one).
+    if (adaptive_ && s.keep_ratio < int4_level) s.values = value_type::int8;
     return s;
   }
   bool encodes(uint64_t n, const codec_settings& s) const override {
@@ -347,11 +405,11 @@ class topk_codec_impl final : public codec {
     return s.keep_ratio < 1.0 && payload_bytes(n, s) < sat_mul(n, sizeof(float));
   }
   uint64_t payload_bytes(uint64_t n, const codec_settings& s) const override {
-    return topk_payload_bytes(n, s.keep_ratio, s.values, s.block);
+    return topk_payload_bytes(n, s.keep_ratio, s.values, s.block, s.scale_block);
   }
   payload_range payload_limits(uint64_t n) const override { return {codec_header_bytes, topk_max_payload_bytes(n)}; }
   void encode(std::span<const float> x, const codec_settings& s, std::vector<std::byte>& out) const override {
-    encode_topk(x, s.keep_ratio, s.values, s.block, out);
+    encode_topk(x, s.keep_ratio, s.values, s.block, out, s.scale_block);
   }
   status decode(std::span<const std::byte> payload, std::span<float> dst) const override {
     return decode_topk(payload, dst);
@@ -360,6 +418,7 @@ class topk_codec_impl final : public codec {
     if (s.keep_ratio >= 1) return name() + " dense";  // ratio 1 sends the raw tensor
     std::ostringstream out;
     out << name() << " " << s.keep_ratio * 100 << "% " << to_string(s.values);
+    if (s.values == value_type::int8) out << " /" << s.scale_block;
     if (s.error_feedback) out << " ef";
     return out.str();
   }
@@ -368,13 +427,26 @@ class topk_codec_impl final : public codec {
     for (const double ratio : {0.01, 0.1, 0.5, keep_all_ratio})
       for (const value_type v : {value_type::f32, value_type::f16, value_type::bf16})
         for (const uint32_t block : {1u, 7u, 4096u}) out.push_back({kind(), ratio, v, block, false});
+    for (const double ratio : {0.01, 0.1, 0.5, keep_all_ratio})
+      for (const uint32_t block : {1u, 7u, 4096u})
+        for (const uint32_t scale_block : {1u, 5u, 64u}) {
+          codec_settings s{kind(), ratio, value_type::int8, block, false};
+          s.scale_block = scale_block;
+          out.push_back(s);
+        }
     return out;
   }
   double error_bound(const codec_settings& s) const override {
     // Per block the dropped elements are the smallest, so their energy is at most the dropped
     // share (1 - k/len <= 1 - ratio) of the block's; a kept value is off by at most the value
     // type's unit roundoff, relatively.
-    const double u = s.values == value_type::f32 ? 0.0 : (s.values == value_type::f16 ? 0x1p-11 : 0x1p-8);
+    // int8 values: per run of scale_block values the squared error is at most scale_block
+    // (absmax / 254)^2 <= scale_block / 254^2 of the run's energy (as the int8 codec's bound).
+    const double q8 = std::sqrt(static_cast<double>(std::clamp<uint32_t>(s.scale_block, 1, codec_max_block))) / 254.0;
+    const double u = s.values == value_type::f32    ? 0.0
+                     : s.values == value_type::f16  ? 0x1p-11
+                     : s.values == value_type::bf16 ? 0x1p-8
+                                                    : std::min(1.0, q8) * (1 + 1e-5);
     const double dropped = s.keep_ratio >= 1 ? 0.0 : 1.0 - s.keep_ratio;
     return std::sqrt(dropped + u * u) * (1 + 1e-6) + 1e-7;
   }

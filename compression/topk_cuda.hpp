@@ -28,17 +28,18 @@ inline constexpr bool topk_cuda_compiled() noexcept { return FUSION_HAVE_CUDA !=
 /// Encodes `n` floats at device pointer `x` (CUDA memory) into a topk payload in host memory,
 /// bit-identical to encode_topk on the same values. Throws std::runtime_error naming the CUDA
 /// call on any CUDA error (including `x` not being device memory), std::invalid_argument on a
-/// ratio outside (0, 1] or a block outside 1..codec_max_block (as encode_topk does).
+/// ratio outside (0, 1], a block or value block outside 1..codec_max_block or (int8 values) an inf
+/// or NaN element, with encode_topk's message.
 ///
 /// Runs on the legacy default stream of the device that holds `x` (made current on the calling
 /// thread) and returns when `out` is filled. Work queued on blocking streams is ordered before it;
 /// a caller that wrote `x` on a cudaStreamNonBlocking stream synchronises that stream first.
 void encode_topk_cuda(const float* x, uint64_t n, double ratio, value_type values, uint32_t block,
-                      std::vector<std::byte>& out);
+                      std::vector<std::byte>& out, uint32_t value_block = quant_default_block);
 
 /// encode_topk_cuda with a codec's settings (a device_encode_fn for compression/codec_cuda.hpp).
 inline void encode_topk_cuda_settings(const float* x, uint64_t n, const codec_settings& s, std::vector<std::byte>& out) {
-  encode_topk_cuda(x, n, s.keep_ratio, s.values, s.block, out);
+  encode_topk_cuda(x, n, s.keep_ratio, s.values, s.block, out, s.scale_block);
 }
 
 }  // namespace fusion

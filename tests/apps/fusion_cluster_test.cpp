@@ -96,6 +96,23 @@ TEST_CASE("apps/fusion-cluster: plan predicts a 48-GPU cluster, in JSON and as a
   CHECK(je["step_s"].get<double>() > j["step_s"].get<double>());
 }
 
+TEST_CASE("apps/fusion-cluster: plan --train.micro-batches auto predicts every divisor and plans the fastest") {
+  auto r = run_in_source(cluster_bin() +
+                         " plan configs/clusters/sites-2-slow.pbtxt --model configs/models/gpt-char-small.pbtxt "
+                         "--train.batch 16 --train.micro-batches auto");
+  INFO(r.output);
+  REQUIRE(r.status == 0);
+  const size_t line = r.output.find("micro-batches: ");
+  REQUIRE(line != std::string::npos);
+  const std::string said = r.output.substr(line, r.output.find('\n', line) - line);
+  for (const char* m : {"M=1 ", "M=2 ", "M=4 ", "M=8 ", "M=16 "}) CHECK(said.find(m) != std::string::npos);
+  CHECK(said.find("(auto: ") != std::string::npos);
+  CHECK(said.find("shortest predicted step") != std::string::npos);
+  // The plan below is made at the chosen count.
+  const int chosen = std::stoi(said.substr(std::string("micro-batches: ").size()));
+  CHECK(r.output.find("batch 16 = " + std::to_string(chosen) + " micro-batches") != std::string::npos);
+}
+
 TEST_CASE("apps/fusion-cluster: plan refuses usage mistakes with exit 2 and a reason, a bad profile with 1") {
   struct bad {
     std::string args, says;

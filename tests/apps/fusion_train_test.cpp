@@ -93,6 +93,29 @@ TEST_CASE("apps/fusion-train: a short run writes JSON-lines metrics and a checkp
   std::filesystem::remove_all(dir);
 }
 
+TEST_CASE("apps/fusion-train: train.micro-batches = auto prints the choice and its predictions, bad values are refused") {
+  std::string ini = base_ini;
+  ini.replace(ini.find("micro-batches=2"), 15, "micro-batches=auto");
+  auto path = write_temp("auto.ini", ini);
+  auto r = run_train("--config " + path + " --train.steps=1 --output.metrics=\"\" --output.checkpoint=\"\"");
+  INFO(r.output);
+  REQUIRE(r.status == 0);
+  const size_t line = r.output.find("fusion-train: micro-batches ");
+  REQUIRE(line != std::string::npos);
+  const std::string said = r.output.substr(line, r.output.find('\n', line) - line);
+  CHECK(said.find("(auto, one process, op times measured here") != std::string::npos);
+  for (const char* m : {"M=1 ", "M=2 ", "M=4 ", "M=8 "}) CHECK(said.find(m) != std::string::npos);
+  const int chosen = std::stoi(said.substr(std::string("fusion-train: micro-batches ").size()));
+  CHECK(r.output.find("batch 8 in " + std::to_string(chosen) + " micro-batches") != std::string::npos);
+  // The command line takes it too; a word other than auto is refused like any bad integer.
+  auto bad = run_train("--config " + path + " --train.micro-batches=some");
+  CHECK(bad.status == 2);
+  CHECK(bad.output.find("train.micro-batches") != std::string::npos);
+  bad = run_train("--config " + path + " --train.micro-batches=3");
+  CHECK(bad.status == 2);
+  CHECK(bad.output.find("divide train.batch (8), or be auto") != std::string::npos);
+}
+
 TEST_CASE("apps/fusion-train: Ctrl-C stops after the step in flight and keeps a resumable checkpoint") {
   auto dir = std::filesystem::temp_directory_path() / ("fusion_app_int_" + std::to_string(::getpid()));
   std::filesystem::remove_all(dir);

@@ -64,7 +64,9 @@ TEST_CASE("adaptive: link_seconds sums the edges' payloads and adds half the rou
   link_load l = make_link(true, 2, 1, 0.02);
   l.elements = {1000, 3000};
   CHECK(link_seconds(l, 1.0, s) == doctest::Approx(16000 * 8 / 2e6 + 0.01));
-  const uint64_t bytes = topk_payload_bytes(1000, 0.1, s.values, s.block) + topk_payload_bytes(3000, 0.1, s.values, s.block);
+  // The top-k rungs send int8 values with a scale per scale_block of them.
+  const uint64_t bytes = topk_payload_bytes(1000, 0.1, value_type::int8, s.block, s.scale_block) +
+                         topk_payload_bytes(3000, 0.1, value_type::int8, s.block, s.scale_block);
   CHECK(link_seconds(l, 0.1, s) == doctest::Approx(double(bytes) * 8 / 2e6 + 0.01));
   CHECK(link_seconds(l, 0.1, s) < link_seconds(l, 0.5, s));
 }
@@ -245,7 +247,7 @@ TEST_CASE("adaptive: the ladder walks f32, f16, int8, int4, then top-k as the li
   CHECK(seen[1] == keep_all_ratio);
   CHECK(seen[2] == int8_level);
   CHECK(seen[3] == int4_level);
-  CHECK(seen[4] <= 0.2);  // top-k rungs above 0.2 are larger than int4 with f16 values
+  CHECK(seen[4] == 0.3);  // top-k 50% with int8 values is larger than int4, 30% the first smaller
   CHECK(seen.back() == 0.01);
   // The rungs' codecs: int8 and int4 with the settings' scale block, priced by their payloads.
   s.scale_block = 128;
@@ -314,7 +316,7 @@ TEST_CASE("adaptive: every proposal says why, in words") {
   CHECK(level_name(keep_all_ratio, s) == "f16 keep-all");
   CHECK(level_name(int8_level, s) == "int8 /64");
   CHECK(level_name(int4_level, s) == "int4 /64");
-  CHECK(level_name(0.2, s) == "top-k 20% f16");
+  CHECK(level_name(0.2, s) == "top-k 20% int8 /64");
 }
 
 TEST_CASE("adaptive: a change of codec is never noise for the governor") {

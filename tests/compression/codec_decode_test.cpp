@@ -26,7 +26,7 @@ TEST_CASE("codec: malformed payloads are rejected with a reason, the destination
   auto with = [](payload_t p, auto edit) { edit(p); return p; };
   check_rejected(payload_t(31), 100, "shorter than the 32-byte header");
   check_rejected(with(idx, [](payload_t& p) { p[3] = std::byte{'2'}; }), 100, "bad magic");
-  check_rejected(with(idx, [](payload_t& p) { p[4] = std::byte{3}; }), 100, "unknown value type 3");
+  check_rejected(with(idx, [](payload_t& p) { p[4] = std::byte{4}; }), 100, "unknown value type 4");
   check_rejected(with(idx, [](payload_t& p) { p[5] = std::byte{2}; }), 100, "unknown index form 2");
   check_rejected(with(idx, [](payload_t& p) { p[7] = std::byte{1}; }), 100, "reserved");
   check_rejected(with(idx, [](payload_t& p) { p[30] = std::byte{1}; }), 100, "reserved");
@@ -113,7 +113,8 @@ TEST_CASE("codec: payload sizes, the header's n and the upper bound") {
   encode_topk(x, 0.1, value_type::f16, 256, p);
   CHECK((topk_payload_elements(p, n) && n == 1000));
   CHECK_FALSE(topk_payload_elements(std::span<const std::byte>(p.data(), 31), n));
-  // The largest decodable payload: block 1, every element kept as a u16 index and an fp32 value.
+  // The largest decodable payload: block 1, every element kept as a u16 index and an int8 value
+  // with a scale of its own (value block 1); with an fp32 value a byte less per element.
   payload_t big(codec_header_bytes + 6 * x.size());
   std::memcpy(big.data(), "FZK1", 4);
   wr<uint64_t>(big, 8, x.size());
@@ -123,9 +124,11 @@ TEST_CASE("codec: payload sizes, the header's n and the upper bound") {
   std::vector<float> d(x.size());
   REQUIRE(decode_topk(big, d).ok());
   CHECK(d == x);
-  CHECK(big.size() == topk_max_payload_bytes(x.size()));
+  CHECK(big.size() + x.size() == topk_max_payload_bytes(x.size()));
+  // (the encoder picks bitmaps there, 6 bytes per element; a u16 index is what a decoder must allow)
+  CHECK(topk_payload_bytes(x.size(), 1.0, value_type::int8, 1, 1) + x.size() == topk_max_payload_bytes(x.size()));
   for (uint32_t block : {1u, 7u, 4096u})
-    for (auto vt : {value_type::f32, value_type::bf16})
+    for (auto vt : {value_type::f32, value_type::bf16, value_type::int8})
       for (double r : {0.001, 0.5, 1.0})
         CHECK(topk_payload_bytes(12345, r, vt, block) <= topk_max_payload_bytes(12345));
   CHECK(topk_max_payload_bytes(~uint64_t{0}) == ~uint64_t{0});

@@ -69,12 +69,14 @@ std::vector<float> edge_values(size_t n, std::mt19937& rng) {
 }
 
 // Encodes `host` on the GPU and on the CPU and requires the same bytes.
-void check_parity(backend& g, const std::vector<float>& host, double ratio, value_type vt, uint32_t block) {
-  INFO("n " << host.size() << ", ratio " << ratio << ", values " << to_string(vt) << ", block " << block);
+void check_parity(backend& g, const std::vector<float>& host, double ratio, value_type vt, uint32_t block,
+                  uint32_t value_block = quant_default_block) {
+  INFO("n " << host.size() << ", ratio " << ratio << ", values " << to_string(vt) << ", block " << block
+            << ", value block " << value_block);
   std::vector<std::byte> want, got;
-  encode_topk(host, ratio, vt, block, want);
+  encode_topk(host, ratio, vt, block, want, value_block);
   const tensor dev = g.upload(tensor::from({int64_t(host.size())}, host));
-  encode_topk_cuda(dev.f32(), host.size(), ratio, vt, block, got);
+  encode_topk_cuda(dev.f32(), host.size(), ratio, vt, block, got, value_block);
   REQUIRE(got.size() == want.size());
   size_t first_diff = 0;
   while (first_diff < got.size() && got[first_diff] == want[first_diff]) ++first_diff;
@@ -179,6 +181,44 @@ TEST_CASE("cuda codecs: every GPU encoder of the table writes what its CPU encod
       CHECK(got == want);
     }
   }
+}
+
+TEST_CASE("cuda topk: int8 values equal encode_topk's, inf and NaN are refused alike") {
+  std::vector<std::byte> refused;  // a value block of 0 is refused before any CUDA call
+  CHECK_THROWS_AS(encode_topk_cuda(nullptr, 16, 0.5, value_type::int8, 8, refused, 0), std::invalid_argument);
+  FUSION_GPU_OR_SKIP(g);
+  std::mt19937 rng(23);
+  for (const uint32_t value_block : {1u, 5u, 64u, 4096u})
+    for (const double ratio : {1.0, 0.5, 0.1, 0.01}) {
+      check_parity(g, tied_values(30011, rng), ratio, value_type::int8, 4096, value_block);
+      check_parity(g, uniform_values(30011, rng), ratio, value_type::int8, 777, value_block);
+      check_parity(g, std::vector<float>(5000, 0.0f), ratio, value_type::int8, 1000, value_block);
+    }
+  // Huge magnitudes (the scale steps down where 127 * scale would overflow), subnormals.
+  std::vector<float> edges(20000);
+  for (size_t i = 0; i < edges.size(); ++i)
+    edges[i] = (i % 3 == 0 ? std::numeric_limits<float>::max() : std::numeric_limits<float>::denorm_min()) *
+               (i % 2 ? -1.0f : 1.0f) * float(1 + i % 5) / 5;
+  check_parity(g, edges, 0.3, value_type::int8, 512, 7);
+  // The lowest inf or NaN is named, as the CPU encoder names it.
+  auto host = uniform_values(50000, rng);
+  host[40000] = std::numeric_limits<float>::infinity();
+  host[31234] = std::numeric_limits<float>::quiet_NaN();
+  std::string cpu, gpu;
+  std::vector<std::byte> out;
+  try {
+    encode_topk(host, 0.1, value_type::int8, 4096, out);
+  } catch (const std::invalid_argument& e) {
+    cpu = e.what();
+  }
+  const tensor dev = g.upload(tensor::from({int64_t(host.size())}, host));
+  try {
+    encode_topk_cuda(dev.f32(), host.size(), 0.1, value_type::int8, 4096, out);
+  } catch (const std::invalid_argument& e) {
+    gpu = e.what();
+  }
+  CHECK(cpu.find("element 31234") != std::string::npos);
+  CHECK(gpu == cpu);
 }
 
 TEST_CASE("cuda topk: a host pointer is refused with the CUDA call named") {

@@ -32,12 +32,32 @@ constexpr uint64_t max_elements = uint64_t{1} << 22;
 
 void round_trip_topk(uint8_t mode, const std::vector<float>& x) {
   const double ratio = ((mode & 0x0f) + 1) / 16.0;
-  const auto values = static_cast<fusion::value_type>((mode >> 4) % 3);
+  const auto values = static_cast<fusion::value_type>((mode >> 4) % 4);
   const uint32_t block = 1u + (mode & 0x03) * 7u;  // 1, 8, 15, 22: full and partial blocks
   std::vector<std::byte> payload;
-  fusion::encode_topk(x, ratio, values, block, payload);
+  const uint32_t value_block = 1u + ((mode >> 2) & 0x03) * 3u;  // int8 values: 1, 4, 7, 10 per scale
+  try {
+    fusion::encode_topk(x, ratio, values, block, payload, value_block);
+  } catch (const std::invalid_argument&) {
+    // Refused: only int8 values of a tensor with an inf or NaN element.
+    if (values != fusion::value_type::int8 || std::all_of(x.begin(), x.end(), [](float v) { return std::isfinite(v); }))
+      std::abort();
+    return;
+  }
   std::vector<float> y(x.size(), 1.0f);
   if (!fusion::decode_topk(payload, y).ok()) std::abort();
+  if (values == fusion::value_type::int8) {
+    // Within half a step of the value run's scale, which is at most the block's absmax / 127.
+    for (size_t b = 0; b * block < x.size(); ++b) {
+      const size_t end = std::min(x.size(), (b + 1) * size_t{block});
+      double absmax = 0;
+      for (size_t i = b * block; i < end; ++i) absmax = std::max(absmax, std::fabs(double{x[i]}));
+      for (size_t i = b * block; i < end; ++i)
+        if (y[i] != 0.0f && std::fabs(double{y[i]} - x[i]) > absmax / 254 * (1 + 1e-5) + std::fabs(double{x[i]}) * 1e-6 + 1e-42)
+          std::abort();
+    }
+    return;
+  }
   for (size_t i = 0; i < x.size(); ++i) {
     if (y[i] == 0.0f || std::isnan(x[i]) || std::isinf(y[i])) continue;
     // f16 and bf16 keep 8 and 11 significant bits; anything kept must be the original, rounded.

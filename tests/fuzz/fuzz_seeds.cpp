@@ -98,7 +98,8 @@ void wires() {
 
 void codecs() {
   auto x = ramp(100);
-  const fusion::value_type types[] = {fusion::value_type::f32, fusion::value_type::f16, fusion::value_type::bf16};
+  const fusion::value_type types[] = {fusion::value_type::f32, fusion::value_type::f16, fusion::value_type::bf16,
+                                      fusion::value_type::int8};
   for (auto vt : types)
     for (double ratio : {0.05, 0.5}) {  // u16 indices, and a bitmap
       std::vector<std::byte> payload;

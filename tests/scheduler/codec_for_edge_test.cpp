@@ -73,7 +73,7 @@ TEST_CASE("codec_for_edge: adatopk follows its link's ratio and starts dense") {
   CHECK(governed.kind == codec_kind::adatopk);
   CHECK(governed.keep_ratio == 0.3);
   CHECK(governed.error_feedback);
-  CHECK(codec_text(governed) == "adatopk 30% bf16 ef");
+  CHECK(codec_text(governed) == "adatopk 30% int8 /64 ef");  // the ladder's top-k rungs: int8 values
 }
 
 TEST_CASE("codec_for_edge: the admin's choice outranks the run's") {
