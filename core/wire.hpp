@@ -43,7 +43,7 @@ namespace fusion {
 /// the replica's all-reduce measured (reduce_timing), and replica_ring whether the ring carries
 /// f16 values. 9: edge_atom says whether the receiver dials the data channel (nodes behind a
 /// firewall, docs/transport.md).
-inline constexpr uint32_t wire_protocol_version = 9;
+inline constexpr uint32_t wire_protocol_version = 10;
 
 /// Largest tensor a header may announce (16 GiB); anything larger is a corrupt header.
 inline constexpr uint64_t wire_max_tensor_bytes = uint64_t{1} << 34;
