@@ -120,7 +120,8 @@ void prepare_snapshots(coord_ptr self) {
   std::vector<bool> alive;
   for (size_t i = 0; i < c.nodes.size(); ++i) {
     sites.push_back(c.nodes[i].site);
-    alive.push_back(static_cast<bool>(st.members.nodes[i]));
+    // A node still being admitted, or being drained, holds no one's snapshots.
+    alive.push_back(usable_node(st, i));
   }
   const auto buddies = snapshot_buddies(sites, alive);
   auto routes = std::make_shared<std::vector<snapshot_route>>();
