@@ -28,7 +28,8 @@ using json = nlohmann::json;
 namespace {
 
 std::string state_of(session& s, const std::string& node) {
-  for (auto& n : json::parse(s.query("nodes"))["nodes"])
+  const auto nodes = json::parse(s.query("nodes"));
+  for (auto& n : nodes["nodes"])
     if (n["name"] == node) return n["state"].get<std::string>();
   return "?";
 }
@@ -192,10 +193,13 @@ TEST_CASE("join: a node killed, recovered from, then started again rejoins the r
     for (int i = 0; i < 4000 && records(c.metrics_file, "recovery").empty(); ++i)
       std::this_thread::sleep_for(std::chrono::milliseconds(5));
     lost_state = state_of(s, "n1");
+    // Held so that the short run cannot end before the node is profiled: a paused run admits it
+    // at once (no step boundary to wait for).
+    s.command("pause", {});
     nodes.push_back(start_node("n1", port, tag + "n1-again"));
-    for (int i = 0; i < 6000 && state_of(s, "n1") != "joined" && step_of(s) < steps; ++i)
-      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    for (int i = 0; i < 6000 && state_of(s, "n1") != "joined"; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
     back_state = state_of(s, "n1");
+    s.command("resume", {});
     trainer.join();
   }
   INFO(all_output(nodes));
@@ -203,7 +207,7 @@ TEST_CASE("join: a node killed, recovered from, then started again rejoins the r
   CHECK(back_state == "joined");
   CHECK(nodes[0].wait(15) == 0);
   CHECK(nodes[2].wait(15) == 0);
-  CHECK(nodes[3].wait(15) == 0);
+  CHECK(nodes.at(3).wait(15) == 0);
   REQUIRE(records(c.metrics_file, "recovery").size() == 1);
   auto joins = records(c.metrics_file, "join");
   REQUIRE(joins.size() == 1);
