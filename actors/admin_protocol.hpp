@@ -44,7 +44,7 @@ inline const std::vector<std::string>& admin_topics() {
 
 /// The command verbs the protocol knows, in the order `help` lists them.
 inline const std::vector<std::string>& admin_verbs() {
-  static const std::vector<std::string> verbs = {"pause", "resume", "move", "replicas", "plan", "rebalance", "compress",
+  static const std::vector<std::string> verbs = {"pause", "resume", "move", "replicas", "drain", "plan", "rebalance", "compress",
                                                  "checkpoint", "scheduler", "set"};
   return verbs;
 }

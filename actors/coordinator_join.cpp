@@ -52,7 +52,7 @@ bool wired_phase(const coordinator_state& st) {
 }
 
 bool opfence_scheduled(const coordinator_state& st) {
-  return st.rebalance.settings.enabled && st.in->cluster.placement.policy == placement_policy::opfence;
+  return st.rebalance.settings.enabled && is_opfence(st.in->cluster.placement.policy);
 }
 
 std::shared_ptr<admission_ctx> admission_of(coordinator_state& st, size_t node, uint64_t serial) {
@@ -312,7 +312,7 @@ std::optional<placement> placement_without(coord_ptr self, size_t node, caf::err
     auto* est = estimator_of(self);
     // OP-Fence with what the run measured, as the scheduler re-plans; the other policies as a
     // recovery re-plans on the survivors.
-    placement where = est && c.placement.policy == placement_policy::opfence
+    placement where = est && is_opfence(c.placement.policy)
                           ? place_on_usable(*est, usable, st.in->cfg.compression)
                           : place_on_survivors(st.in->model, c, est ? est->profile() : profile, usable,
                                                st.in->cfg.compression).where;
