@@ -357,6 +357,7 @@ op_actor::behavior_type op_actor_fn(self_ptr self, node_spec spec, actor_run_par
         st.next_bwd = 0;
         st.gate = live_gate(st.ring.live_limit, st.ring.forwards_first, st.ring.local_mbs.size());
         st.held.clear();
+        greet_ring(self);
         return true;  // the coordinator waits for every actor before it sends data
       },
       [=](forward_atom, uint64_t step, uint32_t mb, uint32_t slot, uint8_t mode, tensor& value) {
@@ -395,6 +396,7 @@ op_actor::behavior_type op_actor_fn(self_ptr self, node_spec spec, actor_run_par
       [=](reduce_atom, uint64_t step, uint32_t k, tensor& chunk) {
         guarded([&] {
           auto& st = self->state;
+          if (local_steps(st) && step == ring_greeting_step) return;  // greet_ring's: opened the link
           if (st.ring.replicas < 2 || st.params.empty())
             throw std::runtime_error("a gradient ring message arrived, but this op has no replicas to sum with");
           if (chunk.type() != dtype::f32 || chunk.shape().size() != 1)

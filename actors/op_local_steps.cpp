@@ -86,6 +86,14 @@ void reset_outer_state(op_state& st) {
   for (auto& b : st.buffers) st.buffer_anchors.push_back(host_copy(*st.dev, b));
 }
 
+void greet_ring(self_ptr self) {
+  auto& st = self->state;
+  if (!local_steps(st) || st.ring.replicas < 2 || !st.ring.next || st.params.empty()) return;
+  tensor hello(shape_t{1}, dtype::f32);
+  hello.f32()[0] = 0.0f;
+  self->send(st.ring.next, reduce_atom::value, ring_greeting_step, uint32_t{0}, std::move(hello));
+}
+
 caf::response_promise begin_sync(self_ptr self, uint64_t step) {
   auto& st = self->state;
   if (st.sync_rp.pending()) throw std::runtime_error("a sync of the replicas began while the last one was still running");

@@ -109,6 +109,13 @@ bool local_steps(const op_state& st);
 /// What the replica's gradient is multiplied by before its own step: M over its micro-batches
 /// (the loss seeds every micro-batch with 1 / M); 1 without local steps.
 float local_grad_factor(const op_state& st);
+/// The step number of greet_ring's message, which the ring successor ignores.
+constexpr uint64_t ring_greeting_step = ~uint64_t{0};
+/// Local steps with replicas: sends the ring successor one value under ring_greeting_step at
+/// wiring. The ring's link carries nothing else until the first sync, H steps away, and a
+/// node's data channel closes a connection whose first frame has not come within 10 s
+/// (net/frame_server.cpp, first_frame_timeout).
+void greet_ring(self_ptr self);
 /// Whether the step `step` (0-based) ends with a sync: local steps and (step + 1) % H == 0.
 bool sync_due(const op_state& st, uint64_t step);
 /// Anchors from the current parameters and buffers, outer momentum zero (nothing without local

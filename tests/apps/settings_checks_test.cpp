@@ -93,7 +93,7 @@ TEST_CASE("settings: meaningless values are usage errors that name the setting, 
       {"--train.allreduce=bf16", "train.allreduce must be f32 or f16, got \"bf16\""},
       {"--train.sync=local:0", "train.sync must be step or local:H with H a whole number of steps >= 1, got \"local:0\""},
       {"--train.sync=every", "train.sync must be step or local:H"},
-      {"--train.sync=local:4 --train.outer-lr=0", "train.outer-lr must be > 0, got 0"},
+      {"--train.sync=local:4 --train.outer-lr=0.0", "train.outer-lr must be > 0, got 0"},
       {"--train.outer-momentum=1.5", "train.outer-momentum must be in [0, 1), got 1.5"},
   };
   for (auto& m : mistakes) {
