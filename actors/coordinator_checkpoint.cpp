@@ -100,7 +100,9 @@ void save_checkpoint_async(coord_ptr self, std::string path, std::function<void(
       return fail(self, make_error(fusion_errc::bad_state, *bad + " (the checkpoint of step " +
                                                                std::to_string(s.train.step) + " was not written)"));
     const auto& where = s.exec.current.where;
-    for (size_t k = 0; k < states.size(); ++k) {
+    const bool local = s.in->cfg.optim.sync_every > 0;
+    // Local steps save every replica's own buffers (and average them at each sync) instead.
+    for (size_t k = 0; k < states.size() && !local; ++k) {
       const int id = (*who)[k].first;
       if ((*who)[k].second != 0 || where.replicas(id) < 2) continue;
       const auto keys = buffer_keys(s.in->model, id);
@@ -113,7 +115,6 @@ void save_checkpoint_async(coord_ptr self, std::string path, std::function<void(
       average_replica_buffers(states[k], others, keys, weights);
     }
     std::vector<named_tensors> parts;
-    const bool local = s.in->cfg.optim.sync_every > 0;
     for (size_t k = 0; k < states.size(); ++k) {
       const int r = (*who)[k].second;
       if (r == 0) {
