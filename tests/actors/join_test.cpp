@@ -44,10 +44,6 @@ std::vector<json> records(const std::string& metrics, const std::string& type) {
   return out;
 }
 
-void wait_for_step(session& s, int step) {
-  for (int i = 0; i < 6000 && step_of(s) < step; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
-}
-
 void check_losses_of_one_process(const train_result& r, int64_t steps, int64_t micro_batches) {
   const auto reference = losses_of(session(tiny_config(steps, micro_batches)).train());
   const auto got = losses_of(r);

@@ -73,9 +73,9 @@ inline std::string all_output(const std::vector<child_process>& nodes) {
 // The step the run has reached (the `status` query).
 inline int step_of(session& s) { return nlohmann::json::parse(s.query("status"))["step"].get<int>(); }
 
-// Waits (at most 15 s) until the run has reached `step`.
+// Waits (at most 30 s) until the run has reached `step`.
 inline void wait_for_step(session& s, int step) {
-  for (int i = 0; i < 3000 && step_of(s) < step; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  for (int i = 0; i < 6000 && step_of(s) < step; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
 }
 
 // The message of the error an admin command ends with ("" when it succeeds).
