@@ -99,7 +99,8 @@ def predicted_tps(a, b):
 print("| phase | steps | tokens/s (median) | predicted tokens/s |")
 print("|---|---|---|---|")
 print("| before the throttle | %d-%d | %.0f | %.0f |" % (slow_at - 20, slow_at, tps(slow_at - 20, slow_at), predicted_tps(slow_at - 20, slow_at)))
-after = [m for m in migs if slow_at <= m["step"] < restore_at]
+# A move at the throttle's own step boundary was decided before the throttle: not a reaction.
+after = [m for m in migs if slow_at < m["step"] < restore_at]
 first = after[0]["step"] if after else None
 end_throttled = first if first else restore_at
 print("| throttled, before the move | %d-%d | %.0f | %.0f |" % (slow_at, end_throttled, tps(slow_at + 1, end_throttled + 1), predicted_tps(slow_at + 1, end_throttled + 1)))
