@@ -29,9 +29,12 @@ bool wanted(const coordinator_state& st) {
   return st.in->cfg.snapshot_every > 0 && !st.in->cluster.nodes.empty() && recovery_enabled(st);
 }
 
+// The node of every op (by compute_nodes index), then every node's usability: holders are made
+// again when either changes (a buddy drained or admitted changes the buddies, not the ops' nodes).
 std::vector<int> placed_now(const coordinator_state& st) {
   std::vector<int> out;
   for (int id : st.exec.compute_nodes) out.push_back(st.exec.current.where.node_of(id, 0));
+  for (size_t i = 0; i < st.in->cluster.nodes.size(); ++i) out.push_back(usable_node(st, i) ? 1 : 0);
   return out;
 }
 
