@@ -316,19 +316,11 @@ std::optional<placement> placement_without(coord_ptr self, size_t node, caf::err
                           ? place_on_usable(*est, usable, st.in->cfg.compression)
                           : place_on_survivors(st.in->model, c, est ? est->profile() : profile, usable,
                                                st.in->cfg.compression).where;
-    if (est) {
-      plan next = make_plan(st.in->model, where, 1);
-      for (size_t n = 0; n < usable.size(); ++n) {
-        const auto have = static_cast<double>(st.members.hellos[n].memory_bytes);
-        if (!usable[n] || have <= 0) continue;
-        double need = 0;
-        for (auto& on : next.replicas_on(static_cast<int>(n))) need += est->memory_bytes(on.first);
-        if (need > 0.9 * have) {
-          err = bad("not enough memory to drain node '" + c.nodes[node].name + "': node '" + c.nodes[n].name + "' has " +
-                    human_bytes(have) + ", its ops would need " + human_bytes(need) + "; nothing moved");
-          return std::nullopt;
-        }
-      }
+    if (auto short_of = short_of_memory(self, where)) {
+      err = bad("not enough memory to drain node '" + c.nodes[node].name + "': node '" + c.nodes[short_of->node].name +
+                "' has " + human_bytes(short_of->have) + ", its ops would need " + human_bytes(short_of->need) +
+                "; nothing moved");
+      return std::nullopt;
     }
     return where;
   } catch (const std::exception& e) {

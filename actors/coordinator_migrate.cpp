@@ -310,8 +310,6 @@ std::optional<placement> check_placement_change(coord_ptr self, const placement&
     err = make_error(fusion_errc::bad_command, e.what());
     return std::nullopt;
   }
-  std::vector<double> need(c.nodes.size(), 0.0);
-  auto* est = estimator_of(self);
   for (size_t id = 0; id < where.node_of_op.size(); ++id)
     for (int r = 0; r < where.replicas(static_cast<int>(id)); ++r) {
       const int node = where.node_of(static_cast<int>(id), r);
@@ -320,19 +318,29 @@ std::optional<placement> check_placement_change(coord_ptr self, const placement&
                                                        ": ops can only move to a joined node");
         return std::nullopt;
       }
-      // The memory the ops would take there (parameters, gradients, moments, saved activations).
-      if (est) need[node] += est->memory_bytes(static_cast<int>(id));
     }
-  for (size_t n = 0; n < need.size(); ++n) {
-    const auto have = static_cast<double>(st.members.hellos[n].memory_bytes);
-    if (have > 0 && need[n] > 0.9 * have) {
-      err = make_error(fusion_errc::bad_command, "node '" + c.nodes[n].name + "' has " + human_bytes(have) +
-                                                     " of memory, its ops would need " + human_bytes(need[n]) +
-                                                     " after the move");
-      return std::nullopt;
-    }
+  if (auto short_of = short_of_memory(self, where)) {
+    err = make_error(fusion_errc::bad_command, "node '" + c.nodes[short_of->node].name + "' has " +
+                                                   human_bytes(short_of->have) + " of memory, its ops would need " +
+                                                   human_bytes(short_of->need) + " after the move");
+    return std::nullopt;
   }
   return where;
+}
+
+std::optional<memory_shortage> short_of_memory(coord_ptr self, const placement& where) {
+  auto& st = self->state;
+  auto* est = estimator_of(self);
+  if (!est) return std::nullopt;
+  std::vector<double> need(st.in->cluster.nodes.size(), 0.0);
+  for (size_t id = 0; id < where.node_of_op.size(); ++id)
+    for (int r = 0; r < where.replicas(static_cast<int>(id)); ++r)
+      need[where.node_of(static_cast<int>(id), r)] += est->memory_bytes(static_cast<int>(id));
+  for (size_t n = 0; n < need.size(); ++n) {
+    const auto have = static_cast<double>(st.members.hellos[n].memory_bytes);
+    if (have > 0 && need[n] > 0.9 * have) return memory_shortage{n, have, need[n]};
+  }
+  return std::nullopt;
 }
 
 std::optional<placement> check_move(coord_ptr self, const std::vector<int>& ops, int node, caf::error& err) {

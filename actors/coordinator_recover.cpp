@@ -324,15 +324,10 @@ void plan_recovery(coord_ptr self, std::shared_ptr<recovery_ctx> ctx) {
     ctx->next = make_plan(st.in->model, std::move(sp.where), first_id);
     auto* est = estimator_of(self);
     assign_codecs(ctx->next, est, cfg.compression);
-    for (size_t n = 0; n < alive.size() && est; ++n) {
-      const auto have = static_cast<double>(st.members.hellos[n].memory_bytes);
-      if (!alive[n] || have <= 0) continue;
-      double need = 0;
-      for (auto& on : ctx->next.replicas_on(static_cast<int>(n))) need += est->memory_bytes(on.first);
-      if (need > 0.9 * have)
-        throw std::runtime_error("the survivors lack memory for the lost ops: node '" + c.nodes[n].name + "' has " +
-                                 human_bytes(have) + ", its ops on the survivors' plan need " + human_bytes(need));
-    }
+    if (auto short_of = short_of_memory(self, ctx->next.where))
+      throw std::runtime_error("the survivors lack memory for the lost ops: node '" + c.nodes[short_of->node].name +
+                               "' has " + human_bytes(short_of->have) + ", its ops on the survivors' plan need " +
+                               human_bytes(short_of->need));
   } catch (const std::exception& e) {
     return give_up(self, ctx, e.what());
   }

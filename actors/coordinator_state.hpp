@@ -361,6 +361,15 @@ inline std::function<void(caf::error, std::string)> answer_then(caf::response_pr
 void run_move(coord_ptr self, std::vector<int> ops, int node, caf::response_promise rp, std::function<void()> then);
 /// Checks a move of `ops` to `node` against the run: the placement it gives, or `err` set.
 std::optional<placement> check_move(coord_ptr self, const std::vector<int>& ops, int node, caf::error& err);
+/// A node whose ops under `where` would need more than 90% of the memory it reported.
+struct memory_shortage {
+  size_t node = 0;
+  double have = 0, need = 0;  ///< bytes reported by the node; bytes its ops would take
+};
+/// The first node (cluster order) short of memory under `where`, counting every replica's
+/// estimated parameters, gradients, moments and saved activations; nothing without an
+/// estimator or when every node has room. Nodes that reported no memory are not checked.
+std::optional<memory_shortage> short_of_memory(coord_ptr self, const placement& where);
 /// Checks a new placement against the run (a change at all, every replica dealt a micro-batch,
 /// joined nodes, memory): `where`, or `err` set.
 std::optional<placement> check_placement_change(coord_ptr self, const placement& where, caf::error& err);
