@@ -7,11 +7,13 @@
 # carried) unpacks it and runs the stages:
 #
 #   bench/gpu_session.sh pack [BUILD]                       # here
-#   bench/gpu_session.sh run [cuda] [bench] [bf16] [suite]  # there (default: all four)
+#   bench/gpu_session.sh run [cuda] [bench] [bf16] [xl] [suite]  # there (default: cuda bench bf16 suite)
 #
-# bench is bench/gpu_bench.sh in fp32, bf16 the same with --precision bf16. Each stage has its
-# own time limit (GPU_SESSION_CUDA_S, _BENCH_S, _SUITE_S seconds); logs go to
-# $OUT (default /tmp/gpu-session) and a summary is printed last.
+# bench is bench/gpu_bench.sh in fp32, bf16 the same with --precision bf16 (both with a row for
+# the cuBLAS attention path), xl gpt2-xl in bf16 without PyTorch, batch 8 x 1024 in
+# GPU_SESSION_XL_MB micro-batches (4: one micro-batch of it does not fit 80 GB). Each stage has its own time limit
+# (GPU_SESSION_CUDA_S, _BENCH_S, _SUITE_S seconds); logs go to $OUT (default
+# /tmp/gpu-session) and a summary is printed last.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -83,15 +85,18 @@ run() {
     case $s in
       cuda)
         if command -v ctest >/dev/null; then
-          stage cuda "${GPU_SESSION_CUDA_S:-240}" ctest --test-dir build -L cuda -j 4 --timeout 200 --output-on-failure
+          stage cuda "${GPU_SESSION_CUDA_S:-240}" ctest --test-dir build -L cuda ${GPU_SESSION_CUDA_ARGS:-} -j 4 --timeout 200 --output-on-failure
         else
           stage cuda "${GPU_SESSION_CUDA_S:-240}" sh -c 'build/tests/fusion_cuda_tests && build/tests/fusion_cuda_actor_tests'
         fi ;;
-      bench) stage bench "${GPU_SESSION_BENCH_S:-200}" bench/gpu_bench.sh --steps 10 --warmup 3 --out "$out/bench" ;;
+      bench) stage bench "${GPU_SESSION_BENCH_S:-200}" bench/gpu_bench.sh --steps 10 --warmup 3 --gemm-attention \
+               --out "$out/bench" ;;
       bf16) stage bf16 "${GPU_SESSION_BENCH_S:-200}" bench/gpu_bench.sh --steps 10 --warmup 3 --precision bf16 \
-              --out "$out/bench-bf16" ;;
+              --gemm-attention --out "$out/bench-bf16" ;;
+      xl) stage xl "${GPU_SESSION_BENCH_S:-200}" bench/gpu_bench.sh --model gpt2-xl --steps 4 --warmup 2 \
+            --precision bf16 --micro-batches "${GPU_SESSION_XL_MB:-4}" --no-torch --out "$out/bench-xl" ;;
       suite) stage suite "${GPU_SESSION_SUITE_S:-180}" ctest --test-dir build -LE cuda -j "$(nproc)" --timeout 150 ;;
-      *) echo "gpu_session: unknown stage '$s' (cuda, bench, bf16, suite)" >&2; exit 2 ;;
+      *) echo "gpu_session: unknown stage '$s' (cuda, bench, bf16, xl, suite)" >&2; exit 2 ;;
     esac
   done
   echo
@@ -102,5 +107,5 @@ run() {
 case ${1:-} in
   pack) shift; pack "$@" ;;
   run) shift; run "$@" ;;
-  *) sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
+  *) sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
 esac

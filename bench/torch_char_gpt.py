@@ -143,6 +143,8 @@ def main():
                     help="spelled-out softmax(QK^T)V, or F.scaled_dot_product_attention (PyTorch >= 2.0)")
     ap.add_argument("--precision", choices=("fp32", "bf16"), default="fp32",
                     help="fp32, or bf16 autocast (bf16 matmuls and activations, fp32 weights; CUDA only)")
+    ap.add_argument("--compile", action="store_true",
+                    help="torch.compile the model (PyTorch >= 2.0; the warm-up steps absorb the compilation)")
     a = ap.parse_args()
     if a.steps < 1 or a.warmup < 0 or a.threads < 1:
         sys.exit("torch_char_gpt: need --steps >= 1, --warmup >= 0, --threads >= 1")
@@ -171,6 +173,10 @@ def main():
             return torch.autocast("cuda", dtype=torch.bfloat16)
         return contextlib.nullcontext()
     model = char_gpt(a.vocab, T, a.channels, a.heads, a.layers, a.attention == "sdpa").to(device)
+    if a.compile:
+        if not hasattr(torch, "compile"):
+            sys.exit(f"torch_char_gpt: --compile needs PyTorch 2.0 or later (this is {torch.__version__})")
+        model = torch.compile(model)
     decay = [p for p in model.parameters() if p.dim() >= 2]
     no_decay = [p for p in model.parameters() if p.dim() < 2]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0}],
@@ -203,12 +209,14 @@ def main():
     seconds = time.perf_counter() - t_start
 
     tokens_per_s = a.steps * B * T / seconds
+    gpu = ""
     if device.type == "cuda":
         peak_rss_mb_gpu = torch.cuda.max_memory_allocated(device) / 2**20
         print(f"peak GPU memory allocated {peak_rss_mb_gpu:.0f} MiB", file=sys.stderr)
+        gpu = f" peak_gpu_allocated_mib={peak_rss_mb_gpu:.0f}"
     peak_rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0  # ru_maxrss is KiB on Linux
     print(f"RESULT tokens_per_s={tokens_per_s:.1f} peak_rss_mb={peak_rss_mb:.1f} loss={loss_value:.4f} "
-          f"steps={a.steps} warmup={a.warmup} threads={torch.get_num_threads()} seconds={seconds:.3f}")
+          f"steps={a.steps} warmup={a.warmup} threads={torch.get_num_threads()} seconds={seconds:.3f}{gpu}")
 
 
 if __name__ == "__main__":

@@ -7,14 +7,22 @@
 // out[b, t, h*HS .. h*HS+HS). Scores are S = QK^T / sqrt(HS); masked entries (j > t when
 // causal) of att are exactly 0.
 //
-// Per batch b, one strided-batched cuBLAS GEMM over the NH heads reads Q, K and V in place
+// Two paths. The fused one (ops/cuda/attention_flash.cu) is taken for head sizes up to 128
+// when its tiles fit the device's shared memory: no T x T tensor, saved {lse (B, NH, T), out}.
+// Otherwise (or with FUSION_CUDA_ATTENTION=gemm in the environment, to compare the two) the
+// cuBLAS path below runs and saves att:
+// per batch b, one strided-batched cuBLAS GEMM over the NH heads reads Q, K and V in place
 // (leading dimension 3C, head stride HS). The causal mask is applied by the softmax kernel on
 // full T x T scores (the GEMMs compute the masked half too: splitting the rows into causal
 // blocks that skip it was measured slower on an H200, 60.5 against 43.7 ms per gpt2-124m step,
 // since the smaller GEMMs ran far below the rate of the full ones; bench/RESULTS.md).
+// Backward tells the paths apart by the number of saved tensors.
 #include <cmath>
+#include <cstdlib>
+#include <cstring>
 #include <string>
 
+#include "ops/cuda/attention_flash.cuh"
 #include "ops/cuda/common.cuh"
 
 namespace fusion::cuda {
@@ -138,6 +146,16 @@ void attention_backward_cuda(float* dqkv, float* ds, const float* dout, const fl
 
 namespace {
 
+// The fused kernels unless the head size or the device rules them out, or the environment asks
+// for the cuBLAS path (FUSION_CUDA_ATTENTION=gemm; read once per process).
+bool use_flash(int64_t head_size, const launch& l) {
+  static const bool gemm_asked = [] {
+    const char* v = std::getenv("FUSION_CUDA_ATTENTION");
+    return v != nullptr && std::strcmp(v, "gemm") == 0;
+  }();
+  return !gemm_asked && attention_flash_supported(head_size, l);
+}
+
 class attention_op final : public cuda_op {
  public:
   explicit attention_op(const attr_map& attrs)
@@ -156,6 +174,15 @@ class attention_op final : public cuda_op {
     cpu::check_tensor_shape(attention_name, "output", a.output, out);
     const launch l = launch_of(a.ctx, attention_name);
     a.saved->clear();
+    if (use_flash(C / heads_, l)) {
+      a.saved->push_back(tensor::uninitialized({B, heads_, T}, dtype::f32, device_kind::cuda));
+      a.saved->push_back(tensor::uninitialized(out, dtype::f32, device_kind::cuda));
+      attention_flash_forward_cuda(a.output->f32(), (*a.saved)[0].f32(), in.f32(), B, T, C, heads_, causal_, l);
+      // Backward needs the output; the actor hands a.output on, so it keeps its own copy.
+      CUDA_CHECK(cudaMemcpyAsync((*a.saved)[1].f32(), a.output->f32(), a.output->numel() * sizeof(float),
+                                 cudaMemcpyDeviceToDevice, l.stream));
+      return;
+    }
     a.saved->push_back(tensor::uninitialized({B, heads_, T, T}, dtype::f32, device_kind::cuda));
     attention_forward_cuda(a.output->f32(), (*a.saved)[0].f32(), in.f32(), B, T, C, heads_, causal_, l);
   }
@@ -172,11 +199,19 @@ class attention_op final : public cuda_op {
     if (dqkv == nullptr) return;  // nothing upstream wants it
     check_device_f32(attention_name, "input grad", dqkv);
     cpu::check_tensor_shape(attention_name, "input grad", dqkv, in.shape());
+    const launch l = launch_of(a.ctx, attention_name);
+    if (a.saved != nullptr && a.saved->size() == 2) {
+      check_device_f32_shape(attention_name, "saved row sums", &(*a.saved)[0], {B, heads_, T});
+      check_device_f32_shape(attention_name, "saved output", &(*a.saved)[1], out);
+      tensor dvec = tensor::uninitialized({B, heads_, T}, dtype::f32, device_kind::cuda);
+      attention_flash_backward_cuda(dqkv->f32(), dvec.f32(), a.output_grad->f32(), in.f32(), (*a.saved)[1].f32(),
+                                    (*a.saved)[0].f32(), B, T, C, heads_, causal_, l);
+      return;
+    }
     if (a.saved == nullptr || a.saved->size() != 1)
-      throw op_error("attention: backward without the probabilities saved by forward");
+      throw op_error("attention: backward without the tensors saved by forward");
     check_device_f32(attention_name, "saved probabilities", &(*a.saved)[0]);
     cpu::check_tensor_shape(attention_name, "saved probabilities", &(*a.saved)[0], {B, heads_, T, T});
-    const launch l = launch_of(a.ctx, attention_name);
     // Freed (stream-ordered, tensor/device.hpp) after the kernels below have run.
     tensor ds = tensor::uninitialized({heads_, T, T}, dtype::f32, device_kind::cuda);
     attention_backward_cuda(dqkv->f32(), ds.f32(), a.output_grad->f32(), in.f32(), (*a.saved)[0].f32(), B, T, C,

@@ -10,6 +10,7 @@
 // Shape legend: n elements (bytes for raw copies).
 #include <algorithm>
 #include <atomic>
+#include <cstdio>
 #include <cstring>
 #include <mutex>
 #include <new>
@@ -55,12 +56,33 @@ int hook_device_count() {
   return n;
 }
 
+// Still a std::bad_alloc (device_hooks::alloc's contract), but one that says what ran out: the
+// request, the device and what it has left, instead of "std::bad_alloc".
+class device_out_of_memory final : public std::bad_alloc {
+ public:
+  explicit device_out_of_memory(size_t bytes) {
+    int dev = 0;
+    size_t free_b = 0, total_b = 0;
+    (void)cudaGetDevice(&dev);
+    if (cudaMemGetInfo(&free_b, &total_b) != cudaSuccess) (void)cudaGetLastError();
+    constexpr double mib = 1 << 20;
+    char buf[200];
+    std::snprintf(buf, sizeof buf, "out of GPU memory: %.0f MiB asked of cuda:%d, which has %.0f MiB free of %.0f MiB",
+                  bytes / mib, dev, free_b / mib, total_b / mib);
+    message_ = buf;
+  }
+  const char* what() const noexcept override { return message_.c_str(); }
+
+ private:
+  std::string message_;
+};
+
 void* hook_alloc(size_t bytes) {
   void* p = nullptr;
   const cudaError_t e = use_pools() ? cudaMallocAsync(&p, bytes, cudaStreamLegacy) : cudaMalloc(&p, bytes);
   if (e == cudaErrorMemoryAllocation) {
     (void)cudaGetLastError();
-    throw std::bad_alloc();
+    throw device_out_of_memory(bytes);
   }
   CUDA_CHECK(e);
   return p;

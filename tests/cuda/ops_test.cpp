@@ -84,6 +84,49 @@ FUSION_PARITY_CASE(attention, g) {
   // T = 300 > 256 threads per softmax row, and more than the CPU's 64-row blocks.
   compare_op(g, "attention", attr_map({{"heads", "2"}}), {random_f32({1, 300, 3 * 16}, rng, 2.0f)}, gemm_tol,
              gemm_tol);
+  // The fused kernels' edges: T = 1; tiles of 64 with T not a multiple (130 = 2 x 64 + 2); every
+  // head width they compile (16, 32, 64, 128) with head sizes that pad it (12, 48, 96); larger
+  // scores for the online maximum; and a head of 160, which takes the cuBLAS path.
+  compare_op(g, "attention", attr_map({{"heads", "2"}}), {random_f32({3, 1, 3 * 64}, rng)}, gemm_tol, gemm_tol);
+  compare_op(g, "attention", attr_map({{"heads", "3"}}), {random_f32({2, 130, 3 * 192}, rng)}, gemm_tol, gemm_tol);
+  compare_op(g, "attention", attr_map({{"heads", "2"}, {"causal", "false"}}), {random_f32({2, 130, 3 * 128}, rng)},
+             gemm_tol, gemm_tol);
+  compare_op(g, "attention", attr_map({{"heads", "2"}}), {random_f32({1, 200, 3 * 96}, rng, 2.0f)}, gemm_tol,
+             gemm_tol);
+  compare_op(g, "attention", attr_map({{"heads", "1"}}), {random_f32({2, 65, 3 * 96}, rng)}, gemm_tol, gemm_tol);
+  compare_op(g, "attention", attr_map({{"heads", "1"}, {"causal", "false"}}), {random_f32({1, 77, 3 * 128}, rng)},
+             gemm_tol, gemm_tol);
+  compare_op(g, "attention", attr_map({{"heads", "1"}}), {random_f32({1, 40, 3 * 160}, rng)}, gemm_tol, gemm_tol);
+  // A head of 10 floats: rows are not 16-byte aligned, so tiles load float by float.
+  compare_op(g, "attention", attr_map({{"heads", "2"}}), {random_f32({2, 70, 3 * 20}, rng)}, gemm_tol, gemm_tol);
+}
+
+TEST_CASE("cuda attention: the fused path keeps no T x T tensor and its backward repeats bit for bit") {
+  FUSION_GPU_OR_SKIP(g);
+  for (const parity_pass pass : parity_passes(g)) {
+    INFO((pass.bf16 ? "bf16" : "fp32"));
+    backend& b = *pass.g;
+    std::mt19937 rng(13);
+    const int64_t B = 2, T = 300, C = 256, NH = 4;
+    auto op = b.make_op("attention", attr_map({{"heads", "4"}}));
+    const tensor x = b.upload(random_f32({B, T, 3 * C}, rng));
+    const tensor dout = b.upload(random_f32({B, T, C}, rng));
+    const std::vector<const tensor*> in{&x};
+    tensor out = b.empty({B, T, C}, dtype::f32);
+    std::vector<tensor> saved;
+    op->forward({in, {}, &out, &saved, b.context()});
+    int64_t kept = 0;
+    for (auto& t : saved) kept += t.numel();
+    CHECK_MESSAGE(kept <= B * NH * T + B * T * C, "saved " << kept << " floats: more than lse and the output");
+    std::vector<tensor> grads;
+    for (int run = 0; run < 2; ++run) {
+      tensor dx = b.zeros({B, T, 3 * C}, dtype::f32);
+      std::vector<tensor*> din{&dx};
+      op->backward({in, {}, &dout, &saved, din, {}, b.context()});
+      grads.push_back(b.download(dx));
+    }
+    CHECK(max_rel_diff(grads[0], grads[1]) == 0.0);
+  }
 }
 
 FUSION_PARITY_CASE(cross_entropy, g) {
