@@ -1,10 +1,17 @@
 // ops/cpu_quota: the cgroup CPU quota the CPU backend times ops with, read from files laid out
 // as cgroup v1 and v2 mount them (a temporary directory stands in for /sys/fs/cgroup).
 #include <doctest/doctest.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
 
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <thread>
 
 #include "ops/backend.hpp"
 #include "ops/cpu_quota.hpp"
@@ -80,4 +87,57 @@ TEST_CASE("cpu quota: the CPU backend's op times are at least the wall time") {
   CHECK(b->timed_seconds(0) >= 0.019);
   if (process_cpu_quota_cores() == 0) CHECK(b->timed_seconds(0) <= wall + 1e-3);
   CHECK(b->timed_seconds(7) == 0);
+}
+
+TEST_CASE("cpu quota: under a real cgroup quota an op's time is its CPU time over the quota") {
+  // A child process joins a fresh cgroup capped at 0.2 core and times a busy loop of 5 ms of
+  // CPU: whatever the wall time, the backend must report at least 5 ms / 0.2 = 25 ms. Needs root
+  // and a cgroup cpu controller (v1 /sys/fs/cgroup/cpu or v2 with cpu); skipped otherwise.
+  namespace fs = std::filesystem;
+  const bool v2 = fs::exists("/sys/fs/cgroup/cgroup.controllers");
+  const fs::path dir = v2 ? fs::path("/sys/fs/cgroup") : fs::path("/sys/fs/cgroup/cpu");
+  const fs::path cg = dir / ("fusion-quota-test-" + std::to_string(::getpid()));
+  std::error_code ec;
+  if (::geteuid() != 0 || !fs::create_directory(cg, ec)) {
+    MESSAGE("skipped: cannot make a cgroup under " << dir.string() << " (needs root and a cpu controller)");
+    return;
+  }
+  bool capped = false;
+  if (v2) {
+    capped = static_cast<bool>(std::ofstream(cg / "cpu.max") << "20000 100000\n");
+  } else {
+    std::ofstream(cg / "cpu.cfs_period_us") << "100000\n";
+    capped = static_cast<bool>(std::ofstream(cg / "cpu.cfs_quota_us") << "20000\n");
+  }
+  const pid_t child = capped ? ::fork() : -1;
+  if (child == 0) {
+    int code = 1;
+    if (std::ofstream(cg / "cgroup.procs") << ::getpid() << "\n") {
+      // The quota is re-read at most once a second: let the value cached before the fork expire.
+      std::this_thread::sleep_for(std::chrono::milliseconds(1100));
+      auto b = make_backend("cpu");
+      auto cpu_now = [] {
+        timespec ts{};
+        clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+        return ts.tv_sec + ts.tv_nsec * 1e-9;
+      };
+      volatile double x = 1;
+      b->begin_timing(0);
+      const double c0 = cpu_now();
+      while (cpu_now() - c0 < 0.005) x = x * 1.0000001 + 1e-9;
+      const double spent = cpu_now() - c0;
+      b->end_timing(0);
+      const double quota = process_cpu_quota_cores(), timed = b->timed_seconds(0);
+      std::fprintf(stderr, "quota %.3f cores, cpu %.4f s, timed %.4f s\n", quota, spent, timed);
+      code = quota > 0.19 && quota < 0.21 && timed >= 4.5 * spent ? 0 : 2;
+    }
+    std::_Exit(code);
+  }
+  int status = -1;
+  if (child > 0) ::waitpid(child, &status, 0);
+  fs::remove(cg, ec);  // empty again once the child has exited
+  REQUIRE_MESSAGE(capped, "could not set a quota on " << cg.string());
+  REQUIRE(child > 0);
+  CHECK_MESSAGE((WIFEXITED(status) && WEXITSTATUS(status) == 0),
+                "the child saw the wrong quota or time (its line above); status " << status);
 }
