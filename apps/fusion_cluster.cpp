@@ -163,7 +163,7 @@ int64_t parse_count(const std::string& flag, const std::string& v) {
 }
 
 nlohmann::json plan_json(const workload_estimator& est, const plan_report& r, const opfence_report* fence,
-                         const plan& p, const schedule_choice& sc) {
+                         const plan& p, const schedule_choice& sc, const micro_batch_choice* micro) {
   const graph& g = est.model();
   const cluster_spec& c = est.cluster();
   nlohmann::json out = {{"model", g.name}, {"cluster", c.name}, {"micro_batches", est.micro_batches()},
@@ -175,6 +175,17 @@ nlohmann::json plan_json(const workload_estimator& est, const plan_report& r, co
                         {"schedule_step_s", {{"eager", sc.step_of(pipeline_schedule::eager)},
                                              {"gpipe", sc.step_of(pipeline_schedule::gpipe)},
                                              {"1f1b", sc.step_of(pipeline_schedule::one_f_one_b)}}}};
+  if (micro) {  // --train.micro-batches auto: every candidate and why the count was chosen
+    nlohmann::json candidates = nlohmann::json::array();
+    for (auto& m : micro->candidates)
+      candidates.push_back({{"micro_batches", m.micro_batches},
+                            {"step_s", m.step_s},
+                            {"schedule", schedule_name(m.schedule)},
+                            {"peak_bytes", m.peak_bytes},
+                            {"fits", m.over_memory.empty()},
+                            {"over_memory", m.over_memory}});
+    out["micro_batches_auto"] = {{"chosen", micro->chosen}, {"reason", micro->reason}, {"candidates", candidates}};
+  }
   out["stages"] = nlohmann::json::array();
   for (auto& s : r.stages) {
     nlohmann::json ops = nlohmann::json::array();
@@ -276,6 +287,7 @@ int run_plan(const command_args& a) {
   prof.micro_batches = static_cast<int>(micro);
   graph g = load_graph(model_file, batch / micro);
   std::string micro_line;
+  std::optional<micro_batch_choice> micro_choice;
   if (auto_micro) {
     std::optional<pipeline_schedule> schedule;
     if (a.schedule != "auto") schedule = fixed;
@@ -285,6 +297,7 @@ int run_plan(const command_args& a) {
         schedule, estimator_options{});
     micro_line = "micro-batches: " + std::to_string(mc.chosen) + " (auto: " + mc.reason + "); predicted step " +
                  format_candidates(mc) + "\n";
+    micro_choice = mc;
     if (mc.chosen != micro) {
       graph chosen_graph = load_graph(model_file, batch / mc.chosen);
       prof = rescale_profile(prof, g, chosen_graph, static_cast<int>(mc.chosen));
@@ -301,7 +314,8 @@ int run_plan(const command_args& a) {
   plan_report r = report_plan(est, p, static_cast<double>(batch * g.row_items));
   check_plan_fits(est, r);
   if (json) {
-    std::cout << plan_json(est, r, is_fence ? &fence : nullptr, p, sc).dump(2) << "\n";
+    std::cout << plan_json(est, r, is_fence ? &fence : nullptr, p, sc, micro_choice ? &*micro_choice : nullptr).dump(2)
+              << "\n";
     return 0;
   }
   std::cout << "plan of model '" << g.name << "' (" << g.param_count() / 1e6 << " M parameters; batch " << batch << " = "

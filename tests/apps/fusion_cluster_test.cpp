@@ -111,6 +111,32 @@ TEST_CASE("apps/fusion-cluster: plan --train.micro-batches auto predicts every d
   // The plan below is made at the chosen count.
   const int chosen = std::stoi(said.substr(std::string("micro-batches: ").size()));
   CHECK(r.output.find("batch 16 = " + std::to_string(chosen) + " micro-batches") != std::string::npos);
+  // --json says the same: the chosen count, the reason and every candidate's prediction.
+  auto js = run_in_source(cluster_bin() +
+                          " plan configs/clusters/sites-2-slow.pbtxt --model configs/models/gpt-char-small.pbtxt "
+                          "--train.batch 16 --train.micro-batches auto --json");
+  INFO(js.output);
+  REQUIRE(js.status == 0);
+  const auto j = nlohmann::json::parse(js.output.substr(js.output.find('{')));
+  CHECK(j["micro_batches"].get<int>() == chosen);
+  const auto& m = j.at("micro_batches_auto");
+  CHECK(m["chosen"].get<int>() == chosen);
+  CHECK(m["reason"].get<std::string>().find("shortest predicted step") != std::string::npos);
+  REQUIRE(m["candidates"].size() == 5);
+  double best = 1e30;
+  for (auto& c : m["candidates"]) {
+    CHECK(c["step_s"].get<double>() > 0);
+    CHECK(c["fits"].get<bool>());
+    best = std::min(best, c["step_s"].get<double>());
+  }
+  for (auto& c : m["candidates"])
+    if (c["micro_batches"].get<int>() == chosen) CHECK(c["step_s"].get<double>() <= best * 1.01);
+  // A fixed count has no such object.
+  auto fixed = run_in_source(cluster_bin() +
+                             " plan configs/clusters/sites-2-slow.pbtxt --model configs/models/gpt-char-small.pbtxt "
+                             "--train.batch 16 --train.micro-batches 4 --json");
+  REQUIRE(fixed.status == 0);
+  CHECK(nlohmann::json::parse(fixed.output.substr(fixed.output.find('{'))).count("micro_batches_auto") == 0);
 }
 
 TEST_CASE("apps/fusion-cluster: plan refuses usage mistakes with exit 2 and a reason, a bad profile with 1") {
