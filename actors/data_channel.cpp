@@ -267,4 +267,9 @@ result<std::shared_ptr<data_link>> connect_data_link(const std::string& host, ui
   return std::shared_ptr<data_link>(std::make_shared<tcp_link>(std::move(*s), std::move(node)));
 }
 
+bool data_link_unreachable(const std::string& error) {
+  // net::connect_tcp's failure, before any byte was exchanged (net/socket.cpp).
+  return error.rfind("cannot connect to ", 0) == 0;
+}
+
 }  // namespace fusion

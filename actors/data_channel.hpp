@@ -155,4 +155,9 @@ result<std::shared_ptr<data_link>> connect_data_link(const std::string& host, ui
                                                      const std::string& peer_node,
                                                      std::shared_ptr<const net::tls_context> tls, node_actor node);
 
+/// True when connect_data_link failed to open a TCP connection at all (timed out, refused,
+/// unreachable), as opposed to a connection that was refused later (TLS, the peer's identity):
+/// the peer may be behind a firewall nobody declared, and may still dial this node.
+bool data_link_unreachable(const std::string& error);
+
 }  // namespace fusion

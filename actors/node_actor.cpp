@@ -6,6 +6,7 @@
 #include <functional>
 #include <iostream>
 #include <map>
+#include <set>
 #include <vector>
 
 #include "actors/data_channel.hpp"
@@ -34,6 +35,9 @@ struct node_state {
   std::map<std::string, std::shared_ptr<data_link>> reversed;  // opened by peers behind firewalls, by name
   // Edges waiting for a firewalled peer to dial this node, by its name (one reverse_atom each).
   std::map<std::string, std::vector<std::function<void(result<std::shared_ptr<data_link>>)>>> dialing;
+  // Peers whose data channel could not be reached although the cluster file does not say they
+  // are behind a firewall: later edges to them go straight to connection reversal.
+  std::set<std::string> unreachable;
   wire_assembler assembler;                                 // chunks that came over CAF
   std::map<uint64_t, edge_stat> traffic;  // since the last poll
   uint64_t rejected = 0;
@@ -177,7 +181,8 @@ caf::behavior measure_worker(caf::event_based_actor* self, node_identity id) {
         auto st = id.reverse->dial(id.name, sender, host, port, token, id.tls);
         if (!st) return make_error(fusion_errc::connect_failed, st.error());
         log_info(me, "opened the data channel connection from node '" + sender + "' (" + host + ":" +
-                         std::to_string(port) + "): this node accepts no inbound connection");
+                         std::to_string(port) + ") from this end: connection reversal, since '" + sender +
+                         "' cannot connect to this node");
         return true;
       },
       [=](probe_atom, std::string& peer, std::string& host, uint16_t port, uint32_t warmup_ms,
@@ -257,7 +262,7 @@ node_actor::behavior_type node_actor_fn(node_ptr self, node_identity id, std::sh
       },
       [=](edge_atom, uint64_t edge, node_inbox& peer, edge_config& cfg, std::string& host, uint16_t port,
           bool receiver_dials, std::string& peer_node, codec_settings& codec) -> caf::result<edge_sender_actor> {
-        if (receiver_dials) {
+        auto via_reversal = [=]() -> caf::result<edge_sender_actor> {
           auto rp = self->make_response_promise<edge_sender_actor>();
           reversed_link_to(self, peer, peer_node, [=](result<std::shared_ptr<data_link>> link) mutable {
             if (link)
@@ -266,12 +271,24 @@ node_actor::behavior_type node_actor_fn(node_ptr self, node_identity id, std::sh
               rp.deliver(make_error(fusion_errc::connect_failed, "node " + self->state.id.name + ": " + link.error()));
           });
           return rp;
-        }
+        };
+        if (receiver_dials) return via_reversal();
         std::shared_ptr<data_link> link;
         if (port != 0) {
+          auto& st = self->state;
+          if (st.unreachable.count(peer_node)) return via_reversal();
           auto connected = link_to(self, host, port, peer_node);
+          if (!connected && data_link_unreachable(connected.error())) {
+            // A firewall nobody declared (accept_inbound: false would have said so): the peer
+            // may still dial this node, as for a declared one.
+            log_warn("fusion-node " + st.id.name, connected.error() + ": node '" + peer_node +
+                                                      "' takes no inbound connection (a firewall?); asking it "
+                                                      "to dial this node instead (connection reversal)");
+            st.unreachable.insert(peer_node);
+            return via_reversal();
+          }
           if (!connected)
-            return make_error(fusion_errc::connect_failed, "node " + self->state.id.name + ": " + connected.error());
+            return make_error(fusion_errc::connect_failed, "node " + st.id.name + ": " + connected.error());
           link = std::move(*connected);
         }
         return make_sender(self, edge, peer, cfg, std::move(link), codec);
@@ -354,6 +371,7 @@ node_actor::behavior_type node_actor_fn(node_ptr self, node_identity id, std::sh
         stop_hosted(self);
         st.links.clear();
         st.reversed.clear();
+        st.unreachable.clear();
         self->quit();
         return true;
       },

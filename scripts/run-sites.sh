@@ -11,9 +11,11 @@
 #
 #   scripts/run-sites.sh [--cluster FILE] [--run FILE.ini] [--tag TAG] [--subnet A.B.C] [--loopback]
 #                        [--no-caps] [--logs DIR] [--certs DIR] [--plaintext] [--node-arg ARG ...]
-#                        [-- fusion-train args]
+#                        [--firewall NODE ...] [-- fusion-train args]
 #
 # --loopback skips the namespaces even as root; --no-caps ignores the cpu_share of the nodes;
+# --firewall NODE drops inbound connections to NODE's site as for `accept_inbound: false`, but
+# tells nobody: the node listens as usual and its senders find out when they cannot reach it;
 # --node-arg passes an option to every fusion-node. Defaults: configs/clusters/sites-3.pbtxt,
 # configs/runs/char-sites.ini, tag fus, subnet 10.77.0. Node logs go to DIR/<node>.log (default
 # runs/sites). Expects a build in build/ (scripts/build.sh); FUSION_BIN=DIR/apps picks another
@@ -40,7 +42,7 @@ bin=${FUSION_BIN:-$repo/build/apps}
 export FUSION_CLUSTER_BIN=${FUSION_CLUSTER_BIN:-$bin/fusion-cluster}
 cluster=configs/clusters/sites-3.pbtxt run=configs/runs/char-sites.ini tag=fus subnet=10.77.0 loopback=0
 caps=1 logs=runs/sites certs="" plaintext=0
-node_extra=()
+node_extra=() undeclared=" "
 while [[ $# -gt 0 ]]; do
   case $1 in
     --cluster) cluster=$2; shift 2 ;;
@@ -53,7 +55,8 @@ while [[ $# -gt 0 ]]; do
     --certs) certs=$2; shift 2 ;;
     --plaintext) plaintext=1; shift ;;
     --node-arg) node_extra+=("$2"); shift 2 ;;
-    -h|--help) sed -n '2,34p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    --firewall) undeclared+="$2 "; shift 2 ;;
+    -h|--help) sed -n '2,36p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     --) shift; break ;;
     *) echo "run-sites.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
@@ -176,12 +179,16 @@ export FUSION_SITES_TAG=$tag
 # A node behind a firewall (accept_inbound: false) listens nowhere: it dials its senders. In
 # namespaces its site drops every inbound TCP SYN (iptables), unless other nodes share the site.
 firewalled=" $(awk '$1 == "firewalled" { printf "%s ", $2 }' <<<"$plan")"
+for n in $undeclared; do
+  awk -v n="$n" '$1 == "node" && $2 == n { found = 1 } END { exit !found }' <<<"$plan" ||
+    { echo "run-sites.sh: --firewall $n: no node of that name in $cluster" >&2; exit 2; }
+done
 firewall_site() {  # firewall_site NODE SITE
   [[ $netns_up == 1 ]] || return 0
   local others
   others=$(awk -v s="$2" -v n="$1" '$1 == "node" && $3 == s && $2 != n { printf "%s ", $2 }' <<<"$plan")
   for o in $others; do
-    if [[ $firewalled != *" $o "* ]]; then
+    if [[ $firewalled != *" $o "* && $undeclared != *" $o "* ]]; then
       echo "run-sites: WARNING: node $1 is NOT firewalled: site $2 also holds node $o, which accepts connections" >&2
       return 0
     fi
@@ -207,6 +214,8 @@ while read -r kind name site device share; do
   if [[ $firewalled == *" $name "* ]]; then
     args+=(--node.accept-inbound=false)
     firewall_site "$name" "$site"
+  elif [[ $undeclared == *" $name "* ]]; then
+    firewall_site "$name" "$site"  # the node itself listens as usual
   fi
   launch=()
   cap_note=""

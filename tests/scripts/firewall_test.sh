@@ -91,5 +91,34 @@ grep -q "data channel: accepted 0 connection(s), dialed 2" "$b1" || fail "b1's d
 leftover=$(ip netns list | grep -c "^$tag-" || true)
 [[ $leftover == 0 ]] || fail "$leftover namespaces left behind"
 
+# The same firewall, declared nowhere (run-sites.sh --firewall): b1 listens as usual and nothing
+# says it takes no inbound connection. Its senders find out when they cannot connect, ask it to
+# dial them, and the run trains as before.
+sed 's/ accept_inbound: false//' "$work/fw.pbtxt" >"$work/fw2.pbtxt"
+(cd "$src" && scripts/run-sites.sh --cluster "$work/fw2.pbtxt" --tag "$tag" --subnet "$subnet" --no-caps \
+    --firewall b1 --logs "$work/logs2" -- --steps 4 --cluster.policy=even --train.eval-every=0 \
+    --train.eval-batches=0 --output.metrics="$work/metrics2.jsonl" --output.checkpoint= \
+    --output.sample-chars=0 --runtime.step-timeout=60.0) >"$work/run2.log" 2>&1
+status=$?
+tail -n 5 "$work/run2.log"
+if [[ $status != 0 ]]; then
+  cat "$work/run2.log" "$work"/logs2/*.log
+  fail "run-sites.sh --firewall b1 exited $status"
+fi
+grep -q '"step": 4, "loss"' "$work/metrics2.jsonl" || fail "undeclared firewall: no loss for step 4"
+grep -q "node b1 behind a firewall: inbound TCP connections to site b are dropped" "$work/run2.log" ||
+  fail "run-sites.sh --firewall did not firewall b1"
+b1=$work/logs2/b1.log
+grep -q "joined the coordinator .*data channel on port" "$b1" || fail "b1 did not listen as usual"
+for sender in a1 c1; do
+  grep -q "node 'b1' takes no inbound connection (a firewall?); asking it to dial" "$work/logs2/$sender.log" ||
+    fail "$sender did not find b1 unreachable and ask it to dial: $(grep -i 'b1' "$work/logs2/$sender.log" | tail -n 3)"
+  grep -q "opened the data channel connection from node '$sender'" "$b1" || fail "b1 did not dial $sender"
+done
+grep -q "data channel: accepted 0 connection(s), dialed 2" "$b1" ||
+  fail "undeclared firewall: b1's data channel counts: $(grep 'data channel:' "$b1")"
+leftover=$(ip netns list | grep -c "^$tag-" || true)
+[[ $leftover == 0 ]] || fail "$leftover namespaces left behind after the second run"
+
 if [[ $failures -gt 0 ]]; then echo "$failures failure(s)"; exit 1; fi
 echo "firewall: all checks passed"
