@@ -126,7 +126,9 @@ result<std::unique_ptr<frame_sender>> frame_sender::connect(const std::string& h
     io = std::move(*secured);
     io.buffer_writes(send_buffer_bytes);
   }
-  return std::unique_ptr<frame_sender>(new frame_sender(std::move(*sock), std::move(io), std::move(peer), options));
+  std::unique_ptr<frame_sender> sender(new frame_sender(std::move(*sock), std::move(io), std::move(peer), options));
+  sender->greet();
+  return sender;
 }
 
 result<reversed_connection> dial_reverse(const std::string& host, uint16_t port, const reverse_hello_meta& hello,
@@ -203,6 +205,23 @@ send_status frame_sender::enqueue(std::string meta, const std::byte* data, size_
   return send_status::queued;
 }
 
+// The server closes a connection whose first frame has not come within its
+// first_frame_timeout (frame_server_options), and a connection may carry nothing for longer:
+// a link that only peer-held snapshots use waits snapshot-every steps for its first tensor.
+// An empty probe frame, which the server reads and drops, tells it at once that the peer
+// speaks the protocol; no reply is asked for.
+void frame_sender::greet() {
+  {
+    std::lock_guard lock(mutex_);
+    item& it = queue_.emplace_back();
+    encode_preamble({flag_probe, 0, 0}, it.preamble);
+    it.data = nullptr;
+    it.size = 0;
+    it.greeting = true;
+  }
+  work_cv_.notify_one();
+}
+
 void frame_sender::writer_loop() {
   std::deque<item> batch;
   std::vector<iovec> iov;
@@ -239,7 +258,7 @@ void frame_sender::writer_loop() {
       fail_all(batch, err);
       break;
     }
-    frames_sent_ += batch.size();
+    for (auto& it : batch) frames_sent_ += it.greeting ? 0 : 1;
     bytes_sent_ += payload;
     for (auto& it : batch) {
       try {

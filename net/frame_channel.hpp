@@ -115,8 +115,10 @@ struct frame_sender_options {
 /// One outgoing connection with a writer thread and a bounded queue.
 class frame_sender {
  public:
-  /// Connects to a frame_server (with options.tls: and completes the TLS handshake); the error
-  /// reads "cannot connect to HOST:PORT: reason" or "TLS connection to HOST:PORT: reason".
+  /// Connects to a frame_server (with options.tls: and completes the TLS handshake) and queues
+  /// an empty probe frame as its greeting, so that the server keeps the connection however long
+  /// the first real frame takes; the error reads "cannot connect to HOST:PORT: reason" or "TLS
+  /// connection to HOST:PORT: reason".
   static result<std::unique_ptr<frame_sender>> connect(const std::string& host, uint16_t port,
                                                        frame_sender_options options = {});
   /// A sender over a connection the peer opened (connection reversal): `io` is `sock`'s stream,
@@ -148,7 +150,7 @@ class frame_sender {
   std::string error() const;
   /// "host:port" of the server.
   const std::string& peer() const noexcept { return peer_; }
-  /// Frames and payload bytes fully written.
+  /// Frames (the caller's: not the greeting) and payload bytes fully written.
   uint64_t frames_sent() const noexcept { return frames_sent_.load(); }
   uint64_t bytes_sent() const noexcept { return bytes_sent_.load(); }
   /// Frames queued and not yet completed.
@@ -162,10 +164,13 @@ class frame_sender {
     size_t size;
     std::shared_ptr<const void> keep_alive;
     send_done done;
+    bool greeting = false;  // not counted in frames_sent()
   };
   frame_sender(socket sock, stream io, std::string peer, frame_sender_options options);
   send_status enqueue(std::string meta, const std::byte* data, size_t n,
                       std::shared_ptr<const void> keep_alive, send_done done, bool block);
+  /// Queues the greeting (connect()).
+  void greet();
   void writer_loop();
   void fail_all(std::deque<item>& items, const std::string& error);
 

@@ -2,6 +2,7 @@
 // reported, and the server keeps serving other connections. Also socket errors and the probe.
 #include <doctest/doctest.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstring>
 #include <thread>
@@ -133,6 +134,34 @@ TEST_CASE("net a connection that sends no frame in time is closed, even one tric
   (*tx)->send("after a pause", p->data(), p->size(), p);
   REQUIRE(srv.wait_frames(2));
   CHECK(srv.errors().size() == 2);
+}
+
+TEST_CASE("net a sender whose first frame comes after the first-frame deadline keeps its connection") {
+  // As a link that only peer-held snapshots use: connected at wiring, its first tensor comes
+  // snapshot-every steps later. The sender's greeting (an empty probe frame) is its first frame.
+  frame_server_options opts;
+  opts.first_frame_timeout = std::chrono::milliseconds(300);
+  collecting_server srv(opts);
+  auto tx = frame_sender::connect("127.0.0.1", srv.port());
+  REQUIRE(tx.ok());
+  std::this_thread::sleep_for(900ms);
+  auto p = std::make_shared<std::vector<std::byte>>(pattern(4096, 5));
+  status sent = fail("not completed");
+  std::atomic<bool> done{false};
+  REQUIRE((*tx)->send("late", p->data(), p->size(), p, [&](const status& s) {
+    sent = s;
+    done = true;
+  }) == send_status::queued);
+  REQUIRE(srv.wait_frames(1));
+  CHECK(srv.frames().front().payload == *p);
+  CHECK(eventually([&] { return done.load(); }));
+  CHECK_MESSAGE(sent.ok(), sent.error());
+  (*tx)->close();
+  CHECK(srv.errors().empty());
+  auto stats = srv.server().stats();
+  CHECK(stats.broken_connections == 0);
+  CHECK(stats.probe_frames == 1);  // the greeting, never shown to the handler
+  CHECK(stats.frames == 1);
 }
 
 TEST_CASE("net a connection dropped mid-payload is counted as broken and reported") {

@@ -217,6 +217,23 @@ TEST_CASE("net tls a peer that stops inside a record is waited for without spinn
   CHECK(cpu_seconds() - before < 0.25);
 }
 
+TEST_CASE("net tls a sender idle past the first-frame deadline after the handshake keeps its connection") {
+  auto opts = tls_server_options();
+  opts.first_frame_timeout = 400ms;
+  collecting_server srv(opts);
+  auto tx = frame_sender::connect("127.0.0.1", srv.port(), tls_sender_options("n1"));
+  REQUIRE_MESSAGE(tx.ok(), tx.error());
+  std::this_thread::sleep_for(1200ms);
+  auto p = std::make_shared<std::vector<std::byte>>(pattern(1 << 16, 9));
+  REQUIRE((*tx)->send("late", p->data(), p->size(), p) == send_status::queued);
+  REQUIRE(srv.wait_frames(1));
+  CHECK(srv.frames().front().payload == *p);
+  (*tx)->close();
+  CHECK((*tx)->error().empty());
+  CHECK(srv.errors().empty());
+  CHECK(srv.server().stats().broken_connections == 0);
+}
+
 TEST_CASE("net tls contexts name the file that cannot be used") {
   auto files = security::files_in(fusion::test::certs_dir(), security::role::node, "n1");
   auto missing = files;
