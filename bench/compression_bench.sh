@@ -13,7 +13,7 @@
 #   bench/compression_bench.sh [--steps 600] [--eval-every 200] [--dense-steps 40] [--build build]
 #                              [--out runs/compression/STAMP] [--smoke]
 #
-# --smoke: 8 steps, one evaluation of 2 batches at the end, 8 dense steps (the ctest bench_smoke_compression_bench;
+# --smoke: 4 steps, one evaluation of 2 batches at the end, 4 dense steps (the ctest bench_smoke_compression_bench;
 # without namespaces it exits 77, skipped).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -25,7 +25,7 @@ while [[ $# -gt 0 ]]; do
     --dense-steps) dense_steps=$2; shift 2 ;;
     --build) build=$2; shift 2 ;;
     --out) out=$2; shift 2 ;;
-    --smoke) steps=8 eval_every=8 eval_batches=2 dense_steps=8 smoke=1; shift ;;
+    --smoke) steps=4 eval_every=4 eval_batches=2 dense_steps=4 smoke=1; shift ;;
     -h|--help) sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "compression_bench: unknown option '$1' (try --help)" >&2; exit 2 ;;
   esac

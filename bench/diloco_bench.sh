@@ -15,7 +15,7 @@
 #   bench/diloco_bench.sh [--steps 600] [--eval-every 200] [--sync-every 20] [--build build]
 #                         [--out runs/diloco/STAMP] [--smoke]
 #
-# --smoke: 8 steps, H 2, one evaluation of 2 batches at the end (the ctest bench_smoke_diloco_bench;
+# --smoke: 4 steps, H 2, one evaluation of 2 batches at the end (the ctest bench_smoke_diloco_bench;
 # without namespaces it exits 77, skipped).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -27,7 +27,7 @@ while [[ $# -gt 0 ]]; do
     --sync-every) sync_every=$2; shift 2 ;;
     --build) build=$2; shift 2 ;;
     --out) out=$2; shift 2 ;;
-    --smoke) steps=8 eval_every=8 eval_batches=2 sync_every=2 smoke=1; shift ;;
+    --smoke) steps=4 eval_every=4 eval_batches=2 sync_every=2 smoke=1; shift ;;
     -h|--help) sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "diloco_bench: unknown option '$1' (try --help)" >&2; exit 2 ;;
   esac
