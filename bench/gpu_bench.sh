@@ -8,12 +8,14 @@
 # (each op kind's forward and backward milliseconds, from the run's own per-op measurements).
 #
 #   bench/gpu_bench.sh [--steps 20] [--warmup 3] [--batch 8] [--micro-batches 1] [--precision fp32]
-#                      [--model gpt2-124m] [--gemm-attention] [--compile] [--no-torch]
+#                      [--model gpt2-124m] [--schedule auto] [--gemm-attention] [--compile] [--no-torch]
 #                      [--peak-tflops 67] [--build build] [--out DIR]
 #
 # --precision bf16 runs ours with --runtime.precision=bf16 (bf16 tensor-core GEMMs and fused
 # attention on f32 tensors) and PyTorch under torch.autocast(bfloat16) (bf16 matmuls and
 # activations). --model gpt2-xl trains configs/models/gpt2-xl.pbtxt (1.6 B parameters) instead.
+# --schedule passes train.schedule to ours (1f1b in one process keeps one micro-batch of
+# activations per op alive, gpipe all of them: what lets gpt2-xl fit with --micro-batches 4).
 # --gemm-attention adds a row of ours with the cuBLAS attention path (FUSION_CUDA_ATTENTION=gemm),
 # --compile a row of PyTorch + SDPA under torch.compile, --no-torch leaves PyTorch out. Every
 # row shows the GPU memory the run held at its peak (nvidia-smi, sampled every 100 ms).
@@ -25,7 +27,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 steps=20 warmup=3 batch=8 micro=1 peak="" precision=fp32 build=${BUILD_DIR:-build} work="" smoke=0
-model=gpt2-124m gemm_row=0 compile_row=0 torch_rows=1
+model=gpt2-124m gemm_row=0 compile_row=0 torch_rows=1 schedule=auto
 while [[ $# -gt 0 ]]; do
   case $1 in
     --steps) steps=$2; shift 2 ;;
@@ -35,13 +37,14 @@ while [[ $# -gt 0 ]]; do
     --peak-tflops) peak=$2; shift 2 ;;
     --precision) precision=$2; shift 2 ;;
     --model) model=$2; shift 2 ;;
+    --schedule) schedule=$2; shift 2 ;;
     --gemm-attention) gemm_row=1; shift ;;
     --compile) compile_row=1; shift ;;
     --no-torch) torch_rows=0; shift ;;
     --build) build=$2; shift 2 ;;
     --out) work=$2; shift 2 ;;
     --smoke) steps=2 warmup=1 batch=2 smoke=1; shift ;;
-    -h|--help) sed -n '2,27p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,26p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "gpu_bench: unknown option '$1' (try --help)" >&2; exit 2 ;;
   esac
 done
@@ -77,7 +80,7 @@ ours_rate() {  # NAME [ENV=VALUE...]: tokens/s of fusion-train over the timed st
   local name=$1; shift
   sampled "$name" env "$@" "$build/apps/fusion-train" --config configs/runs/char-small.ini \
     --model "configs/models/$model.pbtxt" --runtime.device=cuda --runtime.precision="$precision" \
-    --steps "$total" --train.batch="$batch" --train.micro-batches="$micro" \
+    --steps "$total" --train.batch="$batch" --train.micro-batches="$micro" --train.schedule="$schedule" \
     --train.eval-every=0 --train.eval-batches=0 --output.sample-chars=0 --output.checkpoint="" \
     --output.metrics="$work/$name.jsonl" --runtime.quiet 2>"$work/$name.log" || { cat "$work/$name.log" >&2; echo "-"; return; }
   python3 - "$work/$name.jsonl" "$warmup" "$batch" "$T" <<'PY'

@@ -11,7 +11,8 @@
 #
 # bench is bench/gpu_bench.sh in fp32, bf16 the same with --precision bf16 (both with a row for
 # the cuBLAS attention path), xl gpt2-xl in bf16 without PyTorch, batch 8 x 1024 in
-# GPU_SESSION_XL_MB micro-batches (default 1; with f32 activations it needs more than 80 GB),
+# GPU_SESSION_XL_MB micro-batches (default 4) under 1F1B, which keeps one micro-batch of
+# activations alive per op (under GPipe, all of a step's: more than 80 GB with f32 activations),
 # parity bench/gpu_parity.sh (100 steps of gpt2-124m in fp32 and in bf16, losses compared).
 # Each stage has its own time limit (GPU_SESSION_CUDA_S, _BENCH_S, _SUITE_S seconds); logs go
 # to $OUT (default /tmp/gpu-session) and a summary is printed last.
@@ -95,7 +96,8 @@ run() {
       bf16) stage bf16 "${GPU_SESSION_BENCH_S:-200}" bench/gpu_bench.sh --steps 10 --warmup 3 --precision bf16 \
               --gemm-attention --out "$out/bench-bf16" ;;
       xl) stage xl "${GPU_SESSION_BENCH_S:-200}" bench/gpu_bench.sh --model gpt2-xl --steps 4 --warmup 2 \
-            --precision bf16 --micro-batches "${GPU_SESSION_XL_MB:-1}" --no-torch --out "$out/bench-xl" ;;
+            --precision bf16 --micro-batches "${GPU_SESSION_XL_MB:-4}" --schedule 1f1b --no-torch \
+            --out "$out/bench-xl" ;;
       parity) stage parity "${GPU_SESSION_BENCH_S:-200}" bench/gpu_parity.sh --out "$out/parity" ;;
       suite) stage suite "${GPU_SESSION_SUITE_S:-180}" ctest --test-dir build -LE cuda -j "$(nproc)" --timeout 150 ;;
       *) echo "gpu_session: unknown stage '$s' (cuda, bench, bf16, xl, parity, suite)" >&2; exit 2 ;;
@@ -109,5 +111,5 @@ run() {
 case ${1:-} in
   pack) shift; pack "$@" ;;
   run) shift; run "$@" ;;
-  *) sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
+  *) sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
 esac
