@@ -70,55 +70,48 @@ ip netns exec "$tag-b" timeout 3 bash -c "exec 3<>/dev/tcp/${ip[a]}/7798" 2>/dev
 kill "$probe" 2>/dev/null; wait "$probe" 2>/dev/null
 "$sites" down --tag "$tag" >/dev/null || fail "sites.sh down"
 
-(cd "$src" && scripts/run-sites.sh --cluster "$work/fw.pbtxt" --tag "$tag" --subnet "$subnet" --no-caps \
-    --logs "$work/logs" -- --steps 4 --cluster.policy=even --train.eval-every=0 --train.eval-batches=0 \
-    --output.metrics="$work/metrics.jsonl" --output.checkpoint= --output.sample-chars=0 \
-    --runtime.step-timeout=60.0) >"$work/run.log" 2>&1
-status=$?
-tail -n 5 "$work/run.log"
-if [[ $status != 0 ]]; then
-  cat "$work/run.log" "$work"/logs/*.log
-  fail "run-sites.sh exited $status"
-fi
-grep -q '"step": 4, "loss"' "$work/metrics.jsonl" || fail "no loss for step 4 in the metrics"
-grep -q "node b1 behind a firewall: inbound TCP connections to site b are dropped" "$work/run.log" ||
-  fail "run-sites.sh did not firewall b1"
-b1=$work/logs/b1.log
+# train NAME CLUSTER [run-sites.sh options]: 4 steps over the sites, logs in $work/NAME*; checks
+# that the run succeeded, that b1 was firewalled, that b1 accepted no connection and dialed both
+# of its senders, and that no namespace is left.
+train() {
+  local name=$1 cluster=$2; shift 2
+  (cd "$src" && scripts/run-sites.sh --cluster "$cluster" --tag "$tag" --subnet "$subnet" --no-caps "$@" \
+      --logs "$work/$name.logs" -- --steps 4 --cluster.policy=even --train.eval-every=0 --train.eval-batches=0 \
+      --output.metrics="$work/$name.jsonl" --output.checkpoint= --output.sample-chars=0 \
+      --runtime.step-timeout=60.0) >"$work/$name.log" 2>&1
+  local status=$?
+  tail -n 5 "$work/$name.log"
+  if [[ $status != 0 ]]; then
+    cat "$work/$name.log" "$work/$name.logs"/*.log
+    fail "$name: run-sites.sh exited $status"
+  fi
+  grep -q '"step": 4, "loss"' "$work/$name.jsonl" || fail "$name: no loss for step 4 in the metrics"
+  grep -q "node b1 behind a firewall: inbound TCP connections to site b are dropped" "$work/$name.log" ||
+    fail "$name: run-sites.sh did not firewall b1"
+  b1=$work/$name.logs/b1.log
+  for sender in a1 c1; do
+    grep -q "opened the data channel connection from node '$sender'" "$b1" || fail "$name: b1 did not dial $sender"
+  done
+  grep -q "data channel: accepted 0 connection(s), dialed 2" "$b1" ||
+    fail "$name: b1's data channel counts: $(grep 'data channel:' "$b1")"
+  local leftover
+  leftover=$(ip netns list | grep -c "^$tag-" || true)
+  [[ $leftover == 0 ]] || fail "$name: $leftover namespaces left behind"
+}
+
+train declared "$work/fw.pbtxt"
 grep -q "accepts no inbound connection" "$b1" || fail "b1 did not start without a listening data channel"
-grep -q "opened the data channel connection from node 'a1'" "$b1" || fail "b1 did not dial a1"
-grep -q "opened the data channel connection from node 'c1'" "$b1" || fail "b1 did not dial c1"
-grep -q "data channel: accepted 0 connection(s), dialed 2" "$b1" || fail "b1's data channel counts: $(grep 'data channel:' "$b1")"
-leftover=$(ip netns list | grep -c "^$tag-" || true)
-[[ $leftover == 0 ]] || fail "$leftover namespaces left behind"
 
 # The same firewall, declared nowhere (run-sites.sh --firewall): b1 listens as usual and nothing
 # says it takes no inbound connection. Its senders find out when they cannot connect, ask it to
 # dial them, and the run trains as before.
 sed 's/ accept_inbound: false//' "$work/fw.pbtxt" >"$work/fw2.pbtxt"
-(cd "$src" && scripts/run-sites.sh --cluster "$work/fw2.pbtxt" --tag "$tag" --subnet "$subnet" --no-caps \
-    --firewall b1 --logs "$work/logs2" -- --steps 4 --cluster.policy=even --train.eval-every=0 \
-    --train.eval-batches=0 --output.metrics="$work/metrics2.jsonl" --output.checkpoint= \
-    --output.sample-chars=0 --runtime.step-timeout=60.0) >"$work/run2.log" 2>&1
-status=$?
-tail -n 5 "$work/run2.log"
-if [[ $status != 0 ]]; then
-  cat "$work/run2.log" "$work"/logs2/*.log
-  fail "run-sites.sh --firewall b1 exited $status"
-fi
-grep -q '"step": 4, "loss"' "$work/metrics2.jsonl" || fail "undeclared firewall: no loss for step 4"
-grep -q "node b1 behind a firewall: inbound TCP connections to site b are dropped" "$work/run2.log" ||
-  fail "run-sites.sh --firewall did not firewall b1"
-b1=$work/logs2/b1.log
-grep -q "joined the coordinator .*data channel on port" "$b1" || fail "b1 did not listen as usual"
+train undeclared "$work/fw2.pbtxt" --firewall b1
+grep -q "joined the coordinator .*data channel on port" "$b1" || fail "undeclared: b1 did not listen as usual"
 for sender in a1 c1; do
-  grep -q "node 'b1' takes no inbound connection (a firewall?); asking it to dial" "$work/logs2/$sender.log" ||
-    fail "$sender did not find b1 unreachable and ask it to dial: $(grep -i 'b1' "$work/logs2/$sender.log" | tail -n 3)"
-  grep -q "opened the data channel connection from node '$sender'" "$b1" || fail "b1 did not dial $sender"
+  grep -q "node 'b1' takes no inbound connection (a firewall?); asking it to dial" "$work/undeclared.logs/$sender.log" ||
+    fail "undeclared: $sender did not find b1 unreachable and ask it to dial"
 done
-grep -q "data channel: accepted 0 connection(s), dialed 2" "$b1" ||
-  fail "undeclared firewall: b1's data channel counts: $(grep 'data channel:' "$b1")"
-leftover=$(ip netns list | grep -c "^$tag-" || true)
-[[ $leftover == 0 ]] || fail "$leftover namespaces left behind after the second run"
 
 if [[ $failures -gt 0 ]]; then echo "$failures failure(s)"; exit 1; fi
 echo "firewall: all checks passed"
