@@ -379,6 +379,19 @@ caf::error local_only(coord_ptr self, const char* what) {
                                               " to the coordinator itself: use the admin shell (admin.port)");
 }
 
+// The other nodes' data-channel connections to a lost node are aborted: after a cut link
+// nothing would ever close them (no FIN, no RST arrives), and a node that comes back on the same
+// data port (node.data-port) must not be sent to over its old connections (docs/recovery.md,
+// "A link cut"). No answer is awaited: the node actor handles it before anything sent later.
+static void forget_lost_node(coord_ptr self, size_t lost) {
+  auto& st = self->state;
+  const auto& h = st.members.hellos[lost];
+  if (h.name.empty()) return;
+  for (auto& n : st.members.nodes)
+    if (n) self->request(n, std::chrono::seconds(10), forget_peer_atom::value, h.name, h.host, h.data_port)
+               .then([](bool) {}, [](caf::error&) {});
+}
+
 static void on_down(coord_ptr self, const caf::down_msg& dm) {
   auto& st = self->state;
   for (size_t i = 0; i < st.members.nodes.size(); ++i) {
@@ -386,6 +399,7 @@ static void on_down(coord_ptr self, const caf::down_msg& dm) {
     st.members.nodes[i] = nullptr;
     st.members.node_state[i] = st.phase == run_phase::finished ? "exited" : "lost";
     if (st.phase == run_phase::finished || st.phase == run_phase::failed) continue;
+    forget_lost_node(self, i);
     if (lost_quietly(self, i, describe(dm.reason))) continue;
     if (abandon_migration_on_loss(self, i)) continue;
     if (recover_from_loss(self, i, describe(dm.reason))) continue;

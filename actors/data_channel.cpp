@@ -51,6 +51,7 @@ class tcp_link : public data_link {
  public:
   tcp_link(std::unique_ptr<net::frame_sender> sender, node_actor node) : sender_(std::move(sender)), node_(node) {}
   ~tcp_link() override { sender_->close(std::chrono::seconds(2)); }
+  void abort() override { sender_->abort(); }
 
   void send(std::string header, std::shared_ptr<const std::byte> source, uint64_t offset, uint64_t length) override {
     const std::byte* data = source ? source.get() + offset : nullptr;

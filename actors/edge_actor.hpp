@@ -31,6 +31,8 @@ class data_link {
   /// keep `source` alive until the bytes are written. An error ends the run through `on_error`.
   virtual void send(std::string header, std::shared_ptr<const std::byte> source, uint64_t offset,
                     uint64_t length) = 0;
+  /// Drops what is queued and closes at once (the peer was lost: nothing would be delivered).
+  virtual void abort() {}
 };
 
 /// Spawns the sending end of edge `edge`. Chunks go to `peer` (the receiving node actor) as

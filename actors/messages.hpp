@@ -90,6 +90,7 @@ using stats_atom = caf::atom_constant<caf::atom("stats")>;
 using shutdown_atom = caf::atom_constant<caf::atom("shutdown")>;
 using unroute_atom = caf::atom_constant<caf::atom("unroute")>;
 using drop_atom = caf::atom_constant<caf::atom("dropedge")>;
+using forget_peer_atom = caf::atom_constant<caf::atom("forgetpeer")>;
 using profile_atom = caf::atom_constant<caf::atom("profile")>;
 using probe_atom = caf::atom_constant<caf::atom("probe")>;
 // The session (actors/trainer.hpp) and tests talking to the coordinator.
@@ -514,6 +515,8 @@ using snapshot_holder =
 ///   reverse_atom(sending node's name, host, data port, token) -> true  once this node has opened
 ///                                                the data channel connection to the sending node
 ///   route_atom(edge, target, sender), unroute_atom(edge), drop_atom(edge) -> true
+///   forget_peer_atom(node name, host, data port) -> true  the node was lost: its data channel
+///                                                connections are aborted, never used again
 ///   profile_atom(op signatures) -> device_timing
 ///   probe_atom(peer, host, data port, warm-up ms, window ms) -> (Mbit/s, round trip s)
 ///   wire_atom(why, stray)                        a chunk its data channel refused
@@ -528,6 +531,7 @@ using node_actor = node_inbox::extend<
     caf::replies_to<reverse_atom, std::string, std::string, uint16_t, std::string>::with<bool>,
     caf::replies_to<route_atom, uint64_t, tensor_sink, edge_sender_actor>::with<bool>,
     caf::replies_to<unroute_atom, uint64_t>::with<bool>, caf::replies_to<drop_atom, uint64_t>::with<bool>,
+    caf::replies_to<forget_peer_atom, std::string, std::string, uint16_t>::with<bool>,
     caf::replies_to<profile_atom, std::vector<op_signature>>::with<device_timing>,
     caf::replies_to<probe_atom, std::string, std::string, uint16_t, uint32_t, uint32_t>::with<double, double>,
     caf::reacts_to<wire_atom, std::string, bool>, caf::replies_to<stats_atom>::with<node_stats>,

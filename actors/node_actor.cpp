@@ -310,6 +310,28 @@ node_actor::behavior_type node_actor_fn(node_ptr self, node_identity id, std::sh
         self->state.routes->erase(edge);
         return true;
       },
+      // A lost peer (a killed process, or a cut link: then nothing tells this node) is never sent
+      // to again: its connections are aborted now and forgotten, so a peer that comes back (at
+      // the same host and data port, node.data-port) gets fresh ones, and no reader or writer
+      // thread waits on a connection whose far end is gone.
+      [=](forget_peer_atom, std::string& peer, std::string& host, uint16_t port) {
+        auto& st = self->state;
+        auto drop = [&](std::shared_ptr<data_link>& link) {
+          if (!link) return;
+          link->abort();
+          log_info("fusion-node " + st.id.name, "closed the data channel connection to node '" + peer +
+                                                    "' (" + host + ":" + std::to_string(port) + "): it was lost");
+        };
+        if (auto it = st.links.find(host + ":" + std::to_string(port)); it != st.links.end()) {
+          drop(it->second);
+          st.links.erase(it);
+        }
+        if (auto it = st.reversed.find(peer); it != st.reversed.end()) {
+          drop(it->second);
+          st.reversed.erase(it);
+        }
+        return true;
+      },
       [=](drop_atom, uint64_t edge) {
         auto& st = self->state;
         if (auto it = st.senders.find(edge); it != st.senders.end()) {

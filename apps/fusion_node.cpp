@@ -270,14 +270,20 @@ int run(int argc, char** argv) {
   hello.memory_bytes = physical_memory();
   hello.pid = static_cast<int32_t>(getpid());
 
-  doing = "starting the actor system";
-  caf::actor_system sys{cfg};
-  caf::scoped_actor self{sys};
   // The coordinator may start after us: keep trying until join-timeout. After losing it, with
   // cluster.rejoin-timeout, the node stops its operators and tries again that long, so a
-  // coordinator restarted with --resume on the same address takes it back (docs/recovery.md).
+  // coordinator restarted with --resume on the same address takes it back, and a coordinator
+  // that declared this node lost (a cut link) admits it again (docs/recovery.md).
   auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(cfg.join_timeout_s);
   for (bool rejoining = false;; rejoining = true) {
+    // A fresh actor system for every (re)join: the old one's actors and connections are gone
+    // when it is destroyed (at the end of the iteration), and its middleman forgets the lost
+    // coordinator. CAF 0.17's middleman answers a connect to host:port from a cache that kept
+    // the dead proxy of a coordinator lost by a connection timeout (a cut link): requests to it
+    // were dropped without an answer.
+    doing = "starting the actor system";
+    caf::actor_system sys{cfg};
+    caf::scoped_actor self{sys};
     auto exit_code = std::make_shared<std::atomic<int>>(1);
     auto routes = std::make_shared<route_table>();
     cfg.id.reverse = std::make_shared<reversal>(cfg.accept_inbound, cfg.host);
@@ -322,11 +328,29 @@ int run(int argc, char** argv) {
     for (bool said = false;;) {
       if (watcher.stopping()) return interrupted();
       auto c = connect_actor(sys, coord_host, coord_port, tls);
+      std::string why;  // a connection made but not usable, in plain words
+      if (c && tls) {
+        // The coordinator proves its role first, then this node answers its nonce
+        // (actors/secure_link.hpp).
+        auto challenge = challenge_server(self, *c, *creds, security::role::coordinator);
+        if (challenge) {
+          hello.proof = security::make_proof(*creds, *challenge);
+        } else if (!rejoining) {
+          log_error(me, "the coordinator at " + cfg.coordinator + " did not prove its identity: " + challenge.error());
+          return give_up(2);
+        } else {
+          // Rejoining over a network that just came back, the connection may die in the
+          // handshake: no verdict on the coordinator, tried again until rejoin-timeout.
+          why = "the coordinator at " + cfg.coordinator + " did not prove its identity: " + challenge.error();
+          log_warn(me, why + "; trying again");
+          c = caf::make_error(caf::sec::cannot_connect_to_node);
+        }
+      }
       if (c) {
         coordinator = *c;
         break;
       }
-      last_error = describe_connect_error(c.error(), tls, "the coordinator at " + cfg.coordinator);
+      last_error = why.empty() ? describe_connect_error(c.error(), tls, "the coordinator at " + cfg.coordinator) : why;
       // A refused handshake will not succeed on the next try: say so now, not at join-timeout.
       // (Rejoining, it also ends a connection to the address of the coordinator that went
       // away, which is no verdict on the one to come: retried until rejoin-timeout.)
@@ -344,15 +368,6 @@ int run(int argc, char** argv) {
       for (int i = 0; i < 10 && !watcher.stopping(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
 
-    if (tls) {
-      // The coordinator proves its role first, then this node answers its nonce (actors/secure_link.hpp).
-      auto challenge = challenge_server(self, coordinator, *creds, security::role::coordinator);
-      if (!challenge) {
-        log_error(me, "the coordinator at " + cfg.coordinator + " did not prove its identity: " + challenge.error());
-        return give_up(2);
-      }
-      hello.proof = security::make_proof(*creds, *challenge);
-    }
     // The node actor learns its coordinator before the coordinator learns of the node: once
     // welcomed, spawn requests and wire chunks may reach the node actor at once, and a rejection
     // must already have somebody to be reported to. (Told after the welcome, from this thread, it
@@ -414,6 +429,7 @@ int run(int argc, char** argv) {
     log_info(me, "trying to rejoin the coordinator at " + cfg.coordinator + " for " +
                      format_seconds(cfg.rejoin_timeout_s) + " (cluster.rejoin-timeout)");
     data.reset();
+    watcher.set_target(me, node_actor{});  // its actor system ends with this iteration
     deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(cfg.rejoin_timeout_s);
   }
 }

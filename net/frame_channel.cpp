@@ -304,6 +304,9 @@ void frame_sender::close(std::chrono::milliseconds flush_timeout) {
   bool drained = true;
   {
     std::unique_lock lock(mutex_);
+    // After abort() the socket is closed and its number may belong to another connection by
+    // now: a close_notify (and the non-blocking flag it sets) would land on that one.
+    if (aborted_) return;
     closing_ = true;
     work_cv_.notify_all();
     drained = space_cv_.wait_for(lock, flush_timeout,
