@@ -234,6 +234,7 @@ soak() {
     ((${#holders[@]})) || holders=("${nodes[@]}")
     victim_rng_state=$(( (victim_rng_state * 1103515245 + 12345) % 2147483648 ))
     victim=${holders[$(( victim_rng_state / 65536 % ${#holders[@]} ))]}
+    read -r step _ < <(progress "$m")  # the steps done when the kill comes
     kill -KILL "${node_pid[$victim]}"
     wait "${node_pid[$victim]}" 2>/dev/null || true
     local killed_at restarted_at
