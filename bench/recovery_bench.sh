@@ -4,7 +4,7 @@
 # actor thread per node), with peer-held snapshots and checkpoints on. In the same invocation:
 #   1. an undisturbed run of STEPS steps (the reference);
 #   2. the same run with a node SIGKILLed at K seeded random steps and started again RESTART
-#      seconds later under the same name, so that it rejoins (docs/recovery.md).
+#      seconds after its recovery record under the same name, so that it rejoins (docs/recovery.md).
 #
 #   bench/recovery_bench.sh [--steps 400] [--kills 5] [--seed 1] [--snapshot-every 10]
 #                           [--checkpoint-every 100] [--restart-after 3] [--config FILE.ini]
@@ -47,7 +47,7 @@ while [[ $# -gt 0 ]]; do
     --build) need_value "$@"; build=$2; shift 2 ;;
     --out) need_value "$@"; out=$2; shift 2 ;;
     --smoke) smoke=1; shift ;;
-    -h|--help) sed -n '2,30p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) awk 'NR == 1 { next } !/^#/ { exit } { sub(/^# ?/, ""); print }' "$0"; exit 0 ;;
     *) echo "recovery_bench: unknown option '$1' (try --help)" >&2; exit 2 ;;
   esac
 done
@@ -102,8 +102,9 @@ lo, hi = gap, steps - gap
 if kills == 0:
     sys.exit(0)
 if hi - lo < (kills - 1) * gap:
-    sys.exit("recovery_bench: %d kills at least %d steps apart do not fit in steps %d-%d: "
-             "give more --steps or fewer --kills" % (kills, gap, lo, hi))
+    print("recovery_bench: %d kills at least %d steps apart do not fit in steps %d-%d: "
+          "give more --steps or fewer --kills" % (kills, gap, lo, hi), file=sys.stderr)
+    sys.exit(2)
 rng = random.Random(seed)
 while True:
     ks = sorted(rng.sample(range(lo, hi + 1), kills))
@@ -234,6 +235,7 @@ soak() {
     ((${#holders[@]})) || holders=("${nodes[@]}")
     victim_rng_state=$(( (victim_rng_state * 1103515245 + 12345) % 2147483648 ))
     victim=${holders[$(( victim_rng_state / 65536 % ${#holders[@]} ))]}
+    read -r step _ < <(progress "$m")  # the steps done when the kill comes
     kill -KILL "${node_pid[$victim]}"
     wait "${node_pid[$victim]}" 2>/dev/null || true
     local killed_at restarted_at
