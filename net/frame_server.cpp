@@ -320,7 +320,9 @@ void frame_server::read_loop(connection& c) {
     bool ok = true;
     if (pre->flags & flag_probe) {
       ok = discard(c, pre->payload_size);
-      if (ok) ++probe_frames_, probe_bytes_ += pre->payload_size, established = true;
+      // A probe (a link probe's, or a sender's greeting) does not make the connection a peer of
+      // the run: its errors stay a stranger's until a real frame has arrived.
+      if (ok) ++probe_frames_, probe_bytes_ += pre->payload_size;
     } else {
       frame_target target;
       try {
