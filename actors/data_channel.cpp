@@ -1,6 +1,7 @@
 #include "actors/data_channel.hpp"
 
 #include "actors/messages.hpp"
+#include "core/log.hpp"
 #include "net/frame_channel.hpp"
 #include "security/identity.hpp"
 
@@ -13,7 +14,14 @@ void route_table::set(uint64_t edge, edge_route r) {
 
 bool route_table::erase(uint64_t edge) {
   std::lock_guard<std::mutex> guard(mutex_);
-  return routes_.erase(edge) > 0;
+  if (routes_.erase(edge) == 0) return false;
+  removed_.insert(edge);
+  return true;
+}
+
+bool route_table::removed(uint64_t edge) const {
+  std::lock_guard<std::mutex> guard(mutex_);
+  return removed_.count(edge) > 0;
 }
 
 std::optional<edge_route> route_table::find(uint64_t edge) const {
@@ -169,6 +177,7 @@ struct data_channel_server::impl {
   std::shared_ptr<reversal> reverse;
   std::mutex mutex;                                   // guards assemblers
   std::map<uint64_t, wire_assembler> assemblers;      // per connection: chunks of one sender
+  std::set<uint64_t> stale_edges;                     // removed edges whose late chunks were logged
   std::unique_ptr<net::frame_server> server;
 
   net::frame_target on_frame(net::incoming_frame& f) {
@@ -176,7 +185,24 @@ struct data_channel_server::impl {
       std::lock_guard<std::mutex> guard(mutex);
       return accept_chunk(f.meta, f.payload_size, *routes, assemblers[f.connection_id]);
     }();
-    if (!accepted) return net::frame_target::refuse(accepted.error() + " (from " + f.peer + ")");
+    if (!accepted) {
+      // A chunk of an edge whose route this node removed (a plan given up) is late, not wrong:
+      // after a cut link a lost node's kernel delivers what it had queued once the link is back,
+      // long after the recovery. Read and dropped; refused, it would fail the run.
+      auto h = decode_wire_header(f.meta, f.payload_size);
+      if (h && routes->removed(h->edge)) {
+        auto sink = std::make_shared<std::vector<std::byte>>(f.payload_size);
+        {
+          std::lock_guard<std::mutex> guard(mutex);
+          if (!stale_edges.insert(h->edge).second) return net::frame_target::into(sink->data(), [sink](const status&) {});
+        }
+        log_info("fusion-node data channel", "dropped a late chunk of edge " + std::to_string(h->edge) + " from " +
+                                                 f.peer + ": its route was removed (a plan given up); later ones of "
+                                                 "that edge are dropped silently");
+        return net::frame_target::into(sink->data(), [sink](const status&) {});
+      }
+      return net::frame_target::refuse(accepted.error() + " (from " + f.peer + ")");
+    }
     static std::byte empty_payload;
     auto conn = f.connection_id;
     const wire_header h = accepted->header;

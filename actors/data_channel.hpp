@@ -17,6 +17,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <string_view>
 
@@ -49,10 +50,13 @@ class route_table {
   /// Removes the route of `edge` (its chunks are refused from now on); false if there was none.
   bool erase(uint64_t edge);
   std::optional<edge_route> find(uint64_t edge) const;
+  /// Whether `edge` had a route here that was removed (edge ids are never reused).
+  bool removed(uint64_t edge) const;
 
  private:
   mutable std::mutex mutex_;
   std::map<uint64_t, edge_route> routes_;
+  std::set<uint64_t> removed_;
 };
 
 /// A chunk accepted by accept_chunk: its header, its edge's route and where its payload goes.

@@ -255,8 +255,8 @@ struct channel_error {
   uint64_t connection_id;
   std::string peer;
   std::string message;  // complete sentence naming the peer, e.g. "frame from 127.0.0.1:4321 ..."
-  /// The connection had delivered a frame (a probe or a sender's greeting does not count) before
-  /// this error. A connection that never did is a stranger (a port scanner, a misdirected
+  /// The connection had delivered a frame (a sender's greeting, an empty probe, does not count)
+  /// before this error. A connection that never did is a stranger (a port scanner, a misdirected
   /// program, an attacker): its errors are its own.
   bool established = false;
 };

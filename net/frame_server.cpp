@@ -320,9 +320,9 @@ void frame_server::read_loop(connection& c) {
     bool ok = true;
     if (pre->flags & flag_probe) {
       ok = discard(c, pre->payload_size);
-      // A probe (a link probe's, or a sender's greeting) does not make the connection a peer of
-      // the run: its errors stay a stranger's until a real frame has arrived.
-      if (ok) ++probe_frames_, probe_bytes_ += pre->payload_size;
+      // An empty probe is a frame_sender's greeting, not a delivery: a connection that sent only
+      // that stays a stranger's when its next frame is refused.
+      if (ok) ++probe_frames_, probe_bytes_ += pre->payload_size, established |= pre->payload_size > 0;
     } else {
       frame_target target;
       try {

@@ -4,7 +4,9 @@
 // and a peer that stalls the handshake.
 #include <doctest/doctest.h>
 #include <openssl/ssl.h>
+#include <fcntl.h>
 #include <sys/resource.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <filesystem>
@@ -101,6 +103,32 @@ TEST_CASE("net tls the link probe measures a TLS link") {
   CHECK(r->rtt_ms > 0);
   CHECK(r->frames > 0);
   CHECK(srv.server().stats().probe_frames >= r->frames);
+}
+
+TEST_CASE("net tls close after abort leaves alone the descriptor number the aborted connection had") {
+  // A node aborts its link to a lost peer; the link's last owner closes it later. That close
+  // used to send a TLS close_notify (and set O_NONBLOCK) on the old descriptor number, which a
+  // new connection may own by then: a cut link broke the survivors' next connection that way.
+  collecting_server srv(tls_server_options());
+  auto tx = frame_sender::connect("127.0.0.1", srv.port(), tls_sender_options("n1"));
+  REQUIRE_MESSAGE(tx.ok(), tx.error());
+  (*tx)->abort();
+  std::this_thread::sleep_for(100ms);
+  // The freed number is among the lowest free ones: these pipes take it.
+  std::vector<int> fds;
+  for (int i = 0; i < 16; ++i) {
+    int p[2];
+    REQUIRE(::pipe(p) == 0);
+    fds.insert(fds.end(), {p[0], p[1]});
+  }
+  (*tx)->close();
+  for (int fd : fds) CHECK((::fcntl(fd, F_GETFL) & O_NONBLOCK) == 0);
+  for (size_t i = 0; i < fds.size(); i += 2) {
+    REQUIRE(::fcntl(fds[i], F_SETFL, O_NONBLOCK) == 0);
+    char c;
+    CHECK(::read(fds[i], &c, 1) < 0);  // nothing was written into it
+  }
+  for (int fd : fds) ::close(fd);
 }
 
 TEST_CASE("net tls a plaintext sender is refused by a TLS server, and the server goes on") {

@@ -177,6 +177,8 @@ for s in a b c; do
     open_at["$here $there"]=1
   done < <(sockets "$s")
 done
+# Every site holds connections now (the run trains on all three): none listed means ss failed.
+((${#open_at[@]} > 0)) || fail "no TCP connection listed in any site (ss in the namespaces failed?)"
 for pair in "${!open_at[@]}"; do
   read -r here there <<<"$pair"
   [[ $there == "$subnet.1:"* || $here == "$subnet.1:"* ]] && continue  # the coordinator, outside the sites
