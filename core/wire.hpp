@@ -42,8 +42,9 @@ namespace fusion {
 /// forwards-first rule, grads_atom the peak of live micro-batches; grads_atom also carries what
 /// the replica's all-reduce measured (reduce_timing), and replica_ring whether the ring carries
 /// f16 values. 9: edge_atom says whether the receiver dials the data channel (nodes behind a
-/// firewall, docs/transport.md).
-inline constexpr uint32_t wire_protocol_version = 10;
+/// firewall, docs/transport.md). 11: forget_peer_atom (a lost node's data-channel connections
+/// are dropped by the others, docs/recovery.md).
+inline constexpr uint32_t wire_protocol_version = 11;
 
 /// Largest tensor a header may announce (16 GiB); anything larger is a corrupt header.
 inline constexpr uint64_t wire_max_tensor_bytes = uint64_t{1} << 34;
