@@ -1,7 +1,8 @@
 // Multi-head (causal) self-attention: CUDA kernels and op (CPU twin: ops/cpu/attention.cpp).
 //
 // Shape legend: B batch, T time, C channels, NH heads, HS = C / NH head size, C3 = 3C.
-//   qkv (B, T, 3C) -> out (B, T, C); saved att (B, NH, T, T) softmax probabilities
+//   qkv (B, T, 3C) -> out (B, T, C); saved: fused path lse (B, NH, T) and a copy of out,
+//   cuBLAS path att (B, NH, T, T) softmax probabilities
 // Layout as on the CPU: for batch b, head h, time t, the query is qkv[b, t, h*HS .. h*HS+HS),
 // the key the same at offset C, the value at offset 2C; the head's output goes to
 // out[b, t, h*HS .. h*HS+HS). Scores are S = QK^T / sqrt(HS); masked entries (j > t when
