@@ -164,15 +164,23 @@ TEST_CASE("schedule: 1F1B and GPipe on 2 and 4 node processes train the losses a
     const run_out gpipe = run(c, "gpipe", "sched-rep-gpipe", 3, replicated_stages);
     check_same(f1b1, eager);
     check_same(gpipe, eager);
-    // Each replica of the first stage runs 4 of the 8 micro-batches.
+    // Each replica of the first stage runs about half of the 8 micro-batches.
     auto first = [](const std::string& op) { return op == "wte" || op == "wpe" || op.rfind("h0.", 0) == 0; };
     for (auto& [op, peak] : peaks(f1b1.result, c.model_file)) {
       CAPTURE(op);
       CHECK(peak <= (first(op) ? 2 : 1));
     }
+    // GPipe holds every micro-batch a replica runs until its backward: the second stage all 8,
+    // a first-stage replica its share, which follows the two nodes' measured speeds (4 and 4, or
+    // 5 and 3 when one node measured faster; the profile is measured anew by each test run).
     for (auto& [op, peak] : peaks(gpipe.result, c.model_file)) {
       CAPTURE(op);
-      CHECK(peak == (first(op) ? 4 : 8));
+      if (first(op)) {
+        CHECK(peak >= 4);
+        CHECK(peak < 8);
+      } else {
+        CHECK(peak == 8);
+      }
     }
   }
 }
