@@ -2,17 +2,12 @@
 // actor calls today (fusion::make_op, ops/optim.hpp), so adopting it is bit-identical.
 #include "ops/backend.hpp"
 
-#include <time.h>
-
-#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <stdexcept>
 #include <string>
 #include <utility>
 #include <vector>
-
-#include "ops/cpu_quota.hpp"
 
 #if FUSION_HAVE_CUDA
 #include "ops/cuda/cuda_backend.hpp"
@@ -76,37 +71,20 @@ class cpu_backend final : public backend {
   void synchronize() override {}
   const exec_context* context() const override { return nullptr; }
 
-  void begin_timing(size_t slot) override { span(slot).begin = mark(); }
-  void end_timing(size_t slot) override { span(slot).end = mark(); }
-  // Wall time, except under a cgroup CPU quota of q cores: there the larger of the wall time and
-  // the thread's CPU time / q (ops/cpu_quota.hpp says why).
+  void begin_timing(size_t slot) override { span(slot).first = clock::now(); }
+  void end_timing(size_t slot) override { span(slot).second = clock::now(); }
   double timed_seconds(size_t slot) override {
     if (slot >= spans_.size()) return 0.0;
-    const timing& t = spans_[slot];
-    const double wall = std::chrono::duration<double>(t.end.wall - t.begin.wall).count();
-    const double quota = process_cpu_quota_cores();
-    return quota > 0 ? std::max(wall, (t.end.cpu - t.begin.cpu) / quota) : wall;
+    return std::chrono::duration<double>(spans_[slot].second - spans_[slot].first).count();
   }
 
  private:
   using clock = std::chrono::steady_clock;
-  struct instant {
-    clock::time_point wall;
-    double cpu = 0;  // the calling thread's CPU seconds
-  };
-  struct timing {
-    instant begin, end;
-  };
-  static instant mark() {
-    timespec ts{};
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-    return {clock::now(), static_cast<double>(ts.tv_sec) + ts.tv_nsec * 1e-9};
-  }
-  timing& span(size_t slot) {
+  std::pair<clock::time_point, clock::time_point>& span(size_t slot) {
     if (slot >= spans_.size()) spans_.resize(slot + 1);
     return spans_[slot];
   }
-  std::vector<timing> spans_;
+  std::vector<std::pair<clock::time_point, clock::time_point>> spans_;
 };
 
 }  // namespace

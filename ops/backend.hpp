@@ -69,8 +69,7 @@ class backend {
   virtual const exec_context* context() const = 0;
   /// Timing of queued work in numbered slots: begin_timing(k) before an op's calls and
   /// end_timing(k) after them mark the work between; timed_seconds(k) waits for it and returns
-  /// its duration (host clock on the CPU, or under a cgroup CPU quota of q cores the larger of
-  /// that and the thread's CPU time / q; device events on CUDA, whose calls return before their
+  /// its duration (host clock on the CPU; device events on CUDA, whose calls return before their
   /// kernels run). 0 for a slot never marked.
   virtual void begin_timing(size_t slot) = 0;
   virtual void end_timing(size_t slot) = 0;
