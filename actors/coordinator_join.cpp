@@ -257,9 +257,9 @@ void profile_joiner(coord_ptr self, size_t node, uint64_t serial) {
           [=](device_timing& t) {
             auto& s = self->state;
             if (admission_of(s, a->node, a->serial) != a) return;
-            a->prof.ops = std::move(t.ops);
-            a->prof.cpu_share = t.cpu_share;
-            if (s.in->cluster.nodes[a->node].memory_gib <= 0 && t.memory_bytes > 0) a->prof.memory_bytes = t.memory_bytes;
+            const uint64_t free = t.memory_bytes;
+            take_measured(a->prof, std::move(t));
+            if (s.in->cluster.nodes[a->node].memory_gib <= 0 && free > 0) a->prof.memory_bytes = free;
             // The links of its site were probed already when another node of the site takes part.
             const auto& cl = s.in->cluster;
             const int mine = cl.nodes[a->node].site_index;

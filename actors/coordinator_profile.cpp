@@ -90,7 +90,7 @@ void print_profile(coord_ptr self) {
   auto& st = self->state;
   const auto& c = st.in->cluster;
   const graph& g = st.in->model;
-  std::string out = "  node            site        device    fwd+bwd per micro-batch  update per step  CPU share  "
+  std::string out = "  node            site        device    fwd+bwd per micro-batch  update per step  CPU share    "
                     "free memory\n";
   char line[256];
   for (auto& n : st.exec.profile.nodes) {
@@ -107,9 +107,12 @@ void print_profile(coord_ptr self) {
     }
     std::string times = n.ops.empty() ? "not measured" : millis(pass);
     if (!n.ops.empty() && missing) times += " (" + std::to_string(missing) + " ops untimed)";
-    char share[16] = "-";
-    if (n.cpu_share > 0) std::snprintf(share, sizeof share, "%.2f", n.cpu_share);
-    std::snprintf(line, sizeof line, "  %-15s %-11s %-9s %-24s %-16s %-10s %s\n", n.name.c_str(), n.site.c_str(),
+    char share[24] = "-";
+    if (n.quota_binds())
+      std::snprintf(share, sizeof share, "quota %.2f", n.cpu_quota);
+    else if (n.cpu_share > 0)
+      std::snprintf(share, sizeof share, "%.2f", n.cpu_share);
+    std::snprintf(line, sizeof line, "  %-15s %-11s %-9s %-24s %-16s %-12s %s\n", n.name.c_str(), n.site.c_str(),
                   n.device.c_str(), times.c_str(), n.ops.empty() ? "-" : millis(update).c_str(), share,
                   mib_or_gib(n.memory_bytes).c_str());
     out += line;
@@ -147,7 +150,7 @@ void finish_measuring(coord_ptr self, clock_type::time_point t0, std::shared_ptr
   if (cfg.progress) {
     std::fprintf(stderr,
                  "fusion-train: measured the cluster in %.1f s: ops of %s at micro-batch %lld on %zu node(s) "
-                 "(CPU time / CPU share), %zu link(s) probed:\n",
+                 "(CPU time / CPU share; CPU time under a quota below one core), %zu link(s) probed:\n",
                  seconds_between(t0, clock_type::now()), g.name.c_str(), static_cast<long long>(g.batch),
                  st.exec.profile.nodes.size(), probed);
     print_profile(self);
@@ -233,11 +236,11 @@ void measure(coord_ptr self, std::function<void()> done) {
               if (*failed || phase_failed(self)) return;
               const auto& c = self->state.in->cluster;
               auto& n = self->state.exec.profile.nodes[i];
-              n.ops = std::move(t.ops);
-              n.cpu_share = t.cpu_share;
+              const uint64_t free = t.memory_bytes;
+              take_measured(n, std::move(t));
               // A rate or memory the cluster file states describes the device for planning; a
               // measurement fills in what it leaves out.
-              if (c.nodes[i].memory_gib <= 0 && t.memory_bytes > 0) n.memory_bytes = t.memory_bytes;
+              if (c.nodes[i].memory_gib <= 0 && free > 0) n.memory_bytes = free;
               if (--*left > 0) return;
               std::vector<int> sites;
               for (size_t s = 0; s < c.sites.size(); ++s)

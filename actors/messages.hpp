@@ -313,7 +313,8 @@ typename Inspector::result_type inspect(Inspector& f, op_timing& x) {
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, device_timing& x) {
-  return f(caf::meta::type_name("device_timing"), x.device, x.ops, x.cpu_share, x.memory_bytes, x.seconds);
+  return f(caf::meta::type_name("device_timing"), x.device, x.ops, x.cpu_share, x.cpu_quota, x.cpu_period_s,
+           x.memory_bytes, x.seconds);
 }
 
 /// An op actor's answer to export_atom: what it sent towards its new node.

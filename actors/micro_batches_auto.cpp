@@ -65,9 +65,8 @@ int64_t choose_local_micro_batches(const train_config& cfg) {
   p.micro_batches = static_cast<int>(cfg.micro_batches);
   p.micro_batch = measured.batch;
   const device_timing t = time_ops(cfg.device, op_signatures(measured));
-  p.nodes[0].ops = t.ops;
   p.nodes[0].memory_bytes = t.memory_bytes;
-  p.nodes[0].cpu_share = t.cpu_share;
+  take_measured(p.nodes[0], t);
   const micro_batch_choice c = choose_micro_batches(
       cfg.batch, measured, one, p, [&](int64_t rows) { return load_graph(cfg.model_file, rows); },
       [&](const workload_estimator& est, const cluster_profile&) {

@@ -2,12 +2,16 @@
 // actor calls today (fusion::make_op, ops/optim.hpp), so adopting it is bit-identical.
 #include "ops/backend.hpp"
 
+#include <time.h>
+
 #include <chrono>
 #include <cstdlib>
 #include <stdexcept>
 #include <string>
 #include <utility>
 #include <vector>
+
+#include "ops/cpu_quota.hpp"
 
 #if FUSION_HAVE_CUDA
 #include "ops/cuda/cuda_backend.hpp"
@@ -71,20 +75,36 @@ class cpu_backend final : public backend {
   void synchronize() override {}
   const exec_context* context() const override { return nullptr; }
 
-  void begin_timing(size_t slot) override { span(slot).first = clock::now(); }
-  void end_timing(size_t slot) override { span(slot).second = clock::now(); }
+  void begin_timing(size_t slot) override { span(slot).begin = mark(); }
+  void end_timing(size_t slot) override { span(slot).end = mark(); }
+  // Wall time; under a cgroup CPU quota below one core the thread's CPU time, the op at full
+  // speed (ops/cpu_quota.hpp says why).
   double timed_seconds(size_t slot) override {
     if (slot >= spans_.size()) return 0.0;
-    return std::chrono::duration<double>(spans_[slot].second - spans_[slot].first).count();
+    const timing& t = spans_[slot];
+    if (process_cpu_quota().binds()) return t.end.cpu - t.begin.cpu;
+    return std::chrono::duration<double>(t.end.wall - t.begin.wall).count();
   }
 
  private:
   using clock = std::chrono::steady_clock;
-  std::pair<clock::time_point, clock::time_point>& span(size_t slot) {
+  struct instant {
+    clock::time_point wall;
+    double cpu = 0;  // the calling thread's CPU seconds
+  };
+  struct timing {
+    instant begin, end;
+  };
+  static instant mark() {
+    timespec ts{};
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return {clock::now(), static_cast<double>(ts.tv_sec) + ts.tv_nsec * 1e-9};
+  }
+  timing& span(size_t slot) {
     if (slot >= spans_.size()) spans_.resize(slot + 1);
     return spans_[slot];
   }
-  std::vector<std::pair<clock::time_point, clock::time_point>> spans_;
+  std::vector<timing> spans_;
 };
 
 }  // namespace

@@ -69,8 +69,9 @@ class backend {
   virtual const exec_context* context() const = 0;
   /// Timing of queued work in numbered slots: begin_timing(k) before an op's calls and
   /// end_timing(k) after them mark the work between; timed_seconds(k) waits for it and returns
-  /// its duration (host clock on the CPU; device events on CUDA, whose calls return before their
-  /// kernels run). 0 for a slot never marked.
+  /// its duration (host clock on the CPU, or under a cgroup CPU quota below one core the thread's
+  /// CPU time: ops/cpu_quota.hpp; device events on CUDA, whose calls return before their kernels
+  /// run). 0 for a slot never marked.
   virtual void begin_timing(size_t slot) = 0;
   virtual void end_timing(size_t slot) = 0;
   virtual double timed_seconds(size_t slot) = 0;

@@ -71,9 +71,12 @@ workload_estimator::workload_estimator(const graph& g, const cluster_spec& c, cl
 void workload_estimator::set_node_rates(int k) {
   const graph& g = *graph_;
   const node_profile& np = profile_.nodes[k];
-    // A CPU node capped at a share of a core (cpu_share) gets that share of the rates; a stated
-    // or measured gflops already describes the device as it runs.
-    const double share = !is_gpu(np.device) && np.cpu_share > 0 && np.ops.empty() ? std::min(np.cpu_share, 1.0) : 1.0;
+    // A CPU node given a share of a core (cpu_share: other processes on it) gets that share of
+    // the rates; one under a binding quota runs at full speed within its budget (simulate()); a
+    // stated or measured gflops already describes the device as it runs.
+    const double share = !is_gpu(np.device) && np.cpu_share > 0 && np.ops.empty() && !np.quota_binds()
+                             ? std::min(np.cpu_share, 1.0)
+                             : 1.0;
     const double flops_rate = (np.gflops > 0 ? np.gflops : options_.default_gflops * share) * 1e9;
     const double mem_rate = (is_gpu(np.device) ? options_.gpu_mem_gbs : options_.cpu_mem_gbs * share) * 1e9;
     for (auto& n : g.nodes) {
@@ -219,7 +222,13 @@ double workload_estimator::update_s(int id, int node) const {
 }
 
 double workload_estimator::step_compute_s(int id, int node) const {
-  return micro_batches() * (forward_s(id, node) + backward_s(id, node)) + update_s(id, node);
+  return (micro_batches() * (forward_s(id, node) + backward_s(id, node)) + update_s(id, node)) * quota_stretch(node);
+}
+
+double workload_estimator::quota_stretch(int node) const {
+  check_op(0, 1, node, nodes_, "CPU quota");
+  const node_profile& np = profile_.nodes[node];
+  return !is_gpu(np.device) && np.quota_binds() ? 1 / np.cpu_quota : 1.0;
 }
 
 double workload_estimator::link_mbit(int a, int b) const {
@@ -322,8 +331,8 @@ std::pair<std::vector<double>, std::vector<double>> workload_estimator::node_pha
     if (keys_[n.id].empty()) continue;
     for (int r = 0; r < p.where.replicas(n.id); ++r) {
       const int k = p.where.node_of(n.id, r);
-      forward[k] += forward_s(n.id, k);
-      backward[k] += backward_s(n.id, k);
+      forward[k] += forward_s(n.id, k) * quota_stretch(k);
+      backward[k] += backward_s(n.id, k) * quota_stretch(k);
     }
   }
   return {std::move(forward), std::move(backward)};

@@ -79,8 +79,14 @@ class workload_estimator {
   double backward_s(int id, int node) const;
   /// Seconds of one optimizer update of the op's parameters on `node` (once per step).
   double update_s(int id, int node) const;
-  /// forward_s + backward_s for every micro-batch, plus update_s: the op's seconds per step.
+  /// forward_s + backward_s for every micro-batch, plus update_s: the op's seconds per step,
+  /// at the node's sustained pace (times quota_stretch).
   double step_compute_s(int id, int node) const;
+  /// 1 / cpu_quota on a node whose CPU quota binds (below one core: its op times are full-speed
+  /// CPU times, and a node kept busy runs them at that fraction of wall time), else 1. The
+  /// simulation keeps the quota's budget per period instead; the planners' balancing heuristics
+  /// use this pace.
+  double quota_stretch(int node) const;
 
   /// Mbit/s and round-trip time between two cluster nodes (measured or refined, else the cluster
   /// file's hint, else options().local_*). Infinite rate and 0 for a == b.
@@ -115,7 +121,7 @@ class workload_estimator {
 
   /// Per cluster node, seconds per micro-batch of the forward (first) and the backward (second)
   /// of the ops `p` places there (every replica's ops on its node): the pace of each pipeline
-  /// stage, phase by phase.
+  /// stage, phase by phase (times quota_stretch).
   std::pair<std::vector<double>, std::vector<double>> node_phase_s(const plan& p) const;
 
   /// The interval at which the coordinator feeds a step's micro-batches under plan `p`: the

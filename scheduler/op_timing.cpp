@@ -13,6 +13,7 @@
 
 #include "core/param_init.hpp"
 #include "ops/backend.hpp"
+#include "ops/cpu_quota.hpp"
 #include "ops/optim.hpp"
 
 #if FUSION_HAVE_CUDA
@@ -260,6 +261,13 @@ uint64_t free_memory_bytes(const std::string& device) {
   return 0;
 }
 
+void take_measured(node_profile& n, device_timing t) {
+  n.ops = std::move(t.ops);
+  n.cpu_share = t.cpu_share;
+  n.cpu_quota = t.cpu_quota;
+  n.cpu_period_s = t.cpu_period_s;
+}
+
 device_timing time_ops(const std::string& device, const std::vector<op_signature>& ops,
                        const timing_options& options) {
   const auto t0 = wall_clock::now();
@@ -268,6 +276,14 @@ device_timing time_ops(const std::string& device, const std::vector<op_signature
   auto dev = make_backend(out.device);
   const bool cpu = dev->kind() == device_kind::cpu;
   out.cpu_share = cpu ? measure_cpu_share(options.share_window) : 1.0;
+  // Under a quota below one core the ops are timed at full speed (their CPU time) and the
+  // estimator keeps the quota's budget; otherwise a share below 1 (other processes on the core)
+  // stretches every op alike.
+  const cpu_quota quota = cpu ? process_cpu_quota() : cpu_quota{};
+  if (quota.binds()) {
+    out.cpu_quota = quota.cores;
+    out.cpu_period_s = quota.period_s;
+  }
   warm_allocator();
   std::mt19937_64 rng(0x5eed);
   for (auto& s : ops) {
@@ -277,7 +293,7 @@ device_timing time_ops(const std::string& device, const std::vector<op_signature
     } catch (const std::exception& e) {
       throw std::runtime_error("cannot time op " + s.key + " on " + out.device + ": " + e.what());
     }
-    if (cpu) {
+    if (cpu && !quota.binds()) {
       // Wall-equivalent: what the op takes when the process gets only `share` of a core.
       t.forward_s /= out.cpu_share;
       t.backward_s /= out.cpu_share;

@@ -52,11 +52,19 @@ struct timing_options {
 /// What one node measured.
 struct device_timing {
   std::string device;                         ///< where it was measured ("cpu", "cuda:0")
-  std::map<std::string, op_timing> ops;       ///< by op_key, wall-equivalent seconds per micro-batch
+  /// By op_key, seconds per micro-batch: wall-equivalent (CPU time / cpu_share), or under a CPU
+  /// quota below one core (cpu_quota) the CPU time, the op at full speed.
+  std::map<std::string, op_timing> ops;
   double cpu_share = 0;                       ///< CPU cores' worth the process got (1 on CUDA)
+  double cpu_quota = 0;                       ///< the cgroup's CPU quota in cores (0: none)
+  double cpu_period_s = 0;                    ///< its CFS period (0: none)
   uint64_t memory_bytes = 0;                  ///< free memory of the device (0: unknown)
   double seconds = 0;                         ///< wall time the whole measurement took
 };
+
+/// Puts what a node measured into its profile: op times, CPU share and quota (the free memory is
+/// the caller's choice: a cluster file's stated memory comes first).
+void take_measured(node_profile& n, device_timing t);
 
 /// Times every signature on `device` ("cpu", "cuda", "cuda:N"). Throws std::runtime_error
 /// naming the op key when an op cannot be built or run (bad attributes, no such device).

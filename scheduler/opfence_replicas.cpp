@@ -23,9 +23,9 @@ std::vector<int> compute_ops(const graph& g) {
   return ops;
 }
 
-// Seconds per micro-batch (forward + backward) of op `id` on node k.
+// Seconds per micro-batch (forward + backward) of op `id` on node k, at its sustained pace.
 double per_micro_batch_s(const workload_estimator& est, int id, int k) {
-  return est.forward_s(id, k) + est.backward_s(id, k);
+  return (est.forward_s(id, k) + est.backward_s(id, k)) * est.quota_stretch(k);
 }
 
 // The relative speed of node k on `ops`: 1 / its seconds per micro-batch (1 when free).
@@ -96,7 +96,7 @@ cut_problem make_group_cut_problem(const workload_estimator& est, const std::vec
       for (int k : nodes) {
         const double t = per_micro_batch_s(est, ops[i], k);
         rate += t > 0 ? 1 / t : inf;
-        update = std::max(update, est.update_s(ops[i], k));
+        update = std::max(update, est.update_s(ops[i], k) * est.quota_stretch(k));
       }
       p.compute_s[g][i] = (std::isinf(rate) || rate <= 0 ? 0.0 : m / rate) + update;
       if (nodes.size() > 1) {

@@ -126,7 +126,7 @@ class explicit_placer : public placer {
       st.nodes.insert(st.nodes.end(), as.replica_indices.begin(), as.replica_indices.end());
       for (int k : st.nodes) {
         double s = 0;
-        for (int id : ops) s += est.forward_s(id, k) + est.backward_s(id, k);
+        for (int id : ops) s += (est.forward_s(id, k) + est.backward_s(id, k)) * est.quota_stretch(k);
         st.weights.push_back(s > 0 ? 1 / s : 1.0);
       }
       stages.push_back(std::move(st));

@@ -6,7 +6,8 @@
 //     "model": "gpt-char-tiny", "micro_batch": 4,
 //     "nodes": {
 //       "a1": { "site": "a", "device": "cpu", "gflops": 41.5, "memory_bytes": 8123456512,
-//               "cpu_share": 0.98,
+//               "cpu_share": 0.98, ("cpu_quota": 0.3, "cpu_period_s": 0.1: a quota below one
+//               core; the op times are then CPU times, docs/scheduler.md)
 //               "ops": { "linear{out=256}(4x64x64)": { "forward_s": 1.2e-4, "backward_s": 2.5e-4,
 //                                                     "update_s": 3.1e-5 }, ... } }, ...
 //     },
@@ -162,6 +163,9 @@ node_profile read_node(const profile_reader& r, const json& j, const cluster_nod
   if (mem != std::floor(mem) || mem > 1.8e19) r.fail(where + ".memory_bytes must be a whole number of bytes");
   n.memory_bytes = static_cast<uint64_t>(mem);
   n.cpu_share = r.rate_or(j, "cpu_share", where, 0);
+  n.cpu_quota = r.rate_or(j, "cpu_quota", where, 0);
+  n.cpu_period_s = r.rate_or(j, "cpu_period_s", where, 0);
+  if (n.cpu_quota > 0 && !(n.cpu_period_s > 0)) r.fail(where + ".cpu_quota needs cpu_period_s (the quota's period in seconds)");
   if (j.contains("ops")) {
     const json& ops = r.object(j, "ops", where);
     for (auto& [key, t] : ops.items()) {
@@ -194,6 +198,10 @@ void save_profile(const std::string& path, const cluster_profile& p) {
     jn["gflops"] = n.gflops;
     jn["memory_bytes"] = n.memory_bytes;
     jn["cpu_share"] = n.cpu_share;
+    if (n.cpu_quota > 0) {
+      jn["cpu_quota"] = n.cpu_quota;
+      jn["cpu_period_s"] = n.cpu_period_s;
+    }
     json ops = json::object();
     for (auto& [key, t] : n.ops)
       ops[key] = json{{"forward_s", t.forward_s}, {"backward_s", t.backward_s}, {"update_s", t.update_s}};

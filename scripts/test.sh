@@ -19,7 +19,10 @@ stage_start=$SECONDS
 echo "test: ctest took $(((SECONDS - stage_start) / 60)) min"
 if [[ "${FUSION_TEST_SECURITY:-1}" != "0" ]]; then
   stage_start=$SECONDS
-  ./scripts/fuzz.sh "${FUSION_FUZZ_SECONDS:-20}" || failed+=(fuzz)
+  # The fuzz log is printed again at the end when a target found something: CI keeps only the
+  # tail of the output, and the sanitizer stage's lines come after it.
+  fuzz_log=$(mktemp "${TMPDIR:-/tmp}/fusion-fuzz-log.XXXXXX")
+  ./scripts/fuzz.sh "${FUSION_FUZZ_SECONDS:-20}" 2>&1 | tee "$fuzz_log" || failed+=(fuzz)
   echo "test: the fuzz stage took $(((SECONDS - stage_start) / 60)) min"
   stage_start=$SECONDS
   ./scripts/sanitize.sh --unit || failed+=(sanitize)
@@ -27,6 +30,11 @@ if [[ "${FUSION_TEST_SECURITY:-1}" != "0" ]]; then
 else
   echo "test: FUSION_TEST_SECURITY=0: fuzz and sanitizer stages skipped"
 fi
+if [[ " ${failed[*]} " == *" fuzz "* && -n "${fuzz_log:-}" ]]; then
+  echo "test: what the fuzz stage found (the end of its log; reproducers in build-fuzz/artifacts):" >&2
+  grep -v '^\[[0-9]*/[0-9]*\] ' "$fuzz_log" | tail -n 120 >&2
+fi
+[[ -n "${fuzz_log:-}" ]] && rm -f "$fuzz_log"
 if ((${#failed[@]})); then
   echo "test: FAILED stages: ${failed[*]}" >&2
   exit 1
