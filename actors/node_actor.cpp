@@ -330,6 +330,9 @@ node_actor::behavior_type node_actor_fn(node_ptr self, node_identity id, std::sh
           drop(it->second);
           st.reversed.erase(it);
         }
+        // A node that returns may come back reachable (another host, its firewall opened): it
+        // is dialed first again, as any node is.
+        st.unreachable.erase(peer);
         return true;
       },
       [=](drop_atom, uint64_t edge) {
