@@ -18,14 +18,10 @@ seconds=${1:-20}
 read -r -a targets <<< "${FUZZ_TARGETS:-model cluster ini checkpoint wire preamble codec admin tokenizer}"
 jobs=$(nproc 2>/dev/null || echo 2)
 
-command -v clang++ >/dev/null || { echo "fuzz: clang++ not found (scripts/setup.sh installs clang)" >&2; exit 1; }
 build_targets=(fuzz_seeds)
 for t in "${targets[@]}"; do build_targets+=("fuzz_$t"); done
-mkdir -p build-fuzz
-# Line tables are all a finding's stack trace needs, and compile in a fraction of full -g's time.
-cmake -S . -B build-fuzz -G Ninja -DCMAKE_CXX_COMPILER=clang++ -DFUSION_FUZZ=ON -DFUSION_CUDA=OFF \
-  -DCMAKE_BUILD_TYPE=Debug "-DCMAKE_CXX_FLAGS_DEBUG=-O1 -gline-tables-only" > build-fuzz/configure.log 2>&1 ||
-  { cat build-fuzz/configure.log >&2; exit 1; }
+source scripts/lib/instrumented-build.sh
+configure_instrumented_build fuzz || exit 1
 cmake --build build-fuzz -j "$jobs" --target "${build_targets[@]}"
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/fusion-fuzz.XXXXXX")

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds the whole project with AddressSanitizer and UndefinedBehaviorSanitizer (gcc, -O1 -g,
-# no CUDA) into ./build-asan, or the unit tests only (-O1 -g1) into ./build-asan-unit, and runs
-# the tests under them (docs/security.md). Usage:
+# no CUDA) into ./build-asan, or the unit tests only into ./build-fuzz (clang, the instrumented
+# build scripts/fuzz.sh makes: scripts/lib/instrumented-build.sh), and runs the tests under them
+# (docs/security.md). Usage:
 #
 #     scripts/sanitize.sh [CTEST_ARGS...]     (default: ctest -LE 'slow|netns|cuda')
 #     scripts/sanitize.sh --unit               (the unit tests only: what scripts/test.sh runs)
@@ -23,19 +24,21 @@ if [[ ${1:-} == --unit ]]; then
   unit=1
   shift
 fi
-# The unit tests link no CAF, so no suppression there needs inlined frames: -g1 (line tables
-# only) keeps file:line in every report and compiles in about 0.57 of the time of -g
-# (scheduler/opfence.cpp: 17.8 s against 31.1 s), the largest part of the CI stage. The actor
-# tests' suppressions name CAF templates inlined into our code, which need full -g.
-dir=build-asan debug=-g
-if ((unit)); then dir=build-asan-unit debug=-g1; fi
-cmake -S . -B "$dir" -G Ninja -DCMAKE_CXX_COMPILER=g++ -DFUSION_CUDA=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-  "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 $debug" \
-  "-DCMAKE_CXX_FLAGS=-fsanitize=address,undefined -fno-omit-frame-pointer" \
-  "-DCMAKE_EXE_LINKER_FLAGS=-fsanitize=address,undefined"
+# The unit tests link no CAF, so no suppression there needs inlined frames: they build in the
+# fuzz stage's instrumented build (line tables only, file:line in every report), whose libraries
+# the fuzz stage compiled already: CI compiles the project's libraries under the sanitizers once.
+# The actor tests' suppressions name CAF templates inlined into our code, which need gcc's full -g.
 if ((unit)); then
+  dir=build-fuzz
+  source scripts/lib/instrumented-build.sh
+  configure_instrumented_build sanitize || exit 1
   cmake --build "$dir" -j "$jobs" --target fusion_unit_tests
 else
+  dir=build-asan
+  cmake -S . -B "$dir" -G Ninja -DCMAKE_CXX_COMPILER=g++ -DFUSION_CUDA=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+    "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -g" \
+    "-DCMAKE_CXX_FLAGS=-fsanitize=address,undefined -fno-omit-frame-pointer" \
+    "-DCMAKE_EXE_LINKER_FLAGS=-fsanitize=address,undefined"
   cmake --build "$dir" -j "$jobs"
 fi
 
