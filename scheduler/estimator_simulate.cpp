@@ -66,19 +66,28 @@ class quota_budget {
   /// having used its share of the budget.
   double run(double start, double work) {
     if (allowance_ <= 0 || !(work > 0)) return start + std::max(work, 0.0);
-    double t = start, left = work;
-    const auto at = static_cast<int64_t>(std::floor(t / period_));
+    const auto at = static_cast<int64_t>(std::floor(start / period_));
     if (at > index_) index_ = at, used_ = 0;
-    for (;;) {
-      const double period_end = static_cast<double>(index_ + 1) * period_;
-      const double slice = std::min({allowance_ - used_, period_end - t, left});
-      if (slice > 0) t += slice, used_ += slice, left -= slice;
-      // Rounding leaves at most a few ulps of work: that is done.
-      if (left <= 1e-12 * work) return t;
-      ++index_;
-      used_ = 0;
-      t = std::max(t, static_cast<double>(index_) * period_);
+    // What the current period has left (until its budget or its end).
+    const double slice = std::max(0.0, std::min({allowance_ - used_, static_cast<double>(index_ + 1) * period_ - start}));
+    // Rounding may leave a few ulps of work: that is done.
+    if (work <= slice * (1 + 1e-12)) {
+      used_ += work;
+      return start + work;
     }
+    // The rest from the start of the next period: whole periods' budgets, then a part of one.
+    double left = work - slice;
+    const double full = std::floor(left / allowance_ * (1 + 1e-12));
+    index_ += 1 + static_cast<int64_t>(full);
+    left = std::max(0.0, left - full * allowance_);
+    if (left <= allowance_ * 1e-12 && full > 0) {
+      // Ends exactly as the last whole period's budget runs out.
+      --index_;
+      used_ = allowance_;
+      return static_cast<double>(index_) * period_ + allowance_;
+    }
+    used_ = left;
+    return static_cast<double>(index_) * period_ + left;
   }
 
  private:

@@ -165,7 +165,10 @@ node_profile read_node(const profile_reader& r, const json& j, const cluster_nod
   n.cpu_share = r.rate_or(j, "cpu_share", where, 0);
   n.cpu_quota = r.rate_or(j, "cpu_quota", where, 0);
   n.cpu_period_s = r.rate_or(j, "cpu_period_s", where, 0);
-  if (n.cpu_quota > 0 && !(n.cpu_period_s > 0)) r.fail(where + ".cpu_quota needs cpu_period_s (the quota's period in seconds)");
+  // The kernel's own bounds for a CFS period: 1 ms to 1 s.
+  if (n.cpu_quota > 0 && !(n.cpu_period_s >= 1e-3 && n.cpu_period_s <= 1))
+    r.fail(where + ".cpu_period_s is " + json(n.cpu_period_s).dump() +
+           ": a node with a cpu_quota needs the quota's period, 0.001 to 1 s (the kernel's CFS bounds)");
   if (j.contains("ops")) {
     const json& ops = r.object(j, "ops", where);
     for (auto& [key, t] : ops.items()) {
@@ -241,6 +244,9 @@ cluster_profile load_profile(const std::string& path, const cluster_spec& c) {
     j = json::parse(text.str());
   } catch (const nlohmann::json::parse_error& e) {
     r.fail("malformed JSON " + parse_error_text(e));
+  } catch (const nlohmann::json::exception&) {
+    // The parser's other refusal: a number beyond a double's range (out_of_range 406).
+    r.fail("malformed JSON: a number in it is too large for a double");
   }
   if (!j.is_object()) r.fail(std::string("a profile is a JSON object, got ") + j.type_name());
   if (!j.contains("format") || !j["format"].is_string() || j["format"].get<std::string>() != format_marker)

@@ -74,6 +74,10 @@ bpe_tokenizer bpe_tokenizer::parse(std::string_view vocab_json, std::string_view
   } catch (const nlohmann::json::parse_error& e) {
     throw std::runtime_error(vocab_name + ": byte offset " + std::to_string(e.byte) +
                              ": not valid JSON (a tokenizer vocabulary is one object of \"token\": id)");
+  } catch (const nlohmann::json::exception&) {
+    // The parser's other refusal: a number beyond a double's range (out_of_range 406).
+    throw std::runtime_error(vocab_name + ": a number in it is too large (a tokenizer vocabulary is one object of "
+                             "\"token\": id)");
   }
   if (!j.is_object() || j.empty())
     throw std::runtime_error(vocab_name + ": a tokenizer vocabulary is one non-empty JSON object of \"token\": id");

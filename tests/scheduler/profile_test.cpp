@@ -54,6 +54,8 @@ cluster_profile measured_profile(const cluster_spec& c) {
     n.gflops = 40.5 + static_cast<double>(i);
     n.memory_bytes = (uint64_t{7} << 30) + i;
     n.cpu_share = 0.25 * static_cast<double>(i + 1);
+    // The first node under a CFS quota of 0.3 core per 50 ms (saved and loaded as measured).
+    if (i == 0) n.cpu_quota = 0.3, n.cpu_period_s = 0.05;
     n.ops["linear{out=192}(4x64x64)"] = {1.25e-4, 2.5e-4 + static_cast<double>(i) * 1e-6, 3e-5};
     n.ops["gelu{}(4x64x256)"] = {4e-5, 6e-5, 0};
   }
@@ -154,6 +156,7 @@ TEST_CASE("scheduler/profile: load_profile names the file and what is wrong") {
   };
   SUBCASE("malformed JSON, with its position") {
     expect("{\n  \"format\": \"fusion-profile\",\n  \"nodes\": { oops }\n}", "malformed JSON at line 3, column");
+    expect(with("\"mbit\": 500", "\"mbit\": 5e999"), "malformed JSON: a number in it is too large for a double");
   }
   SUBCASE("a missing file") {
     std::filesystem::remove(path);
@@ -190,6 +193,14 @@ TEST_CASE("scheduler/profile: load_profile names the file and what is wrong") {
     expect(with("\"forward_s\": 0.1", "\"forward_s\": -0.1"),
            "nodes.a1.ops[\"k\"].forward_s is -0.1: it must be 0 or more");
     expect(with("\"cpu_share\": 1.0", "\"cpu_share\": -1.0"), "nodes.a1.cpu_share is -1.0: it must be 0 or more");
+    // A CPU quota needs its CFS period within the kernel's bounds (the estimator's budget per
+    // period would otherwise be meaningless).
+    expect(with("\"cpu_share\": 1.0", "\"cpu_share\": 1.0, \"cpu_quota\": 0.3"),
+           "nodes.a1.cpu_period_s is 0.0: a node with a cpu_quota needs the quota's period, 0.001 to 1 s (the "
+           "kernel's CFS bounds)");
+    expect(with("\"cpu_share\": 1.0", "\"cpu_share\": 1.0, \"cpu_quota\": 0.3, \"cpu_period_s\": 1e-6"),
+           "nodes.a1.cpu_period_s is 1e-06: a node with a cpu_quota needs the quota's period, 0.001 to 1 s (the "
+           "kernel's CFS bounds)");
   }
   SUBCASE("fields of the wrong type") {
     expect(with("\"mbit\": 500", "\"mbit\": \"fast\""), "links[0].mbit must be a number, got string");

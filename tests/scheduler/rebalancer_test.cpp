@@ -280,7 +280,10 @@ TEST_CASE("rebalance: state bytes and migration cost by hand") {
 
 TEST_CASE("rebalance: below-threshold noise that passes a low min-gain is held back by the confirmations") {
   // With min-gain 2% the +-10% noise proposes moves that pass the threshold (one confirmation
-  // would migrate 9 times in 50); three confirmations in a row never come.
+  // migrates 9 times in 50 with gcc's rounding); three confirmations in a row rarely come (never
+  // with gcc's rounding, once with clang's, whose fused multiply-adds change the noise's
+  // proposals): far fewer migrations, and waits where one confirmation would have moved.
+  int single = 0;
   for (int64_t k : {int64_t{1}, int64_t{3}}) {
     fixture f;
     rebalance_settings s;
@@ -296,8 +299,14 @@ TEST_CASE("rebalance: below-threshold noise that passes a low min-gain is held b
       migrations += d.what == verdict::migrate;
     }
     CAPTURE(k);
-    if (k == 1) CHECK(migrations > 0);
-    else CHECK((migrations == 0 && waits > 0));
+    CAPTURE(migrations);
+    if (k == 1) {
+      single = migrations;
+      CHECK(migrations >= 5);
+    } else {
+      CHECK(waits > 0);
+      CHECK(migrations * 4 <= single);
+    }
   }
 }
 

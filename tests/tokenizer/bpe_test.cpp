@@ -227,6 +227,10 @@ TEST_CASE("tokenizer: mismatched or malformed files are named with the line or o
   CHECK(contains(msg, "repeats the merge of line 2"));
   msg = error_of([&] { bpe_tokenizer::parse("{\"a\": 0,", "", "v.json", "m.txt"); });
   CHECK(contains(msg, "v.json: byte offset"));
+  // A number beyond a double's range (the fuzzer's tokenizer/vocab-number-overflow): a plain
+  // error, not the JSON library's own exception escaping.
+  msg = error_of([&] { bpe_tokenizer::parse("{\"a\": 4e2951}", "", "v.json", "m.txt"); });
+  CHECK(contains(msg, "v.json: a number in it is too large"));
   msg = error_of([&] { bpe_tokenizer::parse("{\"a\": 0, \"b\": 0}", "", "v.json", "m.txt"); });
   CHECK(contains(msg, "id 0 is given to two tokens"));
   msg = error_of([&] { bpe_tokenizer::parse("{\"a\": 0, \"b\": 7}", "", "v.json", "m.txt"); });
