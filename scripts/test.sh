@@ -32,7 +32,7 @@ else
 fi
 if [[ " ${failed[*]} " == *" fuzz "* && -n "${fuzz_log:-}" ]]; then
   echo "test: what the fuzz stage found (the end of its log; reproducers in build-fuzz/artifacts):" >&2
-  grep -v '^\[[0-9]*/[0-9]*\] ' "$fuzz_log" | tail -n 120 >&2
+  grep -v '^\[[0-9]*/[0-9]*\] ' "$fuzz_log" | tail -n 120 >&2 || true
 fi
 [[ -n "${fuzz_log:-}" ]] && rm -f "$fuzz_log"
 if ((${#failed[@]})); then
