@@ -108,8 +108,8 @@ void print_profile(coord_ptr self) {
     std::string times = n.ops.empty() ? "not measured" : millis(pass);
     if (!n.ops.empty() && missing) times += " (" + std::to_string(missing) + " ops untimed)";
     char share[24] = "-";
-    if (n.quota_binds())
-      std::snprintf(share, sizeof share, "quota %.2f", n.cpu_quota);
+    if (n.quota.binds())
+      std::snprintf(share, sizeof share, "quota %.2f", n.quota.cores);
     else if (n.cpu_share > 0)
       std::snprintf(share, sizeof share, "%.2f", n.cpu_share);
     std::snprintf(line, sizeof line, "  %-15s %-11s %-9s %-24s %-16s %-12s %s\n", n.name.c_str(), n.site.c_str(),

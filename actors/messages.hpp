@@ -313,7 +313,7 @@ typename Inspector::result_type inspect(Inspector& f, op_timing& x) {
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, device_timing& x) {
-  return f(caf::meta::type_name("device_timing"), x.device, x.ops, x.cpu_share, x.cpu_quota, x.cpu_period_s,
+  return f(caf::meta::type_name("device_timing"), x.device, x.ops, x.cpu_share, x.quota.cores, x.quota.period_s,
            x.memory_bytes, x.seconds);
 }
 

@@ -20,6 +20,7 @@ struct cpu_quota {
   /// Whether the quota holds one thread back: below one core. A serial op runner under a quota
   /// of a core or more never waits for its budget.
   bool binds() const { return cores > 0 && cores < 1; }
+  bool operator==(const cpu_quota&) const = default;
 };
 
 /// The quota of cgroup v1's cpu.cfs_quota_us and cpu.cfs_period_us contents; none (cores 0) for

@@ -74,7 +74,7 @@ void workload_estimator::set_node_rates(int k) {
     // A CPU node given a share of a core (cpu_share: other processes on it) gets that share of
     // the rates; one under a binding quota runs at full speed within its budget (simulate()); a
     // stated or measured gflops already describes the device as it runs.
-    const double share = !is_gpu(np.device) && np.cpu_share > 0 && np.ops.empty() && !np.quota_binds()
+    const double share = !is_gpu(np.device) && np.cpu_share > 0 && np.ops.empty() && !np.quota.binds()
                              ? std::min(np.cpu_share, 1.0)
                              : 1.0;
     const double flops_rate = (np.gflops > 0 ? np.gflops : options_.default_gflops * share) * 1e9;
@@ -228,7 +228,7 @@ double workload_estimator::step_compute_s(int id, int node) const {
 double workload_estimator::quota_stretch(int node) const {
   check_op(0, 1, node, nodes_, "CPU quota");
   const node_profile& np = profile_.nodes[node];
-  return !is_gpu(np.device) && np.quota_binds() ? 1 / np.cpu_quota : 1.0;
+  return !is_gpu(np.device) && np.quota.binds() ? 1 / np.quota.cores : 1.0;
 }
 
 double workload_estimator::link_mbit(int a, int b) const {

@@ -82,7 +82,7 @@ class workload_estimator {
   /// forward_s + backward_s for every micro-batch, plus update_s: the op's seconds per step,
   /// at the node's sustained pace (times quota_stretch).
   double step_compute_s(int id, int node) const;
-  /// 1 / cpu_quota on a node whose CPU quota binds (below one core: its op times are full-speed
+  /// 1 / the quota's cores on a node whose CPU quota binds (below one core: its op times are full-speed
   /// CPU times, and a node kept busy runs them at that fraction of wall time), else 1. The
   /// simulation keeps the quota's budget per period instead; the planners' balancing heuristics
   /// use this pace.

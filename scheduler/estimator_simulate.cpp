@@ -48,8 +48,10 @@ using min_queue = std::priority_queue<T, std::vector<T>, std::greater<T>>;
 // from the start of the step (the real phase is unknown; the error is below one period).
 class quota_budget {
  public:
-  quota_budget(double cores, double period_s)
-      : allowance_(cores > 0 && cores < 1 && period_s > 0 ? cores * period_s : 0), period_(period_s) {}
+  /// `binding`: the node's quota holds it back (workload_estimator::quota_stretch > 1); else no
+  /// budget, the node runs every task at once.
+  quota_budget(const cpu_quota& q, bool binding)
+      : allowance_(binding && q.period_s > 0 ? q.cores * q.period_s : 0), period_(q.period_s) {}
 
   /// When the node can next run at `t`, its work so far accounted: at t, or where the period
   /// holding t has no budget left, at the next period's start. A tensor a node sends leaves
@@ -185,11 +187,8 @@ step_estimate workload_estimator::simulate(const plan& p) const {
   // Per node: the CPU quota's budget (quota_budget; none on most nodes).
   std::vector<quota_budget> budget;
   budget.reserve(K);
-  for (size_t k = 0; k < K; ++k) {
-    const node_profile& np = profile_.nodes[k];
-    const bool capped = quota_stretch(static_cast<int>(k)) > 1;
-    budget.emplace_back(capped ? np.cpu_quota : 0.0, capped ? np.cpu_period_s : 0.0);
-  }
+  for (size_t k = 0; k < K; ++k)
+    budget.emplace_back(profile_.nodes[k].quota, quota_stretch(static_cast<int>(k)) > 1);
 
   // Link state per ordered node pair, rates looked up on first use: a link is full duplex (the
   // data channel is one TCP connection per direction), so activations a -> b and gradients

@@ -264,8 +264,7 @@ uint64_t free_memory_bytes(const std::string& device) {
 void take_measured(node_profile& n, device_timing t) {
   n.ops = std::move(t.ops);
   n.cpu_share = t.cpu_share;
-  n.cpu_quota = t.cpu_quota;
-  n.cpu_period_s = t.cpu_period_s;
+  n.quota = t.quota;
 }
 
 device_timing time_ops(const std::string& device, const std::vector<op_signature>& ops,
@@ -280,10 +279,7 @@ device_timing time_ops(const std::string& device, const std::vector<op_signature
   // estimator keeps the quota's budget; otherwise a share below 1 (other processes on the core)
   // stretches every op alike.
   const cpu_quota quota = cpu ? process_cpu_quota() : cpu_quota{};
-  if (quota.binds()) {
-    out.cpu_quota = quota.cores;
-    out.cpu_period_s = quota.period_s;
-  }
+  if (quota.binds()) out.quota = quota;
   warm_allocator();
   std::mt19937_64 rng(0x5eed);
   for (auto& s : ops) {

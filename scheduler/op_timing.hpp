@@ -53,11 +53,10 @@ struct timing_options {
 struct device_timing {
   std::string device;                         ///< where it was measured ("cpu", "cuda:0")
   /// By op_key, seconds per micro-batch: wall-equivalent (CPU time / cpu_share), or under a CPU
-  /// quota below one core (cpu_quota) the CPU time, the op at full speed.
+  /// quota below one core (quota.binds()) the CPU time, the op at full speed.
   std::map<std::string, op_timing> ops;
   double cpu_share = 0;                       ///< CPU cores' worth the process got (1 on CUDA)
-  double cpu_quota = 0;                       ///< the cgroup's CPU quota in cores (0: none)
-  double cpu_period_s = 0;                    ///< its CFS period (0: none)
+  cpu_quota quota;                            ///< the cgroup's CPU quota where it binds (else none)
   uint64_t memory_bytes = 0;                  ///< free memory of the device (0: unknown)
   double seconds = 0;                         ///< wall time the whole measurement took
 };

@@ -26,10 +26,7 @@ cluster_profile profile_from_cluster(const cluster_spec& c) {
     np.memory_bytes = static_cast<uint64_t>(std::llround(n.memory_gib * double(uint64_t{1} << 30)));
     np.cpu_share = n.cpu_share;
     // A stated cap is a CFS quota: scripts/run-sites.sh sets it with the default 0.1 s period.
-    if (n.cpu_share > 0) {
-      np.cpu_quota = n.cpu_share;
-      np.cpu_period_s = 0.1;
-    }
+    if (n.cpu_share > 0) np.quota = {n.cpu_share, 0.1};
     p.nodes.push_back(np);
   }
   for (auto& s : c.sites) p.site_names.push_back(s.name);

@@ -15,6 +15,7 @@
 #include "base/result.hpp"
 #include "core/cluster.hpp"
 #include "core/graph.hpp"
+#include "ops/cpu_quota.hpp"
 
 namespace fusion {
 
@@ -39,13 +40,10 @@ struct node_profile {
   double gflops = 0;            ///< measured sgemm rate, or the cluster file's stated rate; 0 when unknown
   uint64_t memory_bytes = 0;    ///< free memory for the run; 0 when unknown (no limit)
   double cpu_share = 0;         ///< measured CPU share (cores) the node's work got; 0 when unknown
-  /// A CFS CPU quota (cores per wall second, granted per cpu_period_s) that binds the node: below
-  /// one core, its ops run at full speed (`ops` holds CPU times) but at most cpu_quota x
-  /// cpu_period_s of each period (the estimator's simulation keeps that budget); 0: none.
-  double cpu_quota = 0;
-  double cpu_period_s = 0;      ///< the quota's period (0.1 s when a cluster file states the cap)
-  /// Whether the quota limits the node (below one core).
-  bool quota_binds() const { return cpu_quota > 0 && cpu_quota < 1; }
+  /// The node's CFS CPU quota (none: cores 0). Where it binds (below one core) the ops run at full
+  /// speed (`ops` holds CPU times) but at most cores x period_s of each period (the estimator's
+  /// simulation keeps that budget); a cluster file's stated cap stands for one with a 0.1 s period.
+  cpu_quota quota;
   /// Measured op times by op_key(); empty when the node was not profiled (rates then come from
   /// gflops and op::cost).
   std::map<std::string, op_timing> ops;

@@ -163,11 +163,11 @@ node_profile read_node(const profile_reader& r, const json& j, const cluster_nod
   if (mem != std::floor(mem) || mem > 1.8e19) r.fail(where + ".memory_bytes must be a whole number of bytes");
   n.memory_bytes = static_cast<uint64_t>(mem);
   n.cpu_share = r.rate_or(j, "cpu_share", where, 0);
-  n.cpu_quota = r.rate_or(j, "cpu_quota", where, 0);
-  n.cpu_period_s = r.rate_or(j, "cpu_period_s", where, 0);
+  n.quota.cores = r.rate_or(j, "cpu_quota", where, 0);
+  n.quota.period_s = r.rate_or(j, "cpu_period_s", where, 0);
   // The kernel's own bounds for a CFS period: 1 ms to 1 s.
-  if (n.cpu_quota > 0 && !(n.cpu_period_s >= 1e-3 && n.cpu_period_s <= 1))
-    r.fail(where + ".cpu_period_s is " + json(n.cpu_period_s).dump() +
+  if (n.quota.cores > 0 && !(n.quota.period_s >= 1e-3 && n.quota.period_s <= 1))
+    r.fail(where + ".cpu_period_s is " + json(n.quota.period_s).dump() +
            ": a node with a cpu_quota needs the quota's period, 0.001 to 1 s (the kernel's CFS bounds)");
   if (j.contains("ops")) {
     const json& ops = r.object(j, "ops", where);
@@ -201,9 +201,9 @@ void save_profile(const std::string& path, const cluster_profile& p) {
     jn["gflops"] = n.gflops;
     jn["memory_bytes"] = n.memory_bytes;
     jn["cpu_share"] = n.cpu_share;
-    if (n.cpu_quota > 0) {
-      jn["cpu_quota"] = n.cpu_quota;
-      jn["cpu_period_s"] = n.cpu_period_s;
+    if (n.quota.cores > 0) {
+      jn["cpu_quota"] = n.quota.cores;
+      jn["cpu_period_s"] = n.quota.period_s;
     }
     json ops = json::object();
     for (auto& [key, t] : n.ops)

@@ -14,10 +14,9 @@ namespace fusion::cpu {
 
 namespace {
 
-/// tanh for the float path: Eigen's [13/6] rational approximation on x clamped to +-7.905,
-/// absolute error ~2e-7 (below float resolution near +-1), branch-free so loops vectorise.
-inline float tanh_approx(float x0) {
-  const float x = x0 < -7.90531110763549805f ? -7.90531110763549805f : (x0 > 7.90531110763549805f ? 7.90531110763549805f : x0);
+/// tanh for the float path: Eigen's [13/6] rational approximation below |x| = 7.905, absolute
+/// error ~2e-7 (below float resolution near +-1), and +-1 beyond; branch-free so loops vectorise.
+inline float tanh_approx(float x) {
   const float x2 = x * x;
   float p = -2.76076847742355e-16f;
   p = p * x2 + 2.00018790482477e-13f;
@@ -30,12 +29,13 @@ inline float tanh_approx(float x0) {
   q = q * x2 + 1.18534705686654e-04f;
   q = q * x2 + 2.26843463243900e-03f;
   q = q * x2 + 4.89352518554385e-03f;
-  // Past the clamp tanh is within 3e-7 of +-1 (and exactly +-1 in float beyond 9): saturate, so
-  // that gelu's far tail is exactly 0 however the compiler rounds (clang fuses the Horner steps
-  // into FMAs, which left 1 - 2.4e-7 at the clamp: gelu(-20) = -2.4e-6). A select, so the loop
-  // still vectorises.
+  // Past 7.905 tanh is within 3e-7 of +-1 (and exactly +-1 in float beyond 9): saturate there,
+  // which makes gelu's far tail exactly 0 however the compiler rounds (Eigen clamps x instead,
+  // which relies on the ratio rounding to 1 at the clamp: with clang's fused multiply-adds it
+  // gave 1 - 2.4e-7, gelu(-20) = -2.4e-6). Selects, so the loop still vectorises; the ratio's
+  // value beyond (inf / inf for huge x) is never used.
   const float r = x * p / q;
-  return x0 <= -7.90531110763549805f ? -1.0f : (x0 >= 7.90531110763549805f ? 1.0f : r);
+  return x <= -7.90531110763549805f ? -1.0f : (x >= 7.90531110763549805f ? 1.0f : r);
 }
 
 /// The double path (gradient checks) uses libm: exactness beats speed there.

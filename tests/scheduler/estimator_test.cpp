@@ -192,8 +192,7 @@ TEST_CASE("scheduler/estimator: a node under a CPU quota runs at full speed with
   SUBCASE("one busy node: held to the quota's share of every period") {
     cluster_spec c = one_node();
     cluster_profile prof = timed_profile(g, c, 3, 1, chain_times);
-    prof.nodes[0].cpu_quota = 0.5;
-    prof.nodes[0].cpu_period_s = 1;
+    prof.nodes[0].quota = {0.5, 1};
     workload_estimator est(g, c, prof, exact_options());
     CHECK(est.quota_stretch(0) == doctest::Approx(2));
     CHECK(est.step_compute_s(2, 0) == doctest::Approx(2 * (3 * (1 + 1) + 0.5)));
@@ -204,7 +203,7 @@ TEST_CASE("scheduler/estimator: a node under a CPU quota runs at full speed with
     CHECK(s.optimizer_s == doctest::Approx(4 + 0.3));
     CHECK(s.node_compute_s[0] == doctest::Approx(33 + 2));
     // A quota of a core or more, or a GPU node, does not hold a serial node back.
-    prof.nodes[0].cpu_quota = 1.5;
+    prof.nodes[0].quota.cores = 1.5;
     workload_estimator free(g, c, prof, exact_options());
     CHECK(free.quota_stretch(0) == 1);
     CHECK(free.simulate(make_plan(g, placement{std::vector<int>(g.nodes.size(), 0)})).pipeline_s ==
@@ -214,24 +213,24 @@ TEST_CASE("scheduler/estimator: a node under a CPU quota runs at full speed with
     cluster_spec c = two_sites();
     plan p = make_plan(g, placement{{0, 1, 0, 0, 1, 1}});
     cluster_profile prof = timed_profile(g, c, 3, 1e3, chain_times);
-    prof.nodes[1].cpu_quota = 0.5;
+    prof.nodes[1].quota.cores = 0.5;
     // The old rule, op time = CPU time / quota on a capped node: b0's times doubled.
     cluster_profile stretched = timed_profile(g, c, 3, 1e3, chain_times);
     for (auto& [key, t] : stretched.nodes[1].ops) t = {2 * t.forward_s, 2 * t.backward_s, 2 * t.update_s};
     const double old_rule = workload_estimator(g, c, stretched, exact_options()).simulate(p).pipeline_s;
     // Periods far shorter than an op: the budget is a steady half speed, the old rule's result.
-    prof.nodes[1].cpu_period_s = 1e-3;
+    prof.nodes[1].quota.period_s = 1e-3;
     const double fine = workload_estimator(g, c, prof, exact_options()).simulate(p).pipeline_s;
     CHECK(fine == doctest::Approx(old_rule).epsilon(0.01));
     // Periods of 10 s (5 s of budget each): b0 works 4 s of the first and waits between
     // micro-batches, so part of its work runs at full speed and the step is shorter.
-    prof.nodes[1].cpu_period_s = 10;
+    prof.nodes[1].quota.period_s = 10;
     const double coarse = workload_estimator(g, c, prof, exact_options()).simulate(p).pipeline_s;
     MESSAGE("pipeline: CPU time / quota " << old_rule << " s, 1 ms periods " << fine << " s, 10 s periods "
                                           << coarse << " s");
     CHECK(coarse < old_rule - 1);
     // Never faster than the same node without a quota.
-    prof.nodes[1].cpu_quota = 0;
+    prof.nodes[1].quota.cores = 0;
     CHECK(coarse >= workload_estimator(g, c, prof, exact_options()).simulate(p).pipeline_s - 1e-9);
   }
 }

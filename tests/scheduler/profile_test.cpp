@@ -55,7 +55,7 @@ cluster_profile measured_profile(const cluster_spec& c) {
     n.memory_bytes = (uint64_t{7} << 30) + i;
     n.cpu_share = 0.25 * static_cast<double>(i + 1);
     // The first node under a CFS quota of 0.3 core per 50 ms (saved and loaded as measured).
-    if (i == 0) n.cpu_quota = 0.3, n.cpu_period_s = 0.05;
+    if (i == 0) n.quota = {0.3, 0.05};
     n.ops["linear{out=192}(4x64x64)"] = {1.25e-4, 2.5e-4 + static_cast<double>(i) * 1e-6, 3e-5};
     n.ops["gelu{}(4x64x256)"] = {4e-5, 6e-5, 0};
   }
