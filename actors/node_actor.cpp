@@ -164,9 +164,16 @@ caf::behavior measure_worker(caf::event_based_actor* self, node_identity id) {
         self->quit();
         try {
           auto t = time_ops(id.device, ops);
-          char line[160];
-          std::snprintf(line, sizeof line, "timed %zu ops on %s in %.2f s (CPU share %.2f)", t.ops.size(),
-                        t.device.c_str(), t.seconds, t.cpu_share);
+          char line[200];
+          // The quota decides how ops are timed (CPU time under one below a core): say which.
+          char share[64];
+          if (t.quota.binds())
+            std::snprintf(share, sizeof share, "CPU quota %.2f core per %.0f ms, ops timed by CPU time",
+                          t.quota.cores, t.quota.period_s * 1e3);
+          else
+            std::snprintf(share, sizeof share, "CPU share %.2f", t.cpu_share);
+          std::snprintf(line, sizeof line, "timed %zu ops on %s in %.2f s (%s)", t.ops.size(), t.device.c_str(),
+                        t.seconds, share);
           log_info(me, line);
           return t;
         } catch (const std::exception& e) {

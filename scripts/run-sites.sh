@@ -227,8 +227,8 @@ while read -r kind name site device share; do
       echo "run-sites: WARNING: CPU caps NOT enforced (cannot set up a cgroup under $cg_base): node $name" \
            "and the nodes after it run uncapped" >&2
     else
-      # The shell joins the cgroup, then execs (into ip netns exec, which execs the node): the
-      # node's pid is the one started here, and it never runs outside its cgroup.
+      # The shell joins the cgroup, then execs (into nsenter, which execs the node): the node's
+      # pid is the one started here, and it never runs outside its cgroup.
       launch=(sh -c 'echo $$ >"$1/cgroup.procs" || exit 126; shift; exec "$@"' run-sites-cap "$cg")
       cap_note=", capped"
       # A node capped at one core or less gains nothing from a second worker thread, and with
@@ -241,7 +241,11 @@ while read -r kind name site device share; do
     fi
   fi
   if [[ $netns_up == 1 ]]; then
-    launch+=(ip netns exec "$tag-$site")
+    # nsenter joins the site's network namespace only. `ip netns exec` would also mount a fresh
+    # /sys, without the cgroup hierarchies under /sys/fs/cgroup: the node could not read its CPU
+    # quota there (ops/cpu_quota.hpp) and would time its ops by wall time, throttling pauses
+    # included, while the estimator modelled a node at full speed within a budget.
+    launch+=(nsenter --net=/run/netns/"$tag-$site")
     args+=(--node.host="${site_ip[$site]}")
   else
     args+=(--node.host=127.0.0.1)

@@ -6,8 +6,8 @@
 #     25% of the configured one (8, 100 and 1000 Mbit/s).
 #  2. Runs scripts/run-sites.sh for a few steps with the even policy (a stage on every site; nodes
 #     in the namespaces, coordinator outside, each node in a cgroup with the cluster file's
-#     cpu_share) and checks the run succeeds, logs
-#     cross-site traffic, and leaves no namespace, cgroup or process behind.
+#     cpu_share) and checks the run succeeds, logs cross-site traffic, every capped node saw its
+#     quota from inside its namespace, and nothing (namespace, cgroup, process) is left behind.
 #  3. Runs AdaTopK over the 20 Mbit/s link of configs/clusters/sites-2-slow.pbtxt: the loss falls
 #     and the edges carry fewer bytes than dense.
 # Without root or namespace support it says why and exits 77 (ctest: skipped).
@@ -61,8 +61,8 @@ work=$(mktemp -d)
 metrics=$work/metrics.jsonl
 # The even policy puts a stage on every site, so every link carries traffic; OP-Fence (the
 # default) may leave a site idle when its measurements say that is faster.
-(cd "$src" && scripts/run-sites.sh --tag "$tag" --subnet "$subnet" -- --steps 8 --train.eval-every=0 \
-    --cluster.policy=even \
+(cd "$src" && scripts/run-sites.sh --tag "$tag" --subnet "$subnet" --logs "$work/nodes" -- --steps 8 \
+    --train.eval-every=0 --cluster.policy=even \
     --train.eval-batches=2 --output.metrics="$metrics" --output.checkpoint="$work/model.ckpt" \
     --output.sample-chars=0 --runtime.step-timeout=60.0) >"$work/run.log" 2>&1
 status=$?
@@ -72,8 +72,13 @@ grep -q '"step": 8, "loss"' "$metrics" || fail "no loss for step 8 in the metric
 grep -q '"from": "b1", "to": "c1"' "$metrics" || fail "no measured traffic from site b to site c"
 [[ -f $work/model.ckpt ]] || fail "no checkpoint"
 # sites-3 caps every node (cpu_share 0.6): either caps held or the run said why they could not.
+# A capped node, inside its site's namespace, must see its quota (it decides how ops are timed).
 for n in a1 b1 c1; do
   grep -q "node $n capped at 0.6 core\|CPU caps NOT enforced" "$work/run.log" || fail "no cap (or warning) for node $n"
+  if grep -q "node $n capped at 0.6 core" "$work/run.log"; then
+    grep -q "CPU quota 0.60 core per 100 ms" "$work/nodes/$n.log" ||
+      fail "node $n runs under a 0.6-core quota but did not see it: $(grep timed "$work/nodes/$n.log")"
+  fi
 done
 left_cg=$(ls -d /sys/fs/cgroup/cpu/fusion-"$tag"-* /sys/fs/cgroup/fusion-"$tag"-* 2>/dev/null | tr '\n' ' ')
 [[ -z $left_cg ]] || fail "cgroups left behind: $left_cg"
