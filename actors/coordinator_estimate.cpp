@@ -84,6 +84,44 @@ void choose_run_schedule(coord_ptr self) {
                  fixed ? "" : (c.reason + "; ").c_str(), format_predictions(c).c_str());
 }
 
+namespace {
+
+// What capped nodes' processes spent beyond their ops, optimizer updates and ring work, against
+// the bytes their cross-node edges carried: the per-byte host cost the simulation charges to
+// their quota budgets (workload_estimator::traffic_s_per_byte). Uncapped nodes do that work on
+// other cores and are left out, as are steps where migrated ops are still settling.
+void observe_host_traffic(coord_ptr self, const step_record& rec) {
+  auto* est = estimator_of(self);
+  auto& st = self->state;
+  for (auto& [op, until] : st.rebalance.settling)
+    if (rec.step <= until) return;
+  const auto& cluster = st.in->cluster;
+  const placement& w = st.exec.current.where;
+  const size_t K = cluster.nodes.size();
+  std::vector<double> cpu(K, -1.0), known(K, 0.0), bytes(K, 0.0);
+  for (auto& n : rec.nodes)
+    if (int k = cluster.find_node(n.node); k >= 0) cpu[k] = n.cpu_s;
+  for (auto& m : rec.ops) {
+    if (m.node < 0 || static_cast<size_t>(m.node) >= w.node_of_op.size()) continue;
+    for (size_t mb = 0; mb < m.forward_s.size() && mb < m.backward_s.size(); ++mb)
+      known[w.node_of(m.node, w.replica_of(m.node, static_cast<int>(mb)))] += m.forward_s[mb] + m.backward_s[mb];
+    for (int r = 0; r < w.replicas(m.node); ++r) {
+      const int k = w.node_of(m.node, r);
+      known[k] += est->update_s(m.node, k) + (r < static_cast<int>(m.reduce_work_s.size()) ? m.reduce_work_s[r] : 0.0);
+    }
+  }
+  for (auto& e : rec.edges)
+    for (const std::string* end : {&e.from_node, &e.to_node})
+      if (int k = cluster.find_node(*end); k >= 0) bytes[k] += static_cast<double>(e.bytes);
+  double host = 0, moved = 0;
+  for (size_t k = 0; k < K; ++k)
+    if (cpu[k] >= 0 && bytes[k] > 0 && est->quota_stretch(static_cast<int>(k)) > 1)
+      host += cpu[k] - known[k], moved += bytes[k];
+  est->observe_host_traffic(host, moved);
+}
+
+}  // namespace
+
 void observe_step(coord_ptr self, const step_record& rec) {
   auto* est = estimator_of(self);
   // The first steps pay for first-touch allocations and cold caches (step 2 still ran about 30%
@@ -110,6 +148,7 @@ void observe_step(coord_ptr self, const step_record& rec) {
     for (int r = 0; r < R && r < static_cast<int>(m.reduce_work_s.size()); ++r)
       est->observe_allreduce(w.node_of(m.node, r), work_bytes, m.reduce_work_s[r]);
   }
+  observe_host_traffic(self, rec);
   // A link carrying one tensor stream at a time times the link itself; with several edges in
   // flight on one node pair each tensor also waits for the others, which the simulation already
   // models as FIFO sharing, so those samples would count the sharing twice.

@@ -67,8 +67,9 @@ void record_eval(coord_ptr self, eval_result v) {
 void poll_traffic(coord_ptr self, step_record rec) {
   auto& st = self->state;
   std::vector<node_actor> live;
-  for (auto& n : st.members.nodes)
-    if (n) live.push_back(n);
+  std::vector<int> live_index;
+  for (size_t k = 0; k < st.members.nodes.size(); ++k)
+    if (auto& n = st.members.nodes[k]) live.push_back(n), live_index.push_back(static_cast<int>(k));
   st.act = activity::polling;
   arm_timeout(self, st.in->cfg.step_timeout_s);  // not per request: see optimizer_step
   auto recp = std::make_shared<step_record>(std::move(rec));
@@ -77,6 +78,8 @@ void poll_traffic(coord_ptr self, step_record rec) {
                      [=](std::vector<node_stats> all) {
                        auto& s = self->state;
                        auto& out = recp->edges;
+                       for (size_t i = 0; i < all.size(); ++i)
+                         recp->nodes.push_back({s.in->cluster.nodes[live_index[i]].name, all[i].cpu_s});
                        for (auto& ns : all)
                          for (auto& e : ns.edges) {
                            const plan_edge* info = s.exec.current.find(e.edge);

@@ -287,17 +287,19 @@ typename Inspector::result_type inspect(Inspector& f, codec_settings& x) {
            x.scale_block);
 }
 
-/// A node's answer to stats_atom: edge traffic sent from it since the last poll, and the wire
-/// messages it refused since it started.
+/// A node's answer to stats_atom: edge traffic sent from it and the CPU it used since the last
+/// poll, and the wire messages it refused since it started.
 struct node_stats {
   std::vector<edge_stat> edges;
   uint64_t rejected = 0;
   std::string last_rejection;
+  /// CPU seconds (user and system, every thread) the node process used since the last poll.
+  double cpu_s = 0;
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, node_stats& x) {
-  return f(caf::meta::type_name("node_stats"), x.edges, x.rejected, x.last_rejection);
+  return f(caf::meta::type_name("node_stats"), x.edges, x.rejected, x.last_rejection, x.cpu_s);
 }
 
 // Profiling (scheduler/op_timing.hpp, scheduler/profile.hpp).

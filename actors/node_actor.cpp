@@ -7,6 +7,7 @@
 #include <iostream>
 #include <map>
 #include <set>
+#include <utility>
 #include <vector>
 
 #include "actors/data_channel.hpp"
@@ -17,6 +18,7 @@
 #include "core/log.hpp"
 #include "core/wire.hpp"
 #include "net/link_probe.hpp"
+#include "ops/cpu_quota.hpp"
 #include "scheduler/op_timing.hpp"
 
 namespace fusion {
@@ -40,6 +42,7 @@ struct node_state {
   std::set<std::string> unreachable;
   wire_assembler assembler;                                 // chunks that came over CAF
   std::map<uint64_t, edge_stat> traffic;  // since the last poll
+  double cpu_at_poll = process_cpu_seconds();  // the process's CPU time at the last poll
   uint64_t rejected = 0;
   std::string last_rejection;
   bool shutting_down = false;
@@ -392,6 +395,8 @@ node_actor::behavior_type node_actor_fn(node_ptr self, node_identity id, std::sh
         node_stats out;
         for (auto& [edge, t] : st.traffic) out.edges.push_back(t);
         st.traffic.clear();
+        const double cpu = process_cpu_seconds();
+        out.cpu_s = cpu - std::exchange(st.cpu_at_poll, cpu);
         out.rejected = st.rejected;
         out.last_rejection = st.last_rejection;
         return out;

@@ -130,6 +130,11 @@ std::string step_metrics_line(const step_record& rec, const graph& g, double ela
   line["time"] = time;
   line["ops"] = std::move(ops);
   line["edges"] = std::move(edges);
+  if (!rec.nodes.empty()) {
+    json cpu = json::object();
+    for (const auto& n : rec.nodes) cpu[n.node] = printed(n.cpu_s, "%.4f");
+    line["node_cpu_s"] = std::move(cpu);
+  }
   return line_of(line);
 }
 

@@ -47,6 +47,12 @@ struct edge_measurement {
   double keep_ratio = 1;               ///< the edge's keep ratio when it last sent (1: dense)
 };
 
+/// The CPU a node process used during one step (cluster runs).
+struct node_measurement {
+  std::string node;                    ///< cluster node name
+  double cpu_s = 0;                    ///< user and system seconds of every thread, poll to poll
+};
+
 /// One optimizer step's record.
 struct step_record {
   int64_t step = 0;        ///< 1-based: the number of steps done after this one
@@ -70,6 +76,7 @@ struct step_record {
   /// Every gradient ring hop that carried data (producer = consumer = the op, forward false):
   /// for the estimator's links; not in the metrics line (its bytes are allreduce_bytes).
   std::vector<edge_measurement> reduce_edges;
+  std::vector<node_measurement> nodes; ///< every node polled at the step's end (cluster runs)
 };
 
 /// What one evaluation pass measured (NaN: not measured).
@@ -101,8 +108,9 @@ std::string metrics_time(std::chrono::system_clock::time_point t = std::chrono::
 /// with replicas,] "elapsed_s", "time", "ops": {OP: {"fwd_ms": [...], "bwd_ms": [...][, "reduce_ms": [...],
 /// "reduce_work_ms": [...], "reduce_bytes": only for a replicated op, one entry per replica]}},
 /// "edges": [{"from", "to", "edge": "PRODUCER->CONSUMER", "dir": "fwd"|"bwd", "bytes",
-/// "dense_bytes", "tensors", "seconds", "encode_s", "keep_ratio"}]}, op names from `g` by node
-/// id. `elapsed_s`: seconds of training so far; `time`: metrics_time().
+/// "dense_bytes", "tensors", "seconds", "encode_s", "keep_ratio"}][, "node_cpu_s": {NODE: seconds}:
+/// only when nodes were polled]}, op names from `g` by node id. `elapsed_s`: seconds of training
+/// so far; `time`: metrics_time().
 std::string step_metrics_line(const step_record& rec, const graph& g, double elapsed_s, const std::string& time);
 
 /// {"type": "eval", "step", "val_loss", "val_accuracy", "val_bpb" (each only when measured), "time"}.

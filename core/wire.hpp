@@ -44,8 +44,9 @@ namespace fusion {
 /// f16 values. 9: edge_atom says whether the receiver dials the data channel (nodes behind a
 /// firewall, docs/transport.md). 11: forget_peer_atom (a lost node's data-channel connections
 /// are dropped by the others, docs/recovery.md). 12: device_timing carries the node's CPU quota
-/// and period (docs/scheduler.md, "Nodes under a CPU quota").
-inline constexpr uint32_t wire_protocol_version = 12;
+/// and period (docs/scheduler.md, "Nodes under a CPU quota"). 13: node_stats carries the node
+/// process's CPU seconds since the last poll.
+inline constexpr uint32_t wire_protocol_version = 13;
 
 /// Largest tensor a header may announce (16 GiB); anything larger is a corrupt header.
 inline constexpr uint64_t wire_max_tensor_bytes = uint64_t{1} << 34;

@@ -1,5 +1,7 @@
 #include "ops/cpu_quota.hpp"
 
+#include <time.h>
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -127,6 +129,12 @@ cpu_quota process_cpu_quota() {
     ever.store(true);
   }
   return {cores.load(), period_s.load()};
+}
+
+double process_cpu_seconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
 }
 
 }  // namespace fusion

@@ -49,4 +49,7 @@ cpu_quota cgroup_quota(const cgroup_cpu_paths& paths, const std::string& root = 
 /// a running node is seen. Thread-safe.
 cpu_quota process_cpu_quota();
 
+/// CPU seconds this process has used (user and system, every thread): what a quota counts.
+double process_cpu_seconds();
+
 }  // namespace fusion

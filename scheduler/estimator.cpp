@@ -116,6 +116,8 @@ workload_estimator workload_estimator::restricted(const cluster_spec& sub, const
     out.correction_seen_[i] = correction_seen_[full[i]];
     out.ring_s_per_byte_[i] = ring_s_per_byte_[full[i]];
   }
+  out.traffic_s_per_byte_ = traffic_s_per_byte_;
+  out.traffic_seen_ = traffic_seen_;
   return out;
 }
 
@@ -323,6 +325,17 @@ void workload_estimator::observe_allreduce(int node, double work_bytes, double w
   const double rate = work_s / work_bytes;
   double& at = ring_s_per_byte_[node];
   at = at < 0 ? rate : ema(at, rate, options_.ema_weight);
+}
+
+void workload_estimator::observe_host_traffic(double host_s, double bytes) {
+  // Below a few hundred KiB the residual is mostly noise of the node's CPU clock and its fixed
+  // per-step work, not traffic.
+  if (!(bytes >= 256 * 1024) || !std::isfinite(host_s) || !std::isfinite(bytes)) return;
+  // What the ops' times miss is never negative; above 50 ns a byte (20 MB/s of host work) it is
+  // not traffic but something the run did once (a compile, a page-in).
+  const double rate = std::clamp(host_s, 0.0, 50e-9 * bytes) / bytes;
+  traffic_s_per_byte_ = traffic_seen_ ? ema(traffic_s_per_byte_, rate, options_.ema_weight) : rate;
+  traffic_seen_ = true;
 }
 
 std::pair<std::vector<double>, std::vector<double>> workload_estimator::node_phase_s(const plan& p) const {

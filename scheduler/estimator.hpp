@@ -151,7 +151,9 @@ class workload_estimator {
   /// add up. Under p.schedule 1F1B the forward of an actor's k-th micro-batch also waits for its
   /// backward of the (k - live_limits)-th, and node_memory_bytes counts that many micro-batches
   /// of activations; under GPipe an actor's first backward waits for all its forwards of the step.
-  /// Links are full duplex: each direction of a node pair is its own FIFO.
+  /// Links are full duplex: each direction of a node pair is its own FIFO. A node whose CPU
+  /// quota binds runs its tasks within the quota's budget, each task's work including
+  /// traffic_s_per_byte for every byte it sends or receives across nodes.
   step_estimate simulate(const plan& p) const;
 
   /// Refinement from a step's measurements. `forward_s` and `backward_s` are per micro-batch
@@ -164,6 +166,16 @@ class workload_estimator {
   /// A replica on `node` spent `work_s` on ring work that touched `work_bytes`
   /// (ring_work_bytes): refines the node's ring_s_per_byte.
   void observe_allreduce(int node, double work_bytes, double work_s);
+
+  /// On nodes whose CPU quota binds, the seconds their processes spent outside the ops, the
+  /// optimizer and the ring (`host_s`: messages, serialization, encryption, the network stack,
+  /// which the quota pays for too) while their cross-node edges carried `bytes` (sent plus
+  /// received) in one step: refines traffic_s_per_byte.
+  void observe_host_traffic(double host_s, double bytes);
+  /// CPU seconds a capped node spends per byte it sends or receives across nodes (0 until
+  /// measured): the simulation adds it to the work of the task that sends or receives the
+  /// tensor, within the node's quota budget.
+  double traffic_s_per_byte() const { return traffic_s_per_byte_; }
 
   /// A node that joins the running job (or comes back): its profile `np` replaces the one it
   /// had, `links` (measured when it joined; others' site pairs stay) replace those site pairs,
@@ -193,6 +205,8 @@ class workload_estimator {
   std::vector<char> correction_seen_;                  // per node: measured at least once
   std::map<std::pair<int, int>, double> link_mbit_;    // (min node, max node) -> refined rate
   std::vector<double> ring_s_per_byte_;                // per node: measured ring work, -1 until measured
+  double traffic_s_per_byte_ = 0;                      // capped nodes' host CPU per cross-node byte
+  bool traffic_seen_ = false;
 
   // Precomputed in the constructor so the per-op functions stay O(log n) under the OP-Fence DP.
   int ops_ = 0, nodes_ = 0;                            // graph nodes, cluster nodes

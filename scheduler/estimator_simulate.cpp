@@ -58,6 +58,9 @@ class quota_budget {
   /// then: serializing and writing it take the node's threads, which the quota pauses with the
   /// rest (on sites-2x3 a paused sender stretched a 512 KB tensor's hop inside a site, an
   /// unshaped link, to 62 ms).
+  /// Whether the quota holds the node back.
+  bool binding() const { return allowance_ > 0; }
+
   double runnable_at(double t) const {
     if (allowance_ <= 0) return t;
     const auto at = static_cast<int64_t>(std::floor(t / period_));
@@ -189,6 +192,30 @@ step_estimate workload_estimator::simulate(const plan& p) const {
   budget.reserve(K);
   for (size_t k = 0; k < K; ++k)
     budget.emplace_back(profile_.nodes[k].quota, quota_stretch(static_cast<int>(k)) > 1);
+
+  // A capped node's quota also pays for moving its tensors (serializing, encrypting, the
+  // network stack: traffic_s_per_byte): the task that sends a tensor across nodes and the one
+  // that receives it take that much longer there. Uncapped nodes do it on other cores.
+  if (traffic_s_per_byte_ > 0)
+    for (int id = 0; id < ops_; ++id) {
+      if (keys_[id].empty()) continue;
+      const graph_node& n = g.nodes[id];
+      for (size_t j = 0; j < n.consumers.size(); ++j) {
+        const int w = n.consumers[j].node;
+        double fb = fwd_bytes[consumer_base_[id] + static_cast<int>(j)];
+        if (fb < 0) fb = output_bytes(id);
+        double bb = bwd_bytes[consumer_base_[id] + static_cast<int>(j)];
+        if (bb < 0) bb = static_cast<double>(numel_of(n.shape)) * 4;
+        for (int m = 0; m < M; ++m) {
+          const int a = node_of_task(id, m), b = node_of_task(w, m);
+          if (a == b) continue;
+          const size_t u = static_cast<size_t>(id) * M + m, v = static_cast<size_t>(w) * M + m;
+          // Forward: id's task sends, w's receives; backward the other way round.
+          if (budget[a].binding()) fwd[u] += traffic_s_per_byte_ * fb, bwd[u] += traffic_s_per_byte_ * bb;
+          if (budget[b].binding()) fwd[v] += traffic_s_per_byte_ * fb, bwd[v] += traffic_s_per_byte_ * bb;
+        }
+      }
+    }
 
   // Link state per ordered node pair, rates looked up on first use: a link is full duplex (the
   // data channel is one TCP connection per direction), so activations a -> b and gradients

@@ -107,6 +107,16 @@ TEST_CASE("core/metrics_record: the layout scripts grep for stays") {
   CHECK(json::parse(bare)["ops"].is_object());
 }
 
+TEST_CASE("core/metrics_record: a cluster run's step record ends with each node's CPU seconds") {
+  step_record rec = sample_step();
+  rec.nodes = {{"b \"2\"", 0.123456}, {"a1", 0}};
+  const json j = json::parse(step_metrics_line(rec, graph_named(odd_names), 1, "t"));
+  CHECK(keys_of(j).back() == "node_cpu_s");
+  CHECK(keys_of(j["node_cpu_s"]) == std::vector<std::string>{"b \"2\"", "a1"});  // poll order
+  CHECK(j["node_cpu_s"]["b \"2\""].get<double>() == 0.1235);
+  CHECK(j["node_cpu_s"]["a1"].get<double>() == 0);
+}
+
 TEST_CASE("core/metrics_record: a replica run's step record carries the all-reduce, per step and per op") {
   step_record rec = sample_step();
   rec.allreduce_bytes = 123456;

@@ -1,6 +1,7 @@
 // Workload-estimator tests: the simulated step against schedules worked out by hand (two stages,
-// three micro-batches, a compute-bound and a link-bound case, one micro-batch), one node, a
-// residual fan-out that crosses a cut twice, refinement from measurements, the op::cost fallback
+// three micro-batches, a compute-bound and a link-bound case, one micro-batch), one node, nodes
+// under a CPU quota (their budget, and the host work of their traffic), a residual fan-out that
+// crosses a cut twice, refinement from measurements, the op::cost fallback
 // and constructor errors.
 #include <doctest/doctest.h>
 
@@ -232,6 +233,56 @@ TEST_CASE("scheduler/estimator: a node under a CPU quota runs at full speed with
     // Never faster than the same node without a quota.
     prof.nodes[1].quota.cores = 0;
     CHECK(coarse >= workload_estimator(g, c, prof, exact_options()).simulate(p).pipeline_s - 1e-9);
+  }
+}
+
+TEST_CASE("scheduler/estimator: a capped node's quota pays for the bytes it sends and receives") {
+  // Graph node ids as chain_model; activations 1x256x256 f32 = 256 KiB at micro-batch 1.
+  graph g = parse_graph(matmul_model, "matmul.pbtxt", 1);
+  cluster_spec c = two_sites();
+  const double tensor = 256.0 * 256 * 4;
+  const plan cut = make_plan(g, placement{{0, 0, 0, 1, 1, 1}});
+  REQUIRE(cut.find(2, 0, true) != nullptr);
+  REQUIRE(cut.find(2, 0, true)->bytes_per_micro_batch == tensor);
+  SUBCASE("learnt from what the ops' times miss, per byte moved") {
+    workload_estimator est(g, c, timed_profile(g, c, 1, 1e3, chain_times), exact_options());
+    CHECK(est.traffic_s_per_byte() == 0);
+    est.observe_host_traffic(1.0, 100 * 1024);  // too few bytes to tell traffic from noise
+    CHECK(est.traffic_s_per_byte() == 0);
+    est.observe_host_traffic(0.04, 1e6);
+    CHECK(est.traffic_s_per_byte() == doctest::Approx(40e-9));
+    est.observe_host_traffic(-1, 1e6);  // ops timed longer than the process ran: nothing missed
+    const double w = estimator_options{}.ema_weight;
+    CHECK(est.traffic_s_per_byte() == doctest::Approx((1 - w) * 40e-9));
+    est.observe_host_traffic(100, 1e6);  // a one-off (a page-in), not traffic: held at 50 ns a byte
+    CHECK(est.traffic_s_per_byte() == doctest::Approx((1 - w) * (1 - w) * 40e-9 + w * 50e-9));
+    // A part of the cluster keeps it.
+    CHECK(est.restricted(c, {0, 1}).traffic_s_per_byte() == est.traffic_s_per_byte());
+  }
+  SUBCASE("the simulation charges it to the sending and receiving tasks of a capped node only") {
+    // wte on a0; fc, lm_head and the loss on b0: fc's forward receives one tensor and its
+    // backward sends one gradient back; M = 1 runs every task one after another.
+    const plan& p = cut;
+    cluster_profile prof = timed_profile(g, c, 1, 1e3, chain_times);
+    prof.nodes[1].quota = {0.5, 1e-3};  // a steady half speed
+    auto step_with = [&](const cluster_profile& pr, double per_byte) {
+      workload_estimator est(g, c, pr, exact_options());
+      if (per_byte > 0) est.observe_host_traffic(per_byte * 1e6, 1e6);
+      return est.simulate(p).pipeline_s;
+    };
+    const double base = step_with(prof, 0), charged = step_with(prof, 40e-9);
+    // 2 tensors x 10.5 ms of host work, at half speed.
+    CHECK(charged - base == doctest::Approx(2 * 2 * 40e-9 * tensor).epsilon(0.05));
+    // Uncapped, the same bytes cost the pipeline nothing (other cores move them).
+    prof.nodes[1].quota = {};
+    CHECK(step_with(prof, 40e-9) == doctest::Approx(step_with(prof, 0)));
+    // Nothing crosses a one-node plan.
+    prof.nodes[0].quota = {0.5, 1e-3};
+    workload_estimator one(g, c, prof, exact_options());
+    const plan local = make_plan(g, placement{std::vector<int>(g.nodes.size(), 0)});
+    const double alone = one.simulate(local).pipeline_s;
+    one.observe_host_traffic(40e-9 * 1e6, 1e6);
+    CHECK(one.simulate(local).pipeline_s == doctest::Approx(alone));
   }
 }
 
