@@ -13,7 +13,8 @@
 #
 #   bench/geo_bench.sh [--rounds 2] [--steps 30] [--warmup 5] [--topologies sites-3,sites-4-pairs,sites-6-tiers]
 #                      [--configs even+none,opfence+none] [--slow MBIT,...] [--no-alone]
-#                      [--run configs/runs/char-sites.ini] [--build build] [--out runs/geo/STAMP]
+#                      [--run configs/runs/char-sites.ini] [--micro-batches N|auto] [--build build]
+#                      [--out runs/geo/STAMP]
 #                      [--smoke]   (1 round, 4 steps, sites-3, even and OP-Fence: the ctest bench_smoke_geo_bench)
 #
 # From each run's metrics (JSON lines, type "step"), over the steps after the first --warmup:
@@ -23,8 +24,10 @@
 # of that node's own tokens/s alone under its cap. Once per topology the first node of the file
 # trains the whole model alone (a one-node copy of the cluster file, its site and cap) for the
 # same steps; every node's alone rate is that rate scaled by its cpu_share over the first node's
-# (uncapped nodes: n/a). --no-alone skips that run and the column. Example, replicas against
-# pipeline-only OP-Fence where replicas should matter (docs/scheduler.md, "Stage replicas"):
+# (uncapped nodes: n/a). --no-alone skips that run and the column. --micro-batches sets
+# train.micro-batches for every run, the alone run too (default: the run file's; auto: the
+# estimator's choice per run). Example, replicas against pipeline-only OP-Fence where replicas
+# should matter (docs/scheduler.md, "Stage replicas"):
 #   bench/geo_bench.sh --topologies sites-2x3,sites-3 --configs opfence+none,opfence-replicas+none
 # The table has one row per run and, per topology (and slow rate), each config's ratio of tokens/s
 # to the first config (the baseline): the mean of the per-round ratios. "others %" is the CPU that other
@@ -34,7 +37,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 rounds=2 steps=30 warmup=5 topologies=sites-3,sites-4-pairs,sites-6-tiers run=configs/runs/char-sites.ini
-configs=even+none,opfence+none slow="" build=${BUILD_DIR:-build} out="" alone=1
+configs=even+none,opfence+none slow="" build=${BUILD_DIR:-build} out="" alone=1 micro=()
 while [[ $# -gt 0 ]]; do
   case $1 in
     --rounds) rounds=$2; shift 2 ;;
@@ -44,11 +47,12 @@ while [[ $# -gt 0 ]]; do
     --configs) configs=$2; shift 2 ;;
     --slow) slow=$2; shift 2 ;;
     --run) run=$2; shift 2 ;;
+    --micro-batches) micro=(--train.micro-batches="$2"); shift 2 ;;
     --build) build=$2; shift 2 ;;
     --out) out=$2; shift 2 ;;
     --smoke) rounds=1 steps=4 warmup=1 topologies=sites-3 configs=even+none,opfence+none smoke=1; shift ;;
     --no-alone) alone=0; shift ;;
-    -h|--help) sed -n '2,34p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,36p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "geo_bench: unknown option '$1' (try --help)" >&2; exit 2 ;;
   esac
 done
@@ -143,7 +147,8 @@ run_one() {
   local cmd=(scripts/run-sites.sh --cluster "$file" --run "$run" --tag geo --subnet 10.78.0
              --logs "$out/$name.nodes" -- --cluster.policy="${2%+*}" --compression.mode="${2#*+}"
              --train.steps="$steps" --train.eval-every=0
-             --train.eval-batches=0 --output.sample-chars=0 --output.checkpoint= --output.metrics="$m" --runtime.quiet)
+             --train.eval-batches=0 --output.sample-chars=0 --output.checkpoint= --output.metrics="$m" --runtime.quiet
+             ${micro[@]+"${micro[@]}"})
   rm -f "$m"
   local b t rc=0 own=0
   b=$(cpu_ticks); t=$(now_s)
@@ -266,7 +271,7 @@ done
 # ---- table ---------------------------------------------------------------------------------------
 {
   echo
-  echo "placement and compression on emulated sites: $(basename "$run" .ini), $steps steps, means over steps" \
+  echo "placement and compression on emulated sites: $(basename "$run" .ini)${micro[0]:+ (${micro[0]#--})}, $steps steps, means over steps" \
        "$((warmup + 1))-$steps; $rounds round(s), config order alternating; TOPOLOGY@R: slowest links at R Mbit/s"
   printf "%-20s %-24s %5s %10s %9s %12s %12s %8s %8s\n" topology config round tokens/s "hw eff %" "pred step s" \
          "meas step s" "error %" "others %"

@@ -65,11 +65,21 @@ TEST_CASE("scheduler: a node slowed to a fifth loses its ops after the confirmat
   INFO("slowed " << slowed << ": " << before[slowed] << " ops before, " << fewest << " at the fewest");
   CHECK(fewest < before[slowed]);
   // Every verdict is in the metrics, with its reason; the migration too.
-  int verdicts = 0, migrations = 0;
+  int verdicts = 0, migrations = 0, step_lines = 0;
   std::string reasons;
+  std::map<std::string, double> node_cpu;  // every node's process CPU over the run
   std::ifstream metrics(c.metrics_file);
   for (std::string line; std::getline(metrics, line);) {
     auto j = json::parse(line);
+    if (j["type"] == "step") {
+      ++step_lines;
+      REQUIRE(j.contains("node_cpu_s"));
+      CHECK(j["node_cpu_s"].size() == 3);
+      for (auto& [node, cpu] : j["node_cpu_s"].items()) {
+        CHECK(cpu.get<double>() >= 0);
+        node_cpu[node] += cpu.get<double>();
+      }
+    }
     if (j["type"] == "schedule") {
       ++verdicts;
       CHECK(j.contains("predicted_step_s"));
@@ -81,6 +91,9 @@ TEST_CASE("scheduler: a node slowed to a fifth loses its ops after the confirmat
       CHECK(j["reason"].get<std::string>().rfind("scheduler: moving", 0) == 0);
     }
   }
+  CHECK(step_lines == steps);
+  REQUIRE(node_cpu.size() == 3);
+  for (auto& [node, cpu] : node_cpu) CHECK_MESSAGE(cpu > 0.01, node << " used " << cpu << " s of CPU over the run");
   INFO("verdicts: " << reasons);
   CHECK(verdicts >= 3);
   CHECK(migrations >= 1);
