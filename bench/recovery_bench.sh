@@ -10,7 +10,7 @@
 #                           [--checkpoint-every 100] [--restart-after 3] [--config FILE.ini]
 #                           [--build build] [--out DIR] [--smoke]
 #
-# --smoke: gpt-char-tiny (configs/runs/char-tiny.ini, unless --config is given), 150 steps, 2
+# --smoke: gpt-char-tiny (configs/runs/char-tiny.ini, unless --config is given), 400 steps, 2
 # kills, snapshots every 5 steps, checkpoint every 50, one evaluation of 2 batches at the end
 # (the ctest bench_smoke_recovery_bench, about a minute); the same checks but the 2% one.
 #
@@ -52,7 +52,9 @@ while [[ $# -gt 0 ]]; do
   esac
 done
 if ((smoke)); then
-  steps=150 kills=2 snap=5 ckpt_every=50 restart_after=1
+  # Long enough for two kills and a rejoin between them however fast the steps run: gpt-char-tiny
+  # steps take 20-70 ms on loopback, and a rejoin (restart, profiling, admission) 2-3 s.
+  steps=400 kills=2 snap=5 ckpt_every=50 restart_after=1
   ((config_given)) || config=configs/runs/char-tiny.ini
   smoke_note recovery_bench
 fi
