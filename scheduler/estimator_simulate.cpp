@@ -53,14 +53,14 @@ class quota_budget {
   quota_budget(const cpu_quota& q, bool binding)
       : allowance_(binding && q.period_s > 0 ? q.cores * q.period_s : 0), period_(q.period_s) {}
 
+  /// Whether the quota holds the node back.
+  bool binding() const { return allowance_ > 0; }
+
   /// When the node can next run at `t`, its work so far accounted: at t, or where the period
   /// holding t has no budget left, at the next period's start. A tensor a node sends leaves
   /// then: serializing and writing it take the node's threads, which the quota pauses with the
   /// rest (on sites-2x3 a paused sender stretched a 512 KB tensor's hop inside a site, an
   /// unshaped link, to 62 ms).
-  /// Whether the quota holds the node back.
-  bool binding() const { return allowance_ > 0; }
-
   double runnable_at(double t) const {
     if (allowance_ <= 0) return t;
     const auto at = static_cast<int64_t>(std::floor(t / period_));
