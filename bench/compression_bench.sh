@@ -11,7 +11,8 @@
 #   CODEC       --compression.mode=CODEC for --steps steps over the sites under --policy (topk at
 #               --compression.ratio=0.1; adatopk, int8 and int4 with their defaults).
 # Validation loss every --eval-every steps (8 batches), tokens/s over the steps after the first 5,
-# and how many nodes each run used (the ends of its cross-node edges; 1 when none crossed).
+# and how many nodes each run used (those with at least a tenth of the busiest node's CPU, from
+# the step records' node_cpu_s).
 # Needs root with network namespaces (scripts/run-sites.sh); refuses on loopback.
 #
 #   bench/compression_bench.sh [--steps 600] [--eval-every 200] [--dense-steps 40] [--codecs topk,adatopk]
@@ -107,6 +108,15 @@ def wire(name):
     sent = sum(e["bytes"] for r in st for e in r["edges"]); dense = sum(e["dense_bytes"] for r in st for e in r["edges"])
     return sent / dense if dense else float("nan")
 def nodes_used(name):
+    # Nodes that did a real share of the work: at least a tenth of the busiest node's CPU over
+    # the run (a node holding only the loss still ends an edge); the edges' ends without CPU data.
+    cpu = {}
+    for r in rows(name):
+        if r.get("type") == "step":
+            for n, s in r.get("node_cpu_s", {}).items():
+                cpu[n] = cpu.get(n, 0.0) + s
+    if cpu:
+        return sum(1 for s in cpu.values() if s >= 0.1 * max(cpu.values()))
     ends = {n for r in rows(name) if r.get("type") == "step" for e in r["edges"] for n in (e["from"], e["to"])}
     return max(len(ends), 1)
 points = list(range(every, steps + 1, every))
