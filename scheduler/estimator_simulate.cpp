@@ -159,7 +159,7 @@ step_estimate workload_estimator::simulate(const plan& p) const {
   }
 
   // The plan's bytes per (producer, consumer index, direction); a crossing the plan lacks
-  // carries the graph's tensor (activation as typed, gradient as f32).
+  // carries the graph's tensor (activation as typed, gradient as f32): filled in below.
   const int n_ends = consumer_base_[ops_];
   std::vector<double> fwd_bytes(n_ends, -1.0), bwd_bytes(n_ends, -1.0);
   est.edge_s.assign(p.edges.size(), 0.0);
@@ -186,6 +186,11 @@ step_estimate workload_estimator::simulate(const plan& p) const {
       continue;
     (e.forward() ? fwd_bytes : bwd_bytes)[consumer_base_[e.producer] + e.consumer_index] = bytes;
   }
+  for (int id = 0; id < ops_; ++id)
+    for (int at = consumer_base_[id]; at < consumer_base_[id + 1]; ++at) {
+      if (fwd_bytes[at] < 0) fwd_bytes[at] = output_bytes(id);
+      if (bwd_bytes[at] < 0) bwd_bytes[at] = static_cast<double>(numel_of(g.nodes[id].shape)) * 4;
+    }
 
   // Per node: the CPU quota's budget (quota_budget; none on most nodes).
   std::vector<quota_budget> budget;
@@ -202,10 +207,8 @@ step_estimate workload_estimator::simulate(const plan& p) const {
       const graph_node& n = g.nodes[id];
       for (size_t j = 0; j < n.consumers.size(); ++j) {
         const int w = n.consumers[j].node;
-        double fb = fwd_bytes[consumer_base_[id] + static_cast<int>(j)];
-        if (fb < 0) fb = output_bytes(id);
-        double bb = bwd_bytes[consumer_base_[id] + static_cast<int>(j)];
-        if (bb < 0) bb = static_cast<double>(numel_of(n.shape)) * 4;
+        const double fb = fwd_bytes[consumer_base_[id] + static_cast<int>(j)];
+        const double bb = bwd_bytes[consumer_base_[id] + static_cast<int>(j)];
         for (int m = 0; m < M; ++m) {
           const int a = node_of_task(id, m), b = node_of_task(w, m);
           if (a == b) continue;
@@ -310,9 +313,7 @@ step_estimate workload_estimator::simulate(const plan& p) const {
       const int to = node_of_task(w, m);
       double at = t;
       if (to != from) {
-        double bytes = fwd_bytes[consumer_base_[op] + j];
-        if (bytes < 0) bytes = output_bytes(op);
-        at = send(from, to, bytes, budget[from].runnable_at(t));
+        at = send(from, to, fwd_bytes[consumer_base_[op] + static_cast<int>(j)], budget[from].runnable_at(t));
       }
       arrive(task_of(w, m, 0), at);
     }
@@ -380,8 +381,7 @@ step_estimate workload_estimator::simulate(const plan& p) const {
       double at = t;
       if (to != from) {
         const int j = index_at_producer_[slot_base_[op] + static_cast<int>(i)];
-        double bytes = j >= 0 ? bwd_bytes[consumer_base_[u] + j] : -1.0;
-        if (bytes < 0) bytes = static_cast<double>(numel_of(g.nodes[u].shape)) * 4;
+        const double bytes = j >= 0 ? bwd_bytes[consumer_base_[u] + j] : static_cast<double>(numel_of(g.nodes[u].shape)) * 4;
         at = send(from, to, bytes, budget[from].runnable_at(t));
       }
       arrive(task_of(u, m, 1), at);

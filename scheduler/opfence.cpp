@@ -522,6 +522,15 @@ placement opfence_pipeline_place(const workload_estimator& est, const opfence_op
     step_estimate step = simulate_candidate(est, options, p);
     all.push_back({std::move(p), chain, bottleneck, std::move(step), compressed});
   };
+  // Equal FLOPs along `chain` (the even policy's rule), when it fits in memory.
+  auto consider_even = [&](const std::vector<int>& chain, const cut_problem& problem) {
+    std::vector<size_t> bounds = balanced_cuts(op_cost, chain.size());
+    std::vector<int> position(ops.ops.size());
+    for (size_t k = 0; k + 1 < bounds.size(); ++k)
+      for (size_t i = bounds[k]; i < bounds[k + 1]; ++i) position[i] = static_cast<int>(k);
+    cut_solution even = evaluate_cuts(problem, position);
+    if (even.feasible) consider(chain, position, even.bottleneck);
+  };
   for (auto& chain : chains) {
     const bool skip = static_cast<int>(chain.size()) <= options.skip_nodes_up_to;
     const cut_problem problem = cut_problem_of(est, chain, skip, ops, compute);
@@ -545,36 +554,17 @@ placement opfence_pipeline_place(const workload_estimator& est, const opfence_op
           consider(chain, c.position_of_op, evaluate_cuts(problem, c.position_of_op).bottleneck, true);
       }
     }
-    if (chain.size() <= ops.ops.size()) {
-      std::vector<size_t> bounds = balanced_cuts(op_cost, chain.size());
-      std::vector<int> position(ops.ops.size());
-      for (size_t k = 0; k + 1 < bounds.size(); ++k)
-        for (size_t i = bounds[k]; i < bounds[k + 1]; ++i) position[i] = static_cast<int>(k);
-      cut_solution even = evaluate_cuts(problem, position);
-      if (even.feasible) consider(chain, position, even.bottleneck);
-    }
+    if (chain.size() <= ops.ops.size()) consider_even(chain, problem);
   }
   // The even policy's placement (equal FLOPs along the cluster file's node order) stands among
   // the candidates: the chains above follow the links and may all differ from the file's order,
   // and their DP cuts balance sustained paces, which misjudge nodes with idle gaps under a CPU
   // quota (on sites-3 every candidate was predicted 15% slower than even, and ran so). With it
-  // OP-Fence is never predicted slower than even.
-  if (c.nodes.size() <= ops.ops.size()) {
-    std::vector<int> file_order(c.nodes.size());
-    std::iota(file_order.begin(), file_order.end(), 0);
-    const cut_problem problem = cut_problem_of(est, file_order, false, ops, compute);
-    std::vector<size_t> bounds = balanced_cuts(op_cost, file_order.size());
-    std::vector<int> position(ops.ops.size());
-    for (size_t k = 0; k + 1 < bounds.size(); ++k)
-      for (size_t i = bounds[k]; i < bounds[k + 1]; ++i) position[i] = static_cast<int>(k);
-    const cut_solution even = evaluate_cuts(problem, position);
-    const bool seen = std::any_of(all.begin(), all.end(), [&](const candidate& x) {
-      return !x.compressed && x.chain == file_order && x.where.node_of_op.size() == g.nodes.size() &&
-             std::equal(ops.ops.begin(), ops.ops.end(), position.begin(),
-                        [&](int op, int pos) { return x.where.node_of_op[op] == file_order[pos]; });
-    });
-    if (even.feasible && !seen) consider(file_order, position, even.bottleneck);
-  }
+  // OP-Fence is never predicted slower than even. (A chain in the file's order had it already.)
+  std::vector<int> file_order(c.nodes.size());
+  std::iota(file_order.begin(), file_order.end(), 0);
+  if (file_order.size() <= ops.ops.size() && std::find(chains.begin(), chains.end(), file_order) == chains.end())
+    consider_even(file_order, cut_problem_of(est, file_order, false, ops, compute));
   if (all.empty()) throw_does_not_fit(est, ops, options);
   std::stable_sort(all.begin(), all.end(), [](auto& a, auto& b) { return a.step.step_s < b.step.step_s; });
   result.candidates = static_cast<int>(all.size());
