@@ -99,7 +99,7 @@ struct train_app_config : table_config {
   std::string compression_mode = "none", compression_values = "f16", allreduce = "f32";
   std::string sync = "step";  ///< [train] sync: step or local:H (train_config::optim.sync_every)
   uint64_t compression_block = 4096, compression_scale_block = quant_default_block, compression_confirm = 2;
-  std::string compression_floor_activations = "1", compression_floor_gradients = "1";
+  std::string compression_floor_activations = "int8", compression_floor_gradients = "int8";
 
   train_app_config() {
     auto& o = run.optim;

@@ -12,23 +12,30 @@
 # recorded with the step after it).
 # Needs root with network namespaces (scripts/run-sites.sh); refuses on loopback.
 #
-#   bench/diloco_bench.sh [--steps 600] [--eval-every 200] [--sync-every 20] [--build build]
-#                         [--out runs/diloco/STAMP] [--smoke]
+#   bench/diloco_bench.sh [--steps 600] [--eval-every 200] [--sync-every 20] [--step-loopback]
+#                         [--build build] [--out runs/diloco/STAMP] [--smoke]
+#
+# --step-loopback runs the synchronous reference on loopback (scripts/run-sites.sh --loopback:
+# same plan, caps, batches and ring, no 20 Mbit/s shaping): its losses and all-reduce bytes do not
+# depend on the link (the replicas' exactness, tests/actors/replica_test.cpp), its tokens/s do, so
+# the table shows them as n/a. Over the link the synchronous run takes about 10 s a step (two
+# hours for 600 steps); on loopback a few minutes.
 #
 # --smoke: 4 steps, H 2, one evaluation of 2 batches at the end (the ctest bench_smoke_diloco_bench;
 # without namespaces it exits 77, skipped).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-steps=600 eval_every=200 eval_batches=8 sync_every=20 build=${BUILD_DIR:-build} out="" smoke=0
+steps=600 eval_every=200 eval_batches=8 sync_every=20 build=${BUILD_DIR:-build} out="" smoke=0 step_loopback=0
 while [[ $# -gt 0 ]]; do
   case $1 in
     --steps) steps=$2; shift 2 ;;
     --eval-every) eval_every=$2; shift 2 ;;
     --sync-every) sync_every=$2; shift 2 ;;
+    --step-loopback) step_loopback=1; shift ;;
     --build) build=$2; shift 2 ;;
     --out) out=$2; shift 2 ;;
     --smoke) steps=4 eval_every=4 eval_batches=2 sync_every=2 smoke=1; shift ;;
-    -h|--help) sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "diloco_bench: unknown option '$1' (try --help)" >&2; exit 2 ;;
   esac
 done
@@ -53,20 +60,22 @@ sed 's/^placement .*$/placement { policy: "explicit" assign { node: "a1" replica
 common=(--train.eval-every="$eval_every" --train.eval-batches="$eval_batches" --output.sample-chars=0 --output.checkpoint=
         --compression.mode=none --runtime.quiet)
 
-# sites NAME ARGS...: a run over the emulated sites, metrics in $out/NAME.jsonl.
+# sites NAME [--loopback] ARGS...: a run over the emulated sites (or loopback), metrics in $out/NAME.jsonl.
 sites() {
-  local name=$1; shift
-  echo "diloco_bench: $name ($steps steps over $cluster) ..." >&2
-  scripts/run-sites.sh --cluster "$cluster" --run "$run" --tag dil --subnet 10.78.6 --logs "$out/$name.nodes" \
+  local name=$1 where=(); shift
+  [[ ${1:-} == --loopback ]] && { where=(--loopback); shift; }
+  echo "diloco_bench: $name ($steps steps over $cluster${where:+, on loopback}) ..." >&2
+  scripts/run-sites.sh --cluster "$cluster" --run "$run" --tag dil --subnet 10.78.6 --logs "$out/$name.nodes" "${where[@]}" \
     -- --train.steps="$steps" --output.metrics="$out/$name.jsonl" "${common[@]}" "$@" >"$out/$name.log" 2>&1 ||
     { echo "diloco_bench: $name failed (see $out/$name.log)" >&2; exit 1; }
 }
-sites step --train.sync=step
+if ((step_loopback)); then sites step --loopback --train.sync=step; else sites step --train.sync=step; fi
 sites local --train.sync=local:"$sync_every"
 
-python3 - "$out" "$steps" "$eval_every" "$eval_batches" "$sync_every" <<'PY' | tee "$out/table.txt"
+python3 - "$out" "$steps" "$eval_every" "$eval_batches" "$sync_every" "$step_loopback" <<'PY' | tee "$out/table.txt"
 import json, sys
 out, steps, every, eval_batches, h = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
+step_loopback = sys.argv[6] == "1"  # the reference ran without the slow link: its speed says nothing
 def rows(name):
     return [json.loads(l) for l in open(f"{out}/{name}.jsonl") if l.strip()]
 def val(name):
@@ -86,19 +95,22 @@ def bytes_per_step(name):
     return sum(syncs) / len(syncs) * (steps // h) / steps if syncs else float("nan")
 points = list(range(every, steps + 1, every))
 if steps not in points: points.append(steps)
-ref_val, ref_tps, ref_bytes = val("step"), tps("step"), bytes_per_step("step")
+ref_val, ref_tps, ref_bytes = val("step"), float("nan") if step_loopback else tps("step"), bytes_per_step("step")
 print(f"gpt-char-small, 1 stage x 2 replicas across sites-2-slow's 20 Mbit/s link, {steps} steps "
       f"(equal tokens per step); validation loss ({eval_batches} batches) at steps " + ", ".join(map(str, points)))
+if step_loopback:
+    print("the synchronous reference ran on loopback (--step-loopback): same losses and bytes, its tokens/s n/a")
 print()
 # Header cells without digits: bench_smoke reads a row with digits as a row of numbers.
 print("| sync | " + " | ".join("val" for p in points) + " | tokens/s | x step | all-reduce MB/step | bytes vs step | final vs step |")
 print("|---|" + "---|" * (len(points) + 5))
 results = []
 for name, label in (("step", "step"), ("local", f"local:{h}")):
-    v, t, b = val(name), tps(name), bytes_per_step(name)
+    v, t, b = val(name), float("nan") if name == "step" and step_loopback else tps(name), bytes_per_step(name)
     final, ref = v.get(steps, float("nan")), ref_val.get(steps, float("nan"))
     print(f"| {label} | " + " | ".join(f"{v.get(p, float('nan')):.4f}" for p in points) +
-          f" | {t:.0f} | {t / ref_tps:.2f}x | {b / 1e6:.3f} | {b / ref_bytes:.4f} | {(final / ref - 1) * 100:+.2f}% |")
+          (f" | {t:.0f} | {t / ref_tps:.2f}x" if t == t and ref_tps == ref_tps else (f" | {t:.0f} | n/a" if t == t else " | n/a | n/a")) +
+          f" | {b / 1e6:.3f} | {b / ref_bytes:.4f} | {(final / ref - 1) * 100:+.2f}% |")
     results.append(f"{name}_tokens_per_s={t:.1f} {name}_final_val_loss={final:.4f} {name}_allreduce_bytes_per_step={b:.0f}")
 print()
 print("RESULT " + " ".join(results))

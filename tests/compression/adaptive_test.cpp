@@ -96,12 +96,13 @@ TEST_CASE("adaptive: a fast link stays dense") {
   CHECK(propose_ratio(g, s) == 1.0);
 }
 
-TEST_CASE("adaptive: the defaults only round values, a higher gradient floor is respected") {
+TEST_CASE("adaptive: the defaults stop at int8 (every element kept), a higher gradient floor is respected") {
   {
     const adaptive_settings d;
     link_load slow = make_link(true, 0, 0.05);
     slow.mbit = rate_between(slow, 0.1, 0.15, d);
-    CHECK(propose_ratio(slow, d) == keep_all_ratio);
+    CHECK(propose_ratio(slow, d) == int8_level);
+    CHECK(link_seconds(slow, int8_level, d) < link_seconds(slow, 1.0, d) * 0.28);  // a byte and a bit per element
     CHECK(link_seconds(slow, keep_all_ratio, d) < link_seconds(slow, 1.0, d) * 0.55);  // f16: about half
     CHECK(keep_count(4096, keep_all_ratio) == 4096);
   }
@@ -275,10 +276,12 @@ TEST_CASE("adaptive: floors name rungs, per direction") {
   CHECK(level == 0.1);
   for (const char* bad : {"", "0", "-0.5", "1.5", "int2", "0.1x", "nan"}) CHECK_FALSE(parse_level(bad, level));
 
-  adaptive_settings s;  // default floors: f16 only
+  adaptive_settings s;  // default floors: int8
   link_load fwd = make_link(true, 0, 0.05);
   fwd.mbit = rate_between(fwd, int4_level, int8_level, s);  // int4 fits, int8 does not
-  CHECK(propose_ratio(fwd, s) == keep_all_ratio);           // the floor: int8 and int4 are opt-in
+  CHECK(propose_ratio(fwd, s) == int8_level);               // the floor: int4 is opt-in
+  s.floor_activations = 1.0;                                // "f16": keep-all only
+  CHECK(propose_ratio(fwd, s) == keep_all_ratio);
   s.floor_activations = int4_level;
   s.floor_gradients = int8_level;
   link_load bwd = fwd;

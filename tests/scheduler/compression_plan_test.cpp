@@ -91,11 +91,11 @@ TEST_CASE("scheduler/compression: adatopk compresses the slow link and leaves a 
       CHECK(g.load.budget_s > 0);
       CHECK(g.load.mbit == doctest::Approx(2));
       const auto& s = f.p.edges[g.edges.front()].setting;
-      CHECK(s.kind == codec_kind::adatopk);
-      // The default floors allow only the keep-all rung: every element, values in f16.
-      CHECK(s.keep_ratio == keep_all_ratio);
+      // The default floors allow keep-all (every element, values in f16) and int8, never int4
+      // or top-k: at 2 Mbit/s the link needs int8, whose rung travels as the int8 codec.
+      CHECK(s.kind == codec_kind::int8);
       CHECK(wire_bytes_per_micro_batch(f.p.edges[g.edges.front()]) <
-            f.p.edges[g.edges.front()].bytes_per_micro_batch * 0.55);
+            f.p.edges[g.edges.front()].bytes_per_micro_batch * 0.3);
     }
     // The prediction follows: the compressed plan's step is faster than the dense one.
     plan dense = split_plan(f.g);
@@ -133,14 +133,17 @@ TEST_CASE("scheduler/compression: the cut bytes ratio is the codec's wire bytes 
   CHECK(cut_bytes_ratio(c) < 0.2);
   // AdaTopK: its floors bound it, and the denser direction counts (a link carries both).
   c.mode = codec_kind::adatopk;
-  // Default floors: the f16 keep-all rung (halves, and a block header per 4096 elements).
-  const double keep_all = cut_bytes_ratio(c);
-  CHECK(keep_all > 0.5);
-  CHECK(keep_all < 0.55);
-  c.adaptive.floor_activations = int8_level;
-  CHECK(cut_bytes_ratio(c) == keep_all);  // gradients still at f16
+  // Default floors: int8 both ways (a byte per element and an f32 scale per 64).
+  const double int8_bytes = cut_bytes_ratio(c);
+  CHECK(int8_bytes == doctest::Approx((1 + 4.0 / 64) / 4).epsilon(0.01));
+  c.adaptive.floor_activations = int4_level;
+  CHECK(cut_bytes_ratio(c) == int8_bytes);  // gradients still at int8
   c.adaptive.floor_gradients = int4_level;
-  CHECK(cut_bytes_ratio(c) == doctest::Approx((1 + 4.0 / 64) / 4).epsilon(0.01));
+  CHECK(cut_bytes_ratio(c) == doctest::Approx((0.5 + 4.0 / 64) / 4).epsilon(0.01));
+  // f16 floors: the keep-all rung (halves, and a block header per 4096 elements).
+  c.adaptive.floor_activations = c.adaptive.floor_gradients = 1.0;
+  CHECK(cut_bytes_ratio(c) > 0.5);
+  CHECK(cut_bytes_ratio(c) < 0.55);
 }
 
 // The compression-aware DP (issue 30): OP-Fence also prices the cuts at the codec's bytes, not

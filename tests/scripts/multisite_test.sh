@@ -89,7 +89,7 @@ pgrep -f "fusion-node.*$subnet" >/dev/null && fail "fusion-node processes left b
 # ---- 3. AdaTopK over a slow link ----------------------------------------------------------------
 # configs/clusters/sites-2-slow.pbtxt: two sites, one 20 Mbit/s link that the even placement must
 # cross. The activations and gradients are the bottleneck there, so AdaTopK compresses them (the
-# default floors: every element kept, f16 values, 53% of the bytes); the loss must still fall.
+# default floors: f16 keep-all at 53% of the bytes or int8 at 27%); the loss must still fall.
 metrics=$work/ada.jsonl
 (cd "$src" && scripts/run-sites.sh --cluster configs/clusters/sites-2-slow.pbtxt --tag "$tag" --subnet "$subnet" \
     -- --steps 10 --compression.mode=adatopk --train.eval-every=0 --train.eval-batches=0 \
