@@ -56,6 +56,9 @@ struct graph_node {
   dtype type = dtype::f32;      ///< output dtype
   std::unique_ptr<op> impl;     ///< null for inputs
   int line = 0;                 ///< line of the node in the model file
+  /// An identity node the loader put between an op and its several consumers ("<op>.fan"): not
+  /// in the model file; placement puts it with its consumers when they share a node.
+  bool fanout = false;
   bool is_input() const { return kind == "input"; }
 };
 

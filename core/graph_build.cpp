@@ -9,6 +9,8 @@
 #include <algorithm>
 #include <array>
 #include <map>
+#include <set>
+#include <string>
 
 #include "base/result.hpp"
 #include "core/graph_names.hpp"
@@ -92,7 +94,7 @@ class builder {
     infer_shapes(order);
     check_declarations();
     check_dead_ends();
-    return assemble(order, model_name);
+    return insert_fanouts(assemble(order, model_name));
   }
 
  private:
@@ -439,6 +441,65 @@ class builder {
       g.row_items = g.context;
     }
     return g;
+  }
+
+  // Every op whose output several nodes read gets an identity node between it and them, named
+  // "<op>.fan", right after it in graph order. A tensor then crosses a cut once (the fan-out node
+  // sits with the readers, scheduler/plan.cpp) instead of once per reader, and its gradients come
+  // back summed. The consumers keep their order, so the gradient sum is the same, bit for bit.
+  // Skipped for an op table without "identity" (tests' fake tables).
+  graph insert_fanouts(graph g) const {
+    if (std::find(ops_.kinds.begin(), ops_.kinds.end(), "identity") == ops_.kinds.end()) return g;
+    const size_t n = g.nodes.size();
+    std::vector<int> id(n), fan(n, -1);
+    int next = 0;
+    for (size_t i = 0; i < n; ++i) {
+      const graph_node& node = g.nodes[i];
+      id[i] = next++;
+      if (!node.is_input() && node.consumers.size() >= 2 && node.type == dtype::f32) fan[i] = next++;
+    }
+    if (next == static_cast<int>(n)) return g;
+    std::set<std::string> names;
+    for (auto& node : g.nodes) names.insert(node.name);
+    graph out;
+    out.name = g.name;
+    out.file = g.file;
+    out.batch = g.batch;
+    out.context = g.context;
+    out.vocab = g.vocab;
+    out.row_items = g.row_items;
+    out.nodes.resize(next);
+    for (size_t i = 0; i < n; ++i) {
+      graph_node& node = out.nodes[id[i]];
+      node = std::move(g.nodes[i]);
+      node.id = id[i];
+      node.consumers.clear();
+      for (int& p : node.inputs) p = fan[p] >= 0 ? fan[p] : id[p];
+      if (fan[i] < 0) continue;
+      graph_node& f = out.nodes[fan[i]];
+      f.id = fan[i];
+      f.name = node.name + ".fan";
+      for (int k = 2; names.count(f.name); ++k) f.name = node.name + ".fan" + std::to_string(k);
+      names.insert(f.name);
+      f.kind = "identity";
+      f.inputs = {id[i]};
+      f.shape = node.shape;
+      f.type = node.type;
+      f.impl = ops_.make("identity", attr_map{});
+      f.line = node.line;
+      f.fanout = true;
+    }
+    // Consumers in graph order, then slot: the order the graph had, which orders gradient sums.
+    for (auto& node : out.nodes)
+      for (size_t slot = 0; slot < node.inputs.size(); ++slot)
+        out.nodes[node.inputs[slot]].consumers.push_back({node.id, static_cast<int>(slot)});
+    auto remap = [&](int i) { return i < 0 ? -1 : id[i]; };
+    out.tokens_node = remap(g.tokens_node);
+    out.targets_node = remap(g.targets_node);
+    out.logits_node = remap(g.logits_node);
+    out.loss_node = remap(g.loss_node);
+    for (auto f : g.feeds) out.feeds.push_back({f.feed, remap(f.node)});
+    return out;
   }
 
   std::vector<pending_node> nodes_;

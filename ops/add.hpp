@@ -1,8 +1,11 @@
-// Residual add of two tensors of identical shape (no broadcasting). The CPU kernels, defined and
-// instantiated for T = float and double in ops/cpu/add.cpp.
+// Residual add of two tensors of identical shape (no broadcasting), and identity: the fan-out
+// node the model loader puts between an op and its consumers when it has several (so a tensor
+// crosses a cut once, core/graph_build.cpp). The CPU kernels, defined and instantiated for
+// T = float and double in ops/cpu/add.cpp.
 //
 // Shape legend: any shape, typically (B, T, C); n = number of elements.
-//   out = a + b;  da += dout;  db += dout
+//   add:      out = a + b;  da += dout;  db += dout
+//   identity: out = x;      dx += dout
 // Forward overwrites `out`; backward ACCUMULATES (+=) into `din`.
 #pragma once
 

@@ -28,6 +28,7 @@
   X(flatten, pool)                                                                                 \
   X(gelu, activation)                                                                              \
   X(global_avg_pool, pool)                                                                         \
+  X(identity, add)                                                                                 \
   X(layernorm, layernorm, "eps")                                                                   \
   X(linear, linear, "out", "in", "bias", "init_std")                                               \
   X(matmul, matmul, "transpose_b")                                                                 \

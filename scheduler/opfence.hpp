@@ -6,8 +6,9 @@
 //           links off the chain (a slow link that must be crossed is crossed once);
 //   cut     an exact dynamic program over cut points of the topologically ordered DAG that
 //           minimises the bottleneck: max over stages of compute seconds per step and over cuts
-//           of transfer seconds per step, every edge crossing a cut counted (a residual fan-out
-//           crossing twice counts twice), subject to each node's memory.
+//           of transfer seconds per step, every edge crossing a cut counted (a cut just before
+//           an op's fan-out node carries its tensor once, just after it once per reader, and the
+//           DP sees both), subject to each node's memory.
 // Every candidate chain's cut (and, as further candidates, the DP's cut using every node and an
 // equal-FLOPs cut along the chain) is simulated by the workload estimator; the fastest wins, and
 // the simulator then moves its cuts a few ops either way while that is faster (the DP's
@@ -120,6 +121,10 @@ cut_solution evaluate_cuts(const cut_problem& p, const std::vector<int>& positio
 /// `p` with every link's seconds per byte scaled by `ratio` in (0, 1] (what a codec that sends
 /// that fraction of the dense bytes makes of them); the compression-aware DP solves it.
 cut_problem compress_links(cut_problem p, double ratio);
+
+/// The compute ops (not inputs) of `g`, in graph (topological) order: the positions a chain's
+/// cuts fall between.
+std::vector<int> compute_ops(const graph& g);
 
 /// Fences: groups of cluster node indices, each sorted; nodes of one site are always in one
 /// fence. Rates come from est.link_mbit.

@@ -16,13 +16,6 @@ namespace {
 
 constexpr double inf = std::numeric_limits<double>::infinity();
 
-std::vector<int> compute_ops(const graph& g) {
-  std::vector<int> ops;
-  for (auto& n : g.nodes)
-    if (!n.is_input()) ops.push_back(n.id);
-  return ops;
-}
-
 // Seconds per micro-batch (forward + backward) of op `id` on node k, at its sustained pace.
 double per_micro_batch_s(const workload_estimator& est, int id, int k) {
   return (est.forward_s(id, k) + est.backward_s(id, k)) * est.quota_stretch(k);

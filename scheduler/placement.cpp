@@ -91,18 +91,25 @@ class explicit_placer : public placer {
         }
       }
     }
+    // A fan-out node no pattern names (the model file does not have it) goes with its producer,
+    // and place_fanouts then puts it with its consumers when they share a node.
+    std::vector<bool> fixed(g.nodes.size());
+    for (auto& n : g.nodes)
+      if (n.fanout && owner[n.id] < 0 && owner[n.inputs.front()] >= 0) {
+        p.node_of_op[n.id] = p.node_of_op[n.inputs.front()];
+        fixed[n.id] = true;
+      }
     std::string missing;
     int count = 0;
     for (auto& n : g.nodes)
-      if (!n.is_input() && owner[n.id] < 0) {
+      if (!n.is_input() && owner[n.id] < 0 && !fixed[n.id]) {
         if (++count <= 6) missing += (missing.empty() ? "" : ", ") + n.name;
       }
     if (count > 0)
       throw placement_error(at(c, c.placement.line) + "explicit placement leaves " + std::to_string(count) +
                             " op(s) of model '" + g.name + "' unassigned: " + missing + (count > 6 ? ", ..." : "") +
                             " (add them to an assign, e.g. ops: \"" + missing.substr(0, missing.find(',')) + "\")");
-    std::vector<bool> fixed(g.nodes.size());
-    for (size_t i = 0; i < fixed.size(); ++i) fixed[i] = owner[i] >= 0;
+    for (size_t i = 0; i < fixed.size(); ++i) fixed[i] = fixed[i] || owner[i] >= 0;
     place_inputs(g, p, fixed);
     return with_replicas(g, c, profile, std::move(p));
   }
@@ -190,6 +197,33 @@ void place_inputs(const graph& g, placement& p, const std::vector<bool>& fixed) 
   }
 }
 
+placement place_fanouts(const graph& g, placement p) {
+  if (p.node_of_op.size() != g.nodes.size()) return p;  // make_plan names the mismatch
+  const bool staged = !p.stages.empty() && p.stage_of_op.size() == g.nodes.size();
+  // With stages the consumers must share a stage (and so its replicas), else a node.
+  auto where = [&](int op) { return staged ? p.stage_of_op[op] : p.node_of_op[op]; };
+  std::map<int, int> ops_at;  // compute ops per node (stage): a node left without one would idle
+  for (auto& n : g.nodes)
+    if (!n.is_input()) ++ops_at[where(n.id)];
+  for (auto& n : g.nodes) {
+    if (!n.fanout || n.consumers.empty()) continue;
+    const int first = where(n.consumers.front().node);
+    if (first < 0 || where(n.id) == first || ops_at[where(n.id)] < 2) continue;
+    bool one = true;
+    for (auto& e : n.consumers) one = one && where(e.node) == first;
+    if (!one) continue;
+    --ops_at[where(n.id)];
+    ++ops_at[first];
+    if (staged) {
+      p.stage_of_op[n.id] = first;
+      p.node_of_op[n.id] = p.stages[first].nodes.front();
+    } else {
+      p.node_of_op[n.id] = first;
+    }
+  }
+  return p;
+}
+
 std::unique_ptr<placer> make_placer(placement_policy policy) {
   switch (policy) {
     case placement_policy::opfence: return std::make_unique<opfence_placer>();
@@ -205,7 +239,7 @@ std::unique_ptr<placer> make_placer(placement_policy policy) {
 }
 
 placement place_ops(const graph& g, const cluster_spec& c, const cluster_profile& profile) {
-  return make_placer(c.placement.policy)->place(g, c, profile);
+  return place_fanouts(g, make_placer(c.placement.policy)->place(g, c, profile));
 }
 
 placement place_ops(const graph& g, const cluster_spec& c) { return place_ops(g, c, profile_from_cluster(c)); }

@@ -151,6 +151,14 @@ placement place_ops(const graph& g, const cluster_spec& c);
 /// per graph node.
 void place_inputs(const graph& g, placement& p, const std::vector<bool>& fixed);
 
+/// Puts every fan-out node of `g` (graph_node::fanout: the identity the loader puts between an op
+/// and its several consumers) with its consumers when they all sit on one node (one stage, with
+/// replicas): the tensor then crosses to them once, and their gradients come back summed, instead
+/// of once per consumer. Others stay where they are, as does one that is the only op of its node
+/// (stage), which would otherwise idle. Every policy's placement and every plan
+/// (make_plan) goes through it; applying it twice changes nothing.
+placement place_fanouts(const graph& g, placement p);
+
 /// Estimated FLOPs of one training step (forward + backward) of every graph node, by id, from
 /// op::cost for the batch size the graph was loaded with; 0 for inputs.
 std::vector<double> op_flops(const graph& g);

@@ -172,9 +172,9 @@ plan make_plan(const graph& g, placement where, uint64_t first_id) {
     if (where.node_of_op[n.id] < 0)
       throw std::invalid_argument("cannot wire the placement: graph node '" + n.name + "' of model '" + g.name +
                                   "' is on no cluster node (index " + std::to_string(where.node_of_op[n.id]) + ")");
-  check_replicas(g, where);
   plan p;
-  p.where = std::move(where);
+  p.where = place_fanouts(g, std::move(where));
+  check_replicas(g, p.where);
   const placement& w = p.where;
   const int rows = std::max<int>(1, static_cast<int>(w.routes.size()));
   uint64_t id = first_id;

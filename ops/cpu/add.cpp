@@ -1,6 +1,7 @@
-// Residual add (no broadcasting): CPU kernels (contract in ops/add.hpp) and op.
+// Residual add (no broadcasting) and identity: CPU kernels (contract in ops/add.hpp) and ops.
 #include "ops/add.hpp"
 
+#include <algorithm>
 #include <string>
 
 #include "ops/cpu/common.hpp"
@@ -88,6 +89,58 @@ class add_op final : public op {
   }
 };
 
+constexpr const char* identity_name = "identity";
+
+// One input, passed on unchanged; its backward hands the summed gradients of the consumers back
+// in one tensor. Its cost counts the copy it makes, no FLOPs.
+class identity_op final : public op {
+ public:
+  explicit identity_op(const attr_map&) {}
+
+  const char* kind() const override { return identity_name; }
+  int arity() const override { return 1; }
+
+  shape_t infer_shape(std::span<const shape_t> in, std::span<const dtype> types) const override {
+    check_arity(identity_name, in, types, 1);
+    check_dims(identity_name, in[0], 0);
+    check_float_input(identity_name, types, 0);
+    return in[0];
+  }
+
+  void forward(const forward_args& a) const override {
+    check_forward_call(identity_name, a, 1, 0);
+    const tensor& x = *a.inputs[0];
+    check_tensor_shape(identity_name, "output", a.output, x.shape());
+    dispatch_float(a.output->type(), identity_name, [&](auto tag) {
+      using T = decltype(tag);
+      std::copy_n(x.data<T>(), x.numel(), a.output->data<T>());
+    });
+  }
+
+  void backward(const backward_args& a) const override {
+    check_backward_call(identity_name, a, 1, 0);
+    const shape_t& s = a.inputs[0]->shape();
+    check_tensor_shape(identity_name, "output grad", a.output_grad, s);
+    tensor* d = a.input_grads[0];
+    if (!d) return;
+    check_tensor_shape(identity_name, "input 0 grad", d, s);
+    dispatch_float(a.output_grad->type(), identity_name, [&](auto tag) {
+      using T = decltype(tag);
+      add_backward_cpu(d->data<T>(), a.output_grad->data<T>(), a.output_grad->numel());
+    });
+  }
+
+  op_cost cost(std::span<const shape_t> in) const override {
+    check_cost_call(identity_name, in, 1);
+    const double n = static_cast<double>(numel_of(in[0]));
+    op_cost c;
+    c.output_bytes = n * cost_elem_bytes;
+    c.bytes_forward = 2 * n * cost_elem_bytes;   // read x; write out
+    c.bytes_backward = 3 * n * cost_elem_bytes;  // read dout; read-modify-write dx
+    return c;
+  }
+};
+
 }  // namespace
 
 }  // namespace fusion::cpu
@@ -95,5 +148,6 @@ class add_op final : public op {
 namespace fusion {
 
 std::unique_ptr<op> make_add_cpu(const attr_map& attrs) { return std::make_unique<cpu::add_op>(attrs); }
+std::unique_ptr<op> make_identity_cpu(const attr_map& attrs) { return std::make_unique<cpu::identity_op>(attrs); }
 
 }  // namespace fusion

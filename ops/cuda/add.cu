@@ -1,4 +1,4 @@
-// Residual add (no broadcasting): CUDA kernels and op (CPU twin: ops/cpu/add.cpp).
+// Residual add (no broadcasting) and identity: CUDA kernels and ops (CPU twin: ops/cpu/add.cpp).
 //
 // Shape legend: n elements; a, b, out (and their gradients) share one shape.
 // Backward is dst += dout for each input gradient, the same kernel the backend uses for
@@ -63,8 +63,40 @@ class add_op final : public cuda_op {
   }
 };
 
+constexpr const char* identity_name = "identity";
+
+class identity_op final : public cuda_op {
+ public:
+  explicit identity_op(const attr_map& attrs) : cuda_op(fusion::make_op(identity_name, attrs)) {}
+
+  void forward(const forward_args& a) const override {
+    cpu::check_forward_call(identity_name, a, 1, 0);
+    check_device_f32(identity_name, "input 0", a.inputs[0]);
+    const shape_t out = infer_from(a.inputs);
+    check_f32_call(identity_name, a.output->type());
+    check_device_f32(identity_name, "output", a.output);
+    cpu::check_tensor_shape(identity_name, "output", a.output, out);
+    if (a.output->numel() == 0) return;
+    CUDA_CHECK(cudaMemcpyAsync(a.output->f32(), a.inputs[0]->f32(), a.output->numel() * sizeof(float),
+                               cudaMemcpyDeviceToDevice, launch_of(a.ctx, identity_name).stream));
+  }
+
+  void backward(const backward_args& a) const override {
+    cpu::check_backward_call(identity_name, a, 1, 0);
+    const shape_t& s = a.inputs[0]->shape();
+    check_device_f32(identity_name, "output grad", a.output_grad);
+    cpu::check_tensor_shape(identity_name, "output grad", a.output_grad, s);
+    tensor* d = a.input_grads[0];
+    if (!d) return;
+    check_device_f32(identity_name, "input 0 grad", d);
+    cpu::check_tensor_shape(identity_name, "input 0 grad", d, s);
+    add_backward_cuda(d->f32(), a.output_grad->f32(), a.output_grad->numel(), launch_of(a.ctx, identity_name).stream);
+  }
+};
+
 }  // namespace
 
 std::unique_ptr<op> make_add_cuda(const attr_map& attrs) { return std::make_unique<add_op>(attrs); }
+std::unique_ptr<op> make_identity_cuda(const attr_map& attrs) { return std::make_unique<identity_op>(attrs); }
 
 }  // namespace fusion::cuda

@@ -67,6 +67,11 @@ FUSION_PARITY_CASE(add, g) {
   compare_op(g, "add", {}, {random_f32({7, 33, 5}, rng), random_f32({7, 33, 5}, rng)}, exact_tol, exact_tol);
 }
 
+FUSION_PARITY_CASE(identity, g) {
+  std::mt19937 rng(6);
+  compare_op(g, "identity", {}, {random_f32({7, 33, 5}, rng)}, exact_tol, exact_tol);
+}
+
 FUSION_PARITY_CASE(layernorm, g) {
   std::mt19937 rng(7);
   // An offset mean checks the two-pass variance; C = 300 exceeds one block of threads.

@@ -148,11 +148,11 @@ TEST_CASE("scheduler/compression: the cut bytes ratio is the codec's wire bytes 
 
 // The compression-aware DP (issue 30): OP-Fence also prices the cuts at the codec's bytes, not
 // only simulates its candidates with codecs. Over a 5 or 8 Mbit/s link (where the dense plan
-// keeps the whole model on one node) the compressed run splits over both sites; the search with
-// the compressed cuts is never predicted slower than without them, and at 5 Mbit/s with int8
-// it finds a faster plan.
+// keeps the whole model on one node) the compressed run splits over both sites, and the search
+// with the compressed cuts is never predicted slower than without them. (Before fan-out nodes
+// halved the bytes of a residual cut, it also found a faster plan at 5 Mbit/s with int8; now the
+// dense DP's cuts already include it here.)
 TEST_CASE("scheduler/compression: OP-Fence's DP prices a cut at the codec's bytes") {
-  int faster = 0;
   for (double mbit : {5.0, 8.0}) {
     for (codec_kind mode : {codec_kind::int8, codec_kind::int4}) {
       CAPTURE(mbit);
@@ -169,7 +169,6 @@ TEST_CASE("scheduler/compression: OP-Fence's DP prices a cut at the codec's byte
       CHECK(aware.candidates > simulated_only.candidates);
       CHECK(aware.chain.size() == 2);
       CHECK(aware.estimate.step_s <= simulated_only.estimate.step_s);
-      faster += aware.estimate.step_s < simulated_only.estimate.step_s * (1 - 1e-6);
       // What plan_compressed_run gives a user (fusion-cluster plan, fusion-train) is that plan.
       opfence_report run;
       f.c.placement.policy = placement_policy::opfence;
@@ -179,7 +178,6 @@ TEST_CASE("scheduler/compression: OP-Fence's DP prices a cut at the codec's byte
       CHECK(p.where.node_of_op == chosen.node_of_op);
     }
   }
-  CHECK(faster >= 1);
 }
 
 }  // namespace

@@ -13,6 +13,7 @@
 
 #include "core/cluster.hpp"
 #include "core/graph.hpp"
+#include "core/graph_loader.hpp"
 #include "scheduler/estimator.hpp"
 #include "scheduler/plan.hpp"
 #include "scheduler/profile.hpp"
@@ -286,9 +287,21 @@ TEST_CASE("scheduler/estimator: a capped node's quota pays for the bytes it send
   }
 }
 
-TEST_CASE("scheduler/estimator: a residual fan-out across a cut is sent twice") {
-  graph g = parse_graph(residual_model, "residual.pbtxt", 1);
+TEST_CASE("scheduler/estimator: a residual fan-out across a cut is sent twice, once through a fan-out node") {
+  // Without the loader's fan-out nodes (an op table that lacks "identity"): wte's two readers.
+  graph_op_table no_fanouts = default_op_table();
+  std::erase(no_fanouts.kinds, "identity");
+  graph g = parse_graph_with(residual_model, "residual.pbtxt", 1, no_fanouts);
   cluster_spec c = two_sites();
+  {
+    // With them, the cut after wte carries its tensor once each way (wte.fan joins fc and res).
+    graph fanned = parse_graph(residual_model, "residual.pbtxt", 1);
+    REQUIRE(fanned.nodes[3].name == "wte.fan");
+    placement after_wte(std::vector<int>(fanned.nodes.size(), 1));
+    after_wte.node_of_op[fanned.find("tokens")] = after_wte.node_of_op[fanned.find("wte")] = 0;
+    after_wte.node_of_op[fanned.find("wte.fan")] = 0;
+    CHECK(make_plan(fanned, after_wte).edges.size() == 2);
+  }
   REQUIRE(g.nodes[2].consumers.size() == 2);
   REQUIRE(g.nodes[2].consumers[0].node == 3);  // fc first, then res
   const std::vector<std::pair<std::string, op_timing>> fast = {
