@@ -13,8 +13,13 @@
 # Needs root with network namespaces (scripts/run-sites.sh); refuses on loopback.
 #
 #   bench/diloco_bench.sh [--steps 600] [--eval-every 200] [--sync-every 20] [--step-loopback]
-#                         [--build build] [--out runs/diloco/STAMP] [--smoke]
+#                         [--outer LR,MOMENTUM] [--step-from DIR] [--build build]
+#                         [--out runs/diloco/STAMP] [--smoke]
 #
+# --outer sets the local run's train.outer-lr and train.outer-momentum (default: the run file's,
+# DiLoCo's 0.7 and 0.9); 1,0 is plain parameter averaging every H steps. --step-from DIR takes
+# the synchronous run from an earlier output directory of the same steps (DIR/step.jsonl: it does
+# not depend on the outer settings) instead of running it again.
 # --step-loopback runs the synchronous reference on loopback (scripts/run-sites.sh --loopback:
 # same plan, caps, batches and ring, no 20 Mbit/s shaping): its losses and all-reduce bytes do not
 # depend on the link (the replicas' exactness, tests/actors/replica_test.cpp), its tokens/s do, so
@@ -25,17 +30,25 @@
 # without namespaces it exits 77, skipped).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-steps=600 eval_every=200 eval_batches=8 sync_every=20 build=${BUILD_DIR:-build} out="" smoke=0 step_loopback=0
+steps=600 eval_every=200 eval_batches=8 sync_every=20 build=${BUILD_DIR:-build} out="" smoke=0 step_loopback=0 outer=() step_from=""
 while [[ $# -gt 0 ]]; do
   case $1 in
     --steps) steps=$2; shift 2 ;;
     --eval-every) eval_every=$2; shift 2 ;;
     --sync-every) sync_every=$2; shift 2 ;;
     --step-loopback) step_loopback=1; shift ;;
+    --outer)
+      [[ $2 =~ ^([0-9]+(\.[0-9]+)?),([0-9]+(\.[0-9]+)?)$ ]] ||
+        { echo "diloco_bench: --outer needs LR,MOMENTUM (numbers), got '$2'" >&2; exit 2; }
+      lr=${BASH_REMATCH[1]} mom=${BASH_REMATCH[3]}  # fusion-train wants a decimal point: 1 -> 1.0
+      [[ $lr == *.* ]] || lr+=.0
+      [[ $mom == *.* ]] || mom+=.0
+      outer=(--train.outer-lr="$lr" --train.outer-momentum="$mom"); shift 2 ;;
+    --step-from) step_from=$2; shift 2 ;;
     --build) build=$2; shift 2 ;;
     --out) out=$2; shift 2 ;;
     --smoke) steps=4 eval_every=4 eval_batches=2 sync_every=2 smoke=1; shift ;;
-    -h|--help) sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,31p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "diloco_bench: unknown option '$1' (try --help)" >&2; exit 2 ;;
   esac
 done
@@ -69,13 +82,18 @@ sites() {
     -- --train.steps="$steps" --output.metrics="$out/$name.jsonl" "${common[@]}" "$@" >"$out/$name.log" 2>&1 ||
     { echo "diloco_bench: $name failed (see $out/$name.log)" >&2; exit 1; }
 }
-if ((step_loopback)); then sites step --loopback --train.sync=step; else sites step --train.sync=step; fi
-sites local --train.sync=local:"$sync_every"
+if [[ -n $step_from ]]; then
+  [[ -f $step_from/step.jsonl ]] || { echo "diloco_bench: --step-from: $step_from/step.jsonl not found" >&2; exit 2; }
+  cp "$step_from/step.jsonl" "$out/step.jsonl"
+  grep -q 'on loopback' "$step_from/table.txt" 2>/dev/null && step_loopback=1
+elif ((step_loopback)); then sites step --loopback --train.sync=step; else sites step --train.sync=step; fi
+sites local --train.sync=local:"$sync_every" "${outer[@]}"
 
-python3 - "$out" "$steps" "$eval_every" "$eval_batches" "$sync_every" "$step_loopback" <<'PY' | tee "$out/table.txt"
+python3 - "$out" "$steps" "$eval_every" "$eval_batches" "$sync_every" "$step_loopback" "${outer[*]:-}" <<'PY' | tee "$out/table.txt"
 import json, sys
 out, steps, every, eval_batches, h = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
 step_loopback = sys.argv[6] == "1"  # the reference ran without the slow link: its speed says nothing
+outer = " ".join(a.split("=")[1] for a in sys.argv[7].split())  # "1.0 0.0": outer lr and momentum, if set
 def rows(name):
     return [json.loads(l) for l in open(f"{out}/{name}.jsonl") if l.strip()]
 def val(name):
@@ -105,7 +123,7 @@ print()
 print("| sync | " + " | ".join("val" for p in points) + " | tokens/s | x step | all-reduce MB/step | bytes vs step | final vs step |")
 print("|---|" + "---|" * (len(points) + 5))
 results = []
-for name, label in (("step", "step"), ("local", f"local:{h}")):
+for name, label in (("step", "step"), ("local", f"local:{h}" + (f" (outer {outer})" if outer else ""))):
     v, t, b = val(name), float("nan") if name == "step" and step_loopback else tps(name), bytes_per_step(name)
     final, ref = v.get(steps, float("nan")), ref_val.get(steps, float("nan"))
     print(f"| {label} | " + " | ".join(f"{v.get(p, float('nan')):.4f}" for p in points) +
