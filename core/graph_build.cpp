@@ -461,22 +461,16 @@ class builder {
     if (next == static_cast<int>(n)) return g;
     std::set<std::string> names;
     for (auto& node : g.nodes) names.insert(node.name);
-    graph out;
-    out.name = g.name;
-    out.file = g.file;
-    out.batch = g.batch;
-    out.context = g.context;
-    out.vocab = g.vocab;
-    out.row_items = g.row_items;
-    out.nodes.resize(next);
+    std::vector<graph_node> old = std::move(g.nodes);
+    g.nodes = std::vector<graph_node>(next);
     for (size_t i = 0; i < n; ++i) {
-      graph_node& node = out.nodes[id[i]];
-      node = std::move(g.nodes[i]);
+      graph_node& node = g.nodes[id[i]];
+      node = std::move(old[i]);
       node.id = id[i];
       node.consumers.clear();
       for (int& p : node.inputs) p = fan[p] >= 0 ? fan[p] : id[p];
       if (fan[i] < 0) continue;
-      graph_node& f = out.nodes[fan[i]];
+      graph_node& f = g.nodes[fan[i]];
       f.id = fan[i];
       f.name = node.name + ".fan";
       for (int k = 2; names.count(f.name); ++k) f.name = node.name + ".fan" + std::to_string(k);
@@ -490,16 +484,16 @@ class builder {
       f.fanout = true;
     }
     // Consumers in graph order, then slot: the order the graph had, which orders gradient sums.
-    for (auto& node : out.nodes)
+    for (auto& node : g.nodes)
       for (size_t slot = 0; slot < node.inputs.size(); ++slot)
-        out.nodes[node.inputs[slot]].consumers.push_back({node.id, static_cast<int>(slot)});
-    auto remap = [&](int i) { return i < 0 ? -1 : id[i]; };
-    out.tokens_node = remap(g.tokens_node);
-    out.targets_node = remap(g.targets_node);
-    out.logits_node = remap(g.logits_node);
-    out.loss_node = remap(g.loss_node);
-    for (auto f : g.feeds) out.feeds.push_back({f.feed, remap(f.node)});
-    return out;
+        g.nodes[node.inputs[slot]].consumers.push_back({node.id, static_cast<int>(slot)});
+    auto remap = [&](int& i) { i = i < 0 ? -1 : id[i]; };
+    remap(g.tokens_node);
+    remap(g.targets_node);
+    remap(g.logits_node);
+    remap(g.loss_node);
+    for (auto& f : g.feeds) remap(f.node);
+    return g;
   }
 
   std::vector<pending_node> nodes_;
