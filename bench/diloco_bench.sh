@@ -111,6 +111,8 @@ def bytes_per_step(name):
     # recorded: bytes per sync (the records that carry one) x the run's syncs (steps // H) / steps.
     syncs = [r["allreduce_bytes"] for r in st if r.get("allreduce_bytes", 0) > 0]
     return sum(syncs) / len(syncs) * (steps // h) / steps if syncs else float("nan")
+def cell(x, fmt, unit=""):  # a number, or n/a for the loopback reference's speed (nan)
+    return "n/a" if x != x else format(x, fmt) + unit
 points = list(range(every, steps + 1, every))
 if steps not in points: points.append(steps)
 ref_val, ref_tps, ref_bytes = val("step"), float("nan") if step_loopback else tps("step"), bytes_per_step("step")
@@ -127,8 +129,7 @@ for name, label in (("step", "step"), ("local", f"local:{h}" + (f" (outer {outer
     v, t, b = val(name), float("nan") if name == "step" and step_loopback else tps(name), bytes_per_step(name)
     final, ref = v.get(steps, float("nan")), ref_val.get(steps, float("nan"))
     print(f"| {label} | " + " | ".join(f"{v.get(p, float('nan')):.4f}" for p in points) +
-          (f" | {t:.0f} | {t / ref_tps:.2f}x" if t == t and ref_tps == ref_tps else (f" | {t:.0f} | n/a" if t == t else " | n/a | n/a")) +
-          f" | {b / 1e6:.3f} | {b / ref_bytes:.4f} | {(final / ref - 1) * 100:+.2f}% |")
+          f" | {cell(t, '.0f')} | {cell(t / ref_tps, '.2f', 'x')} | {b / 1e6:.3f} | {b / ref_bytes:.4f} | {(final / ref - 1) * 100:+.2f}% |")
     results.append(f"{name}_tokens_per_s={t:.1f} {name}_final_val_loss={final:.4f} {name}_allreduce_bytes_per_step={b:.0f}")
 print()
 print("RESULT " + " ".join(results))

@@ -93,23 +93,23 @@ class explicit_placer : public placer {
     }
     // A fan-out node no pattern names (the model file does not have it) goes with its producer,
     // and place_fanouts then puts it with its consumers when they share a node.
-    std::vector<bool> fixed(g.nodes.size());
     for (auto& n : g.nodes)
       if (n.fanout && owner[n.id] < 0 && owner[n.inputs.front()] >= 0) {
+        owner[n.id] = owner[n.inputs.front()];
         p.node_of_op[n.id] = p.node_of_op[n.inputs.front()];
-        fixed[n.id] = true;
       }
     std::string missing;
     int count = 0;
     for (auto& n : g.nodes)
-      if (!n.is_input() && owner[n.id] < 0 && !fixed[n.id]) {
+      if (!n.is_input() && owner[n.id] < 0) {
         if (++count <= 6) missing += (missing.empty() ? "" : ", ") + n.name;
       }
     if (count > 0)
       throw placement_error(at(c, c.placement.line) + "explicit placement leaves " + std::to_string(count) +
                             " op(s) of model '" + g.name + "' unassigned: " + missing + (count > 6 ? ", ..." : "") +
                             " (add them to an assign, e.g. ops: \"" + missing.substr(0, missing.find(',')) + "\")");
-    for (size_t i = 0; i < fixed.size(); ++i) fixed[i] = fixed[i] || owner[i] >= 0;
+    std::vector<bool> fixed(g.nodes.size());
+    for (size_t i = 0; i < fixed.size(); ++i) fixed[i] = owner[i] >= 0;
     place_inputs(g, p, fixed);
     return with_replicas(g, c, profile, std::move(p));
   }

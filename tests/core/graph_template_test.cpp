@@ -14,6 +14,7 @@
 
 #include "core/graph_loader.hpp"
 #include "tests/support/graph_errors.hpp"
+#include "tests/support/op_tables.hpp"
 
 namespace fusion {
 namespace {
@@ -49,15 +50,9 @@ std::string use_mlp(const std::string& name, const std::string& repeat, const st
          "\" arg { key: \"W\" value: \"" + w + "\" } arg { key: \"S\" value: \"" + s + "\" }" + extra + " }\n";
 }
 
-// Template expansion without the loader's fan-out nodes (an op table that lacks "identity"):
-// these tests check the names and order the file's nodes get.
-graph_op_table no_fanouts() {
-  graph_op_table t = default_op_table();
-  std::erase(t.kinds, "identity");
-  return t;
-}
-
-graph load(const std::string& text) { return parse_graph_with(text, "m.pbtxt", 2, no_fanouts()); }
+// Template expansion without the loader's fan-out nodes: these tests check the names and order
+// the file's nodes get.
+graph load(const std::string& text) { return parse_graph_with(text, "m.pbtxt", 2, test::op_table_without_fanouts()); }
 
 std::string error_of(const std::string& text) { return test::graph_error_of([&] { load(text); }); }
 

@@ -18,6 +18,7 @@
 #include "scheduler/plan.hpp"
 #include "scheduler/profile.hpp"
 #include "tests/scheduler/chain_model.hpp"
+#include "tests/support/op_tables.hpp"
 
 namespace fusion {
 namespace {
@@ -288,10 +289,8 @@ TEST_CASE("scheduler/estimator: a capped node's quota pays for the bytes it send
 }
 
 TEST_CASE("scheduler/estimator: a residual fan-out across a cut is sent twice, once through a fan-out node") {
-  // Without the loader's fan-out nodes (an op table that lacks "identity"): wte's two readers.
-  graph_op_table no_fanouts = default_op_table();
-  std::erase(no_fanouts.kinds, "identity");
-  graph g = parse_graph_with(residual_model, "residual.pbtxt", 1, no_fanouts);
+  // Without the loader's fan-out nodes: wte's two readers.
+  graph g = parse_graph_with(residual_model, "residual.pbtxt", 1, test::op_table_without_fanouts());
   cluster_spec c = two_sites();
   {
     // With them, the cut after wte carries its tensor once each way (wte.fan joins fc and res).
