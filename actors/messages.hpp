@@ -270,7 +270,8 @@ struct edge_stat {
   uint64_t bytes = 0;      ///< payload bytes of the tensors completed (what crossed the wire)
   uint64_t dense_bytes = 0;///< the same tensors uncompressed
   uint64_t tensors = 0;    ///< tensors completed (all chunks acknowledged)
-  double seconds = 0;      ///< summed time from the first chunk sent to the last chunk acknowledged
+  double seconds = 0;      ///< summed time the link was busy with them: from a tensor's first chunk sent (or
+                           ///< the previous tensor's completion, if later) to its last chunk acknowledged
   double encode_s = 0;     ///< summed time spent compressing them
   double keep_ratio = 1;   ///< the sender's current keep ratio (1: dense)
 };

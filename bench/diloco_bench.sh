@@ -13,10 +13,11 @@
 # Needs root with network namespaces (scripts/run-sites.sh); refuses on loopback.
 #
 #   bench/diloco_bench.sh [--steps 600] [--eval-every 200] [--sync-every 20] [--step-loopback]
-#                         [--outer LR,MOMENTUM] [--step-from DIR] [--build build]
+#                         [--batch ROWS] [--outer LR,MOMENTUM] [--step-from DIR] [--build build]
 #                         [--out runs/diloco/STAMP] [--smoke]
 #
-# --outer sets the local run's train.outer-lr and train.outer-momentum (default: the run file's,
+# --batch sets the global batch of both runs (default the run file's 16 rows, in 4 micro-batches:
+# each replica takes half). --outer sets the local run's train.outer-lr and train.outer-momentum (default: the run file's,
 # DiLoCo's 0.7 and 0.9); 1,0 is plain parameter averaging every H steps. --step-from DIR takes
 # the synchronous run from an earlier output directory of the same steps (DIR/step.jsonl: it does
 # not depend on the outer settings) instead of running it again.
@@ -30,7 +31,7 @@
 # without namespaces it exits 77, skipped).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-steps=600 eval_every=200 eval_batches=8 sync_every=20 build=${BUILD_DIR:-build} out="" smoke=0 step_loopback=0 outer=() step_from=""
+steps=600 eval_every=200 eval_batches=8 sync_every=20 build=${BUILD_DIR:-build} out="" smoke=0 step_loopback=0 outer=() step_from="" batch=()
 while [[ $# -gt 0 ]]; do
   case $1 in
     --steps) steps=$2; shift 2 ;;
@@ -45,10 +46,13 @@ while [[ $# -gt 0 ]]; do
       [[ $mom == *.* ]] || mom+=.0
       outer=(--train.outer-lr="$lr" --train.outer-momentum="$mom"); shift 2 ;;
     --step-from) step_from=$2; shift 2 ;;
+    --batch)
+      [[ $2 =~ ^[1-9][0-9]*$ ]] || { echo "diloco_bench: --batch needs a row count >= 1, got '$2'" >&2; exit 2; }
+      batch=(--train.batch="$2"); shift 2 ;;
     --build) build=$2; shift 2 ;;
     --out) out=$2; shift 2 ;;
     --smoke) steps=4 eval_every=4 eval_batches=2 sync_every=2 smoke=1; shift ;;
-    -h|--help) sed -n '2,31p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,33p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "diloco_bench: unknown option '$1' (try --help)" >&2; exit 2 ;;
   esac
 done
@@ -71,7 +75,7 @@ cluster=$out/sites-2-slow-replicas.pbtxt run=configs/runs/char-sites.ini
 sed 's/^placement .*$/placement { policy: "explicit" assign { node: "a1" replica: "b1" ops: "*" } }/' \
   configs/clusters/sites-2-slow.pbtxt >"$cluster"
 common=(--train.eval-every="$eval_every" --train.eval-batches="$eval_batches" --output.sample-chars=0 --output.checkpoint=
-        --compression.mode=none --runtime.quiet)
+        --compression.mode=none --runtime.quiet "${batch[@]}")
 
 # sites NAME [--loopback] ARGS...: a run over the emulated sites (or loopback), metrics in $out/NAME.jsonl.
 sites() {
@@ -113,10 +117,18 @@ def bytes_per_step(name):
     return sum(syncs) / len(syncs) * (steps // h) / steps if syncs else float("nan")
 def cell(x, fmt, unit=""):  # a number, or n/a for the loopback reference's speed (nan)
     return "n/a" if x != x else format(x, fmt) + unit
+def run_config(name):
+    return next(r["config"] for r in rows(name) if r.get("type") == "run")
+# --step-from may name a reference of other settings: equal tokens need the same batch and steps.
+for key in ("train.batch", "train.steps", "train.micro-batches"):
+    a, b = run_config("step").get(key), run_config("local").get(key)
+    if a != b:
+        sys.exit(f"diloco_bench: the synchronous run has {key}={a}, the local run {b}: not comparable")
+batch = run_config("local")["train.batch"]
 points = list(range(every, steps + 1, every))
 if steps not in points: points.append(steps)
 ref_val, ref_tps, ref_bytes = val("step"), float("nan") if step_loopback else tps("step"), bytes_per_step("step")
-print(f"gpt-char-small, 1 stage x 2 replicas across sites-2-slow's 20 Mbit/s link, {steps} steps "
+print(f"gpt-char-small, 1 stage x 2 replicas across sites-2-slow's 20 Mbit/s link, batch {batch}, {steps} steps "
       f"(equal tokens per step); validation loss ({eval_batches} batches) at steps " + ", ".join(map(str, points)))
 if step_loopback:
     print("the synchronous reference ran on loopback (--step-loopback): same losses and bytes, its tokens/s n/a")

@@ -13,7 +13,7 @@
 #
 #   bench/geo_bench.sh [--rounds 2] [--steps 30] [--warmup 5] [--topologies sites-3,sites-4-pairs,sites-6-tiers]
 #                      [--configs even+none,opfence+none] [--slow MBIT,...] [--no-alone]
-#                      [--run configs/runs/char-sites.ini] [--micro-batches N|auto] [--build build]
+#                      [--run configs/runs/char-sites.ini] [--batch ROWS] [--micro-batches N|auto] [--build build]
 #                      [--out runs/geo/STAMP]
 #                      [--smoke]   (1 round, 4 steps, sites-3, even and OP-Fence: the ctest bench_smoke_geo_bench)
 #
@@ -24,9 +24,9 @@
 # of that node's own tokens/s alone under its cap. Once per topology the first node of the file
 # trains the whole model alone (a one-node copy of the cluster file, its site and cap) for the
 # same steps; every node's alone rate is that rate scaled by its cpu_share over the first node's
-# (uncapped nodes: n/a). --no-alone skips that run and the column. --micro-batches sets
-# train.micro-batches for every run, the alone run too (default: the run file's; auto: the
-# estimator's choice per run). Example, replicas against pipeline-only OP-Fence where replicas
+# (uncapped nodes: n/a). --no-alone skips that run and the column. --batch and --micro-batches
+# set train.batch and train.micro-batches for every run, the alone run too (default: the run
+# file's; micro-batches auto: the estimator's choice per run). Example, replicas against pipeline-only OP-Fence where replicas
 # should matter (docs/scheduler.md, "Stage replicas"):
 #   bench/geo_bench.sh --topologies sites-2x3,sites-3 --configs opfence+none,opfence-replicas+none
 # The table has one row per run and, per topology (and slow rate), each config's ratio of tokens/s
@@ -37,7 +37,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 rounds=2 steps=30 warmup=5 topologies=sites-3,sites-4-pairs,sites-6-tiers run=configs/runs/char-sites.ini
-configs=even+none,opfence+none slow="" build=${BUILD_DIR:-build} out="" alone=1 micro=()
+configs=even+none,opfence+none slow="" build=${BUILD_DIR:-build} out="" alone=1 micro=() batch=()
 while [[ $# -gt 0 ]]; do
   case $1 in
     --rounds) rounds=$2; shift 2 ;;
@@ -48,6 +48,9 @@ while [[ $# -gt 0 ]]; do
     --slow) slow=$2; shift 2 ;;
     --run) run=$2; shift 2 ;;
     --micro-batches) micro=(--train.micro-batches="$2"); shift 2 ;;
+    --batch)
+      [[ $2 =~ ^[1-9][0-9]*$ ]] || { echo "geo_bench: --batch needs a row count >= 1, got '$2'" >&2; exit 2; }
+      batch=(--train.batch="$2"); shift 2 ;;
     --build) build=$2; shift 2 ;;
     --out) out=$2; shift 2 ;;
     --smoke) rounds=1 steps=4 warmup=1 topologies=sites-3 configs=even+none,opfence+none smoke=1; shift ;;
@@ -148,7 +151,7 @@ run_one() {
              --logs "$out/$name.nodes" -- --cluster.policy="${2%+*}" --compression.mode="${2#*+}"
              --train.steps="$steps" --train.eval-every=0
              --train.eval-batches=0 --output.sample-chars=0 --output.checkpoint= --output.metrics="$m" --runtime.quiet
-             ${micro[@]+"${micro[@]}"})
+             ${micro[@]+"${micro[@]}"} ${batch[@]+"${batch[@]}"})
   rm -f "$m"
   local b t rc=0 own=0
   b=$(cpu_ticks); t=$(now_s)
@@ -271,7 +274,7 @@ done
 # ---- table ---------------------------------------------------------------------------------------
 {
   echo
-  echo "placement and compression on emulated sites: $(basename "$run" .ini)${micro[0]:+ (${micro[0]#--})}, $steps steps, means over steps" \
+  echo "placement and compression on emulated sites: $(basename "$run" .ini)${batch[0]:+ (${batch[0]#--})}${micro[0]:+ (${micro[0]#--})}, $steps steps, means over steps" \
        "$((warmup + 1))-$steps; $rounds round(s), config order alternating; TOPOLOGY@R: slowest links at R Mbit/s"
   printf "%-20s %-24s %5s %10s %9s %12s %12s %8s %8s\n" topology config round tokens/s "hw eff %" "pred step s" \
          "meas step s" "error %" "others %"

@@ -5,6 +5,9 @@
 
 #include <caf/all.hpp>
 
+#include <chrono>
+#include <thread>
+
 #include "actors/edge_actor.hpp"
 #include "actors/messages.hpp"
 #include "compression/topk.hpp"
@@ -73,6 +76,34 @@ TEST_CASE("edge: at most `window` chunks are in flight until credits come back")
         caf::after(5s) >> [] {});
   CHECK(reports == 3);
   CHECK(reported_bytes == 3 * 4096);
+  self->send_exit(edge, caf::exit_reason::user_shutdown);
+}
+
+TEST_CASE("edge: tensors queued behind each other count the link's time once") {
+  // The estimator learns a link's rate from these seconds and models the FIFO queueing of
+  // back-to-back micro-batches itself: a tensor's time must not include the ones ahead of it.
+  caf::actor_system_config cfg;
+  add_fusion_message_types(cfg);
+  caf::actor_system sys{cfg};
+  caf::scoped_actor self{sys};
+  auto me = caf::actor_cast<node_inbox>(self);
+  auto edge = spawn_edge_sender(sys, 7, me, edge_config{8, 1 << 20}, me);
+  const auto start = std::chrono::steady_clock::now();
+  for (uint32_t mb = 0; mb < 3; ++mb)
+    self->send(edge, forward_atom::value, uint64_t{1}, mb, uint32_t{0}, uint8_t{0}, tensor(shape_t{8, 8}, dtype::f32));
+  for (int i = 0; i < 3; ++i)
+    self->receive([](wire_atom, const wire_chunk&) {}, caf::after(5s) >> [] { FAIL("expected a chunk"); });
+  // All three wait on the wire together, then are acknowledged at once.
+  std::this_thread::sleep_for(300ms);
+  self->send(edge, credit_atom::value, uint64_t{7}, uint32_t{3});
+  double summed = 0;
+  for (int i = 0; i < 3; ++i)
+    self->receive([&](stats_atom, const edge_stat& s) { summed += s.seconds; },
+                  caf::after(5s) >> [] { FAIL("expected a report"); });
+  const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  // Timed from each tensor's own first chunk, the three would sum to three times the wait.
+  CHECK(summed >= 0.29);
+  CHECK(summed <= wall);
   self->send_exit(edge, caf::exit_reason::user_shutdown);
 }
 
