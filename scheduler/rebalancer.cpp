@@ -108,7 +108,11 @@ rebalance_decision weigh(const workload_estimator& est, const plan& current, con
                seconds_text(d.before_s) + ")";
     return d;
   }
-  d.after_s = est.simulate(target).step_s;
+  // A move keeps the running schedule (replan): the target is judged under it, not under the
+  // schedule its plan was wired with.
+  plan judged = target;
+  judged.schedule = current.schedule;
+  d.after_s = est.simulate(judged).step_s;
   d.cost_s = migration_cost_s(est, current.where, target.where);
   const double horizon = static_cast<double>(std::max<int64_t>(horizon_steps, 1));
   d.gain = d.before_s > 0 ? (d.before_s - d.after_s - d.cost_s / horizon) / d.before_s : 0;

@@ -78,6 +78,26 @@ schedule_choice choose_schedule(const workload_estimator& est, const plan& p) {
   return c;
 }
 
+step_estimate simulate_fastest_schedule(const workload_estimator& est, plan& p) {
+  // choose_schedule's rule (one stage keeps eager; a tie goes to the earlier in all_schedules)
+  // with one simulation per schedule, keeping the chosen one's whole estimate.
+  if (positions_of(est.model(), p.where).stages < 2) {
+    p.schedule = pipeline_schedule::eager;
+    return est.simulate(p);
+  }
+  step_estimate best;
+  pipeline_schedule chosen = all_schedules[0];
+  bool first = true;
+  for (auto s : all_schedules) {
+    p.schedule = s;
+    step_estimate e = est.simulate(p);
+    if (first || e.step_s < best.step_s * (1 - 1e-9)) best = std::move(e), chosen = s;
+    first = false;
+  }
+  p.schedule = chosen;
+  return best;
+}
+
 std::string format_predictions(const schedule_choice& c) {
   std::string out = "predicted step";
   char part[160];

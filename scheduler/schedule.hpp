@@ -20,6 +20,7 @@ namespace fusion {
 
 class workload_estimator;
 struct plan;
+struct step_estimate;
 
 /// How a pipeline interleaves forwards and backwards.
 enum class pipeline_schedule : uint8_t {
@@ -68,6 +69,11 @@ struct schedule_choice {
 /// micro-batches one at a time, while the op actors of one process work on several at once
 /// (which the simulation, one op at a time per node, does not see).
 schedule_choice choose_schedule(const workload_estimator& est, const plan& p);
+
+/// Sets `p.schedule` to the one choose_schedule picks (what train.schedule=auto runs) and
+/// returns that schedule's simulated step: how planners judge a candidate plan, so that a plan
+/// 1F1B makes fastest is not judged by eager's time.
+step_estimate simulate_fastest_schedule(const workload_estimator& est, plan& p);
 
 /// "predicted step 0.41 s under 1f1b (peak node memory 61 MiB), 0.40 s under eager (88 MiB),
 /// 0.48 s under gpipe (88 MiB)".

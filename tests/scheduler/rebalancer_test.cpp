@@ -2,7 +2,8 @@
 // slowdown migrates after exactly `confirmations` evaluations, the migration's cost counts, the
 // candidate is confirmed while it pays and dropped when it stops, settings are checked, state
 // bytes and costs add up; the confirmations hold back noise that passes a low threshold, and
-// measurements that flip between two slow nodes never migrate.
+// measurements that flip between two slow nodes never migrate; a proposal is judged under the
+// schedule it would run with.
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -17,6 +18,7 @@
 #include "scheduler/plan.hpp"
 #include "scheduler/profile.hpp"
 #include "scheduler/rebalancer.hpp"
+#include "scheduler/schedule.hpp"
 
 namespace fusion {
 namespace {
@@ -148,6 +150,26 @@ TEST_CASE("rebalance: the migration's cost over the horizon counts") {
   CHECK(short_run.what == verdict::keep);
   CHECK(short_run.gain < 0);
   CHECK(short_run.cost_s == long_run.cost_s);
+}
+
+TEST_CASE("rebalance: a proposal is judged under the running schedule, which a move keeps") {
+  fixture f;
+  f.run_in_thirds();
+  plan proposal = f.proposal();
+  for (auto running : all_schedules) {
+    CAPTURE(schedule_name(running));
+    f.current.schedule = running;
+    proposal.schedule = pipeline_schedule::eager;  // as plan_compressed_run wires it
+    auto d = rebalancer().judge(f.est, f.current, proposal);
+    plan moved = replan(f.g, f.current, proposal.where);
+    REQUIRE(moved.schedule == running);
+    CHECK(d.after_s == doctest::Approx(f.est.simulate(moved).step_s));
+  }
+  // The three schedules predict different steps for it, so the check above can tell them apart.
+  plan gp = proposal, ofob = proposal;
+  gp.schedule = pipeline_schedule::gpipe;
+  ofob.schedule = pipeline_schedule::one_f_one_b;
+  CHECK(f.est.simulate(gp).step_s != doctest::Approx(f.est.simulate(ofob).step_s));
 }
 
 TEST_CASE("rebalance: the candidate is confirmed while it pays, whatever the proposal, and dropped when it stops") {
