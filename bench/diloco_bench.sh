@@ -17,10 +17,10 @@
 #                         [--out runs/diloco/STAMP] [--smoke]
 #
 # --batch sets the global batch of both runs (default the run file's 16 rows, in 4 micro-batches:
-# each replica takes half). --outer sets the local run's train.outer-lr and train.outer-momentum (default: the run file's,
-# DiLoCo's 0.7 and 0.9); 1,0 is plain parameter averaging every H steps. --step-from DIR takes
-# the synchronous run from an earlier output directory of the same steps (DIR/step.jsonl: it does
-# not depend on the outer settings) instead of running it again.
+# each replica takes half). --outer sets the local run's train.outer-lr and train.outer-momentum
+# (default: the run file's, DiLoCo's 0.7 and 0.9); 1,0 is plain parameter averaging every H steps.
+# --step-from DIR takes the synchronous run from an earlier output directory of the same steps and
+# batch (DIR/step.jsonl: it does not depend on the outer settings) instead of running it again.
 # --step-loopback runs the synchronous reference on loopback (scripts/run-sites.sh --loopback:
 # same plan, caps, batches and ring, no 20 Mbit/s shaping): its losses and all-reduce bytes do not
 # depend on the link (the replicas' exactness, tests/actors/replica_test.cpp), its tokens/s do, so
@@ -52,7 +52,7 @@ while [[ $# -gt 0 ]]; do
     --build) build=$2; shift 2 ;;
     --out) out=$2; shift 2 ;;
     --smoke) steps=4 eval_every=4 eval_batches=2 sync_every=2 smoke=1; shift ;;
-    -h|--help) sed -n '2,33p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,31p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "diloco_bench: unknown option '$1' (try --help)" >&2; exit 2 ;;
   esac
 done

@@ -26,8 +26,8 @@
 # same steps; every node's alone rate is that rate scaled by its cpu_share over the first node's
 # (uncapped nodes: n/a). --no-alone skips that run and the column. --batch and --micro-batches
 # set train.batch and train.micro-batches for every run, the alone run too (default: the run
-# file's; micro-batches auto: the estimator's choice per run). Example, replicas against pipeline-only OP-Fence where replicas
-# should matter (docs/scheduler.md, "Stage replicas"):
+# file's; micro-batches auto: the estimator's choice per run). Example, replicas against
+# pipeline-only OP-Fence where replicas should matter (docs/scheduler.md, "Stage replicas"):
 #   bench/geo_bench.sh --topologies sites-2x3,sites-3 --configs opfence+none,opfence-replicas+none
 # The table has one row per run and, per topology (and slow rate), each config's ratio of tokens/s
 # to the first config (the baseline): the mean of the per-round ratios. "others %" is the CPU that other
