@@ -181,16 +181,16 @@ cut_problem make_cut_problem(const workload_estimator& est, const std::vector<in
   return cut_problem_of(est, chain, allow_skip, ops, compute_table(est, ops.ops));
 }
 
-namespace {
-
-// A candidate is judged under the schedule its run would take (train.schedule=auto). Judged
-// under eager alone, a plan that 1F1B makes fastest lost to one only eager favours (sites-3,
-// batch 64 in 16 micro-batches: OP-Fence's plan 9.01 s under eager, even's 8.26 s under 1F1B).
+// Judged under eager alone, a plan that 1F1B makes fastest lost to one only eager favours
+// (sites-3, batch 64 in 16 micro-batches: OP-Fence's plan 9.01 s under eager, even's 8.26 s
+// under 1F1B).
 step_estimate simulate_candidate(const workload_estimator& est, const opfence_options& options, const placement& p) {
   plan wired = make_plan(est.model(), p);
   if (options.prepare_plan) options.prepare_plan(wired);
   return simulate_fastest_schedule(est, wired);
 }
+
+namespace {
 
 // Hill-climbing on the chosen plan's cut positions with the simulator as the judge. The DP
 // minimises the bottleneck stage or cut; the simulated step also pays for pipeline fill and

@@ -158,6 +158,11 @@ struct opfence_report {
   std::vector<std::vector<int>> groups;
 };
 
+/// A candidate placement's predicted step, as OP-Fence judges it: wired into a plan, with
+/// options.prepare_plan applied (the run's codecs), under the schedule its run would take
+/// (simulate_fastest_schedule, scheduler/schedule.hpp).
+step_estimate simulate_candidate(const workload_estimator& est, const opfence_options& options, const placement& p);
+
 /// Places the estimator's graph with pipeline-only OP-Fence (one node per op). Throws
 /// placement_error (naming the cluster file) when no chain fits in memory: the message names the
 /// node with the most memory, what it has and what the smallest stage needs.

@@ -9,7 +9,6 @@
 #include <set>
 
 #include "scheduler/opfence.hpp"
-#include "scheduler/schedule.hpp"
 
 namespace fusion {
 
@@ -206,9 +205,7 @@ placement opfence_place(const workload_estimator& est, const opfence_options& op
         }
         for (auto& position : cuts) {
           placement p = group_placement(est, groups, ops, position);
-          plan wired = make_plan(est.model(), p);
-          if (options.prepare_plan) options.prepare_plan(wired);
-          step_estimate step = simulate_fastest_schedule(est, wired);  // as opfence.cpp's candidates
+          step_estimate step = simulate_candidate(est, options, p);
           ++result.replica_candidates;
           if (step.step_s < result.estimate.step_s * (1 - 1e-9)) {
             best = std::move(p);

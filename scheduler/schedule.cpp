@@ -52,6 +52,19 @@ std::vector<int> live_limits(const graph& g, const placement& where, pipeline_sc
   return out;
 }
 
+namespace {
+
+// auto's rule among simulated step times (by pipeline_schedule value): the fastest; a tie (to
+// rounding) goes to the one earlier in all_schedules (less activation memory first).
+pipeline_schedule fastest_schedule(const double (&step_s)[3]) {
+  pipeline_schedule chosen = all_schedules[0];
+  for (auto s : all_schedules)
+    if (step_s[static_cast<int>(s)] < step_s[static_cast<int>(chosen)] * (1 - 1e-9)) chosen = s;
+  return chosen;
+}
+
+}  // namespace
+
 schedule_choice choose_schedule(const workload_estimator& est, const plan& p) {
   schedule_choice c;
   plan trial = p;
@@ -69,33 +82,29 @@ schedule_choice choose_schedule(const workload_estimator& est, const plan& p) {
     c.reason = "one pipeline stage, where 1F1B would run the micro-batches one at a time";
     return c;
   }
-  // The fastest; a tie (to rounding) goes to the one earlier in all_schedules.
-  c.chosen = all_schedules[0];
-  for (auto s : all_schedules)
-    if (c.step_of(s) < c.step_of(c.chosen) * (1 - 1e-9)) c.chosen = s;
+  c.chosen = fastest_schedule(c.step_s);
   c.reason = std::string(schedule_name(c.chosen)) + " is predicted fastest" +
              (c.chosen == pipeline_schedule::one_f_one_b ? " (or tied) and holds the least activation memory" : "");
   return c;
 }
 
 step_estimate simulate_fastest_schedule(const workload_estimator& est, plan& p) {
-  // choose_schedule's rule (one stage keeps eager; a tie goes to the earlier in all_schedules)
-  // with one simulation per schedule, keeping the chosen one's whole estimate.
+  // choose_schedule's choice, keeping the chosen schedule's whole estimate; one stage keeps
+  // eager without simulating the others.
   if (positions_of(est.model(), p.where).stages < 2) {
     p.schedule = pipeline_schedule::eager;
     return est.simulate(p);
   }
-  step_estimate best;
-  pipeline_schedule chosen = all_schedules[0];
-  bool first = true;
+  step_estimate runs[3];
+  double step_s[3];
   for (auto s : all_schedules) {
     p.schedule = s;
-    step_estimate e = est.simulate(p);
-    if (first || e.step_s < best.step_s * (1 - 1e-9)) best = std::move(e), chosen = s;
-    first = false;
+    const int i = static_cast<int>(s);
+    runs[i] = est.simulate(p);
+    step_s[i] = runs[i].step_s;
   }
-  p.schedule = chosen;
-  return best;
+  p.schedule = fastest_schedule(step_s);
+  return std::move(runs[static_cast<int>(p.schedule)]);
 }
 
 std::string format_predictions(const schedule_choice& c) {
