@@ -134,6 +134,20 @@ void finish_backward(self_ptr self, uint64_t step) {
 
 void run_forward(self_ptr self, uint64_t step, uint32_t mb, pass_mode mode, std::vector<tensor> inputs);
 
+// Keeps what micro-batch `mb`'s backward needs. An op whose backward reads no input values (add,
+// identity, pooling) keeps only their shapes: a residual stream would otherwise hold a copy per
+// add and per fan-out node until the backward. Freeing after queueing the forward is safe on a
+// GPU too: allocations are stream-ordered on the device's one stream (ops/cuda/device.cu).
+void save_forward(op_state& st, uint32_t mb, std::vector<tensor> inputs, std::vector<tensor> aux) {
+  saved_entry e;
+  for (auto& t : inputs) e.shapes.push_back(t.shape());
+  if (!st.impl->backward_reads_inputs())
+    for (auto& t : inputs) t = tensor();
+  e.inputs = std::move(inputs);
+  e.aux = std::move(aux);
+  st.saved[mb] = std::move(e);
+}
+
 // The position of micro-batch `mb` among the ones this replica runs (its live_gate index).
 size_t local_index(const op_state& st, uint32_t mb) {
   return static_cast<size_t>(std::lower_bound(st.ring.local_mbs.begin(), st.ring.local_mbs.end(), mb) -
@@ -175,12 +189,13 @@ void drain_backward(self_ptr self, uint64_t step) {
       st.dev->add_inplace(dout, entry.grads[i]);
     }
     st.dev->begin_timing(backward_slot(mb));
-    size_t n_in = sv->second.inputs.size();
+    const std::vector<shape_t>& shapes = sv->second.shapes;
+    size_t n_in = shapes.size();
     std::vector<tensor> din(n_in);
     std::vector<tensor*> din_ptrs(n_in, nullptr);
     for (size_t i = 0; i < n_in; ++i) {
       if (st.spec.producer_is_input[i] || !st.impl->input_has_grad(i)) continue;
-      din[i] = st.dev->zeros(sv->second.inputs[i].shape(), dtype::f32);
+      din[i] = st.dev->zeros(shapes[i], dtype::f32);
       din_ptrs[i] = &din[i];
     }
     std::vector<const tensor*> in_ptrs, p_ptrs;
@@ -194,7 +209,7 @@ void drain_backward(self_ptr self, uint64_t step) {
     st.dev->end_timing(backward_slot(mb));
     for (size_t i = 0; i < n_in; ++i) {
       if (st.spec.producer_is_input[i]) continue;
-      if (din[i].empty()) din[i] = tensor(in_ptrs[i]->shape(), dtype::f32);  // no-grad slot: host zeros
+      if (din[i].empty()) din[i] = tensor(shapes[i], dtype::f32);  // no-grad slot: host zeros
       self->send(sink_of(st, st.producers, i, mb, "producer of input"), backward_atom::value, step, mb,
                  static_cast<uint32_t>(st.spec.index_at_producer[i]), std::move(din[i]));
     }
@@ -258,7 +273,7 @@ void run_forward(self_ptr self, uint64_t step, uint32_t mb, pass_mode mode, std:
     self->send(st.coordinator, loss_atom::value, step, mb, static_cast<double>(read_scalar(*st.dev, out)),
                std::move(flat));
     if (mode == pass_mode::train) {
-      st.saved[mb] = {std::move(inputs), std::move(aux)};
+      save_forward(st, mb, std::move(inputs), std::move(aux));
       st.gate.forward_done();
       tensor seed_grad(shape_t{}, dtype::f32);
       seed_grad.f32()[0] = 1.0f / static_cast<float>(st.run.micro_batches);
@@ -267,7 +282,7 @@ void run_forward(self_ptr self, uint64_t step, uint32_t mb, pass_mode mode, std:
     return;
   }
   if (mode == pass_mode::train && st.impl) {
-    st.saved[mb] = {std::move(inputs), std::move(aux)};
+    save_forward(st, mb, std::move(inputs), std::move(aux));
     st.gate.forward_done();
   }
   if (mode == pass_mode::infer && st.spec.is_logits) {

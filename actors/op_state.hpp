@@ -24,7 +24,8 @@ struct fwd_entry {
 };
 
 struct saved_entry {
-  std::vector<tensor> inputs;
+  std::vector<tensor> inputs;  // empty tensors when the op's backward does not read them
+  std::vector<shape_t> shapes;  // the inputs' shapes (what their gradients are allocated with)
   std::vector<tensor> aux;
 };
 

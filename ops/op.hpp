@@ -120,7 +120,7 @@ struct forward_args {
 /// Arguments of a backward call. Every gradient pointer is accumulated into (+=), never
 /// overwritten; a null entry in `input_grads` means that input needs no gradient.
 struct backward_args {
-  std::span<const tensor* const> inputs;
+  std::span<const tensor* const> inputs;  ///< empty tensors when !op::backward_reads_inputs()
   std::span<const tensor* const> params;
   const tensor* output_grad;
   const std::vector<tensor>* saved;
@@ -149,6 +149,13 @@ class op {
   virtual std::vector<std::string> metric_names() const { return {}; }
   /// Whether input `i` receives a gradient (token ids and targets do not).
   virtual bool input_has_grad(size_t i) const { (void)i; return true; }
+  /// Whether backward reads the values of the inputs. When false (add, identity, flatten,
+  /// pooling: their gradients follow from the output gradient, shapes and `saved` alone) the op
+  /// actor frees the inputs after forward, and backward gets empty tensors in
+  /// backward_args::inputs: it takes shapes from the output gradient and the input gradients,
+  /// which are allocated with the inputs' shapes. A residual stream then holds no copy per add
+  /// and per fan-out node between a micro-batch's forward and its backward.
+  virtual bool backward_reads_inputs() const { return true; }
   virtual void forward(const forward_args& a) const = 0;
   virtual void backward(const backward_args& a) const = 0;
   virtual op_cost cost(std::span<const shape_t> inputs) const = 0;

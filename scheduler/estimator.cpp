@@ -50,6 +50,12 @@ workload_estimator::workload_estimator(const graph& g, const cluster_spec& c, cl
     for (int i : n.inputs) in.push_back(g.nodes[i].shape);
     costs_[n.id] = n.impl->cost(in);
   }
+  kept_copies_.assign(ops_, 0.0);
+  for (auto& n : g.nodes)
+    for (auto& end : n.consumers) {
+      const graph_node& c = g.nodes[end.node];
+      if (c.impl && c.impl->backward_reads_inputs()) kept_copies_[n.id] += 1;
+    }
   // Where each (consumer, slot) sits among its producer's consumers: what a gradient travels on.
   index_at_producer_.assign(slot_base_[ops_], -1);
   for (auto& n : g.nodes)
@@ -272,7 +278,13 @@ double workload_estimator::state_bytes(int id) const {
 double workload_estimator::memory_bytes(int id) const {
   check_op(id, ops_, 0, 1, "memory");
   if (keys_[id].empty()) return 0;
-  return 4 * costs_[id].param_bytes + 2.0 * micro_batches() * output_bytes(id);
+  return 4 * costs_[id].param_bytes + micro_batches() * activation_bytes(id);
+}
+
+double workload_estimator::activation_bytes(int id) const {
+  check_op(id, ops_, 0, 1, "activation bytes");
+  if (keys_[id].empty()) return 0;
+  return (1 + kept_copies_[id]) * output_bytes(id);
 }
 
 void workload_estimator::observe_op(int id, int node, double fwd, double bwd) {

@@ -97,9 +97,15 @@ class workload_estimator {
   double transfer_s(double bytes, int a, int b) const;
 
   /// Bytes graph node `id` keeps on its node during a step: parameters, gradients and two
-  /// optimizer moments (4x the parameter bytes), and its output activation saved for each of
-  /// the M micro-batches twice (the saved output and its gradient).
+  /// optimizer moments (4x the parameter bytes), and activation_bytes for each of the M
+  /// micro-batches.
   double memory_bytes(int id) const;
+
+  /// Activation bytes charged to graph node `id` per micro-batch between its forward and its
+  /// backward: its output's gradient, and a copy of its output for every consumer whose backward
+  /// reads its inputs (op::backward_reads_inputs; an add, a fan-out node or a pooling op frees
+  /// them after forward). So a residual stream's add and fan-out nodes cost the gradient alone.
+  double activation_bytes(int id) const;
 
   /// Bytes of state that move with graph node `id` in a migration: its parameters and their two
   /// Adam moments (gradients are zero between steps; batch-norm statistics, a few floats per
@@ -211,6 +217,7 @@ class workload_estimator {
   // Precomputed in the constructor so the per-op functions stay O(log n) under the OP-Fence DP.
   int ops_ = 0, nodes_ = 0;                            // graph nodes, cluster nodes
   std::vector<op_cost> costs_;                         // op::cost per graph node (zero for inputs)
+  std::vector<double> kept_copies_;                    // per graph node: consumers that keep its output
   std::vector<double> base_fwd_, base_bwd_, base_upd_; // [node * ops_ + id]: profile or cost, uncorrected
   std::vector<double> base_mbit_, base_rtt_;           // [a * nodes_ + b]: profile or options, unrefined
   std::vector<int> consumer_base_;                     // per graph node: offset of its consumers in a flat list

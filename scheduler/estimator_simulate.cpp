@@ -154,7 +154,7 @@ step_estimate workload_estimator::simulate(const plan& p) const {
       node_update[k] += upd;
       est.node_compute_s[k] += upd;
       const int live = limit[id] > 0 ? std::min(limit[id], routed[r]) : routed[r];
-      est.node_memory_bytes[k] += 4 * costs_[id].param_bytes + 2.0 * live * output_bytes(id);
+      est.node_memory_bytes[k] += 4 * costs_[id].param_bytes + live * activation_bytes(id);
     }
   }
 

@@ -83,7 +83,7 @@ cut_problem make_group_cut_problem(const workload_estimator& est, const std::vec
     // with an op keep their whole size).
     const double taken = std::ceil(m / r);
     for (size_t i = 0; i < n && nodes.size() > 1; ++i)
-      p.memory_at[g][i] -= 2.0 * (m - taken) * est.output_bytes(ops[i]);
+      p.memory_at[g][i] -= (m - taken) * est.activation_bytes(ops[i]);
     for (size_t i = 0; i < n; ++i) {
       double rate = 0, update = 0;
       for (int k : nodes) {

@@ -153,7 +153,7 @@ class explicit_placer : public placer {
         double need = 0;
         for (auto& n : g.nodes) {
           if (out.stage_of_op[n.id] != s || n.is_input()) continue;
-          need += est.memory_bytes(n.id) - 2.0 * (est.micro_batches() - routed[r]) * est.output_bytes(n.id);
+          need += est.memory_bytes(n.id) - (est.micro_batches() - routed[r]) * est.activation_bytes(n.id);
         }
         if (need > have) {
           char buf[160];

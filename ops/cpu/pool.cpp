@@ -199,15 +199,16 @@ class pool2d_op final : public op {
     });
   }
 
+  bool backward_reads_inputs() const override { return false; }
+
   void backward(const backward_args& a) const override {
     check_backward_call(kind(), a, 1, 0);
-    const tensor& x = *a.inputs[0];
     tensor* dx = a.input_grads[0];
     if (!dx) return;
+    const tensor& x = *dx;  // the input's shape (its values are freed after forward)
     const pool2d_geometry g = geometry(x.shape());
     const shape_t out_shape{x.dim(0), x.dim(1), g.Ho, g.Wo};
     check_tensor_shape(kind(), "output grad", a.output_grad, out_shape);
-    check_tensor_shape(kind(), "input grad", dx, x.shape());
     if (mode_ == pool_mode::max &&
         (a.saved == nullptr || a.saved->size() != 1 || (*a.saved)[0].shape() != out_shape ||
          (*a.saved)[0].type() != dtype::i32))
@@ -288,14 +289,15 @@ class global_avg_pool_op final : public op {
     });
   }
 
+  bool backward_reads_inputs() const override { return false; }
+
   void backward(const backward_args& a) const override {
     check_backward_call(global_avg_pool_name, a, 1, 0);
-    const tensor& x = *a.inputs[0];
     tensor* dx = a.input_grads[0];
     if (!dx) return;
+    const tensor& x = *dx;  // the input's shape (its values are freed after forward)
     check_tensor_rank(global_avg_pool_name, x, 4, false, "(B, C, H, W)");
     check_tensor_shape(global_avg_pool_name, "output grad", a.output_grad, {x.dim(0), x.dim(1)});
-    check_tensor_shape(global_avg_pool_name, "input grad", dx, x.shape());
     dispatch_float(a.output_grad->type(), global_avg_pool_name, [&](auto tag) {
       using T = decltype(tag);
       check_type(global_avg_pool_name, dx, dtype_of<T>(), "input grad");
@@ -344,14 +346,15 @@ class flatten_op final : public op {
     });
   }
 
+  bool backward_reads_inputs() const override { return false; }
+
   void backward(const backward_args& a) const override {
     check_backward_call(flatten_name, a, 1, 0);
-    const tensor& x = *a.inputs[0];
     tensor* dx = a.input_grads[0];
     if (!dx) return;
+    const tensor& x = *dx;  // the input's shape (its values are freed after forward)
     check_tensor_rank(flatten_name, x, 2, true, "(B, d1, ...)");
     check_tensor_shape(flatten_name, "output grad", a.output_grad, {x.dim(0), x.numel() / x.dim(0)});
-    check_tensor_shape(flatten_name, "input grad", dx, x.shape());
     dispatch_float(a.output_grad->type(), flatten_name, [&](auto tag) {
       using T = decltype(tag);
       check_type(flatten_name, dx, dtype_of<T>(), "input grad");

@@ -222,6 +222,7 @@ class cuda_op : public op {
   std::vector<buffer_spec> buffers(std::span<const shape_t> in) const override { return cpu_->buffers(in); }
   std::vector<std::string> metric_names() const override { return cpu_->metric_names(); }
   bool input_has_grad(size_t i) const override { return cpu_->input_has_grad(i); }
+  bool backward_reads_inputs() const override { return cpu_->backward_reads_inputs(); }
   op_cost cost(std::span<const shape_t> in) const override { return cpu_->cost(in); }
 
  protected:

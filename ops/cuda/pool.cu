@@ -181,13 +181,13 @@ class pool_op final : public cuda_op {
   void backward(const backward_args& a) const override {
     const char* who = name_of(mode_);
     cpu::check_backward_call(who, a, 1, 0);
-    const tensor& x = *a.inputs[0];
     tensor* dx = a.input_grads[0];
     if (!dx) return;
-    check_device_f32(who, "input", &x);
-    const shape_t out = infer_from(a.inputs);
+    check_device_f32(who, "input grad", dx);
+    const tensor& x = *dx;  // the input's shape (its values are freed after forward)
+    const tensor* const shaped[] = {dx};
+    const shape_t out = infer_from(shaped);
     check_device_f32_shape(who, "output grad", a.output_grad, out);
-    check_device_f32_shape(who, "input grad", dx, x.shape());
     const launch l = launch_of(a.ctx, who);
     const int64_t n_in = x.numel();
     if (mode_ == pool_kind::flatten) return add_inplace_cuda(dx->f32(), a.output_grad->f32(), n_in, l.stream);

@@ -176,8 +176,9 @@ inline void run_backward_pair(backend& g, const op& cpu_op, const op& gpu_op, co
   for (auto& t : r.dp_c) r.dp_g.push_back(g.upload(t));
   for (size_t i = 0; i < r.dp_c.size(); ++i) r.dp_c_p.push_back(&r.dp_c[i]), r.dp_g_p.push_back(&r.dp_g[i]);
   const tensor d_dout = g.upload(dout);
-  cpu_op.backward({in_c, p_c, &dout, &saved_c, r.din_c_p, r.dp_c_p});
-  gpu_op.backward({in_g, p_g, &d_dout, &saved_g, r.din_g_p, r.dp_g_p, g.context()});
+  const backward_inputs held_c(cpu_op, in_c), held_g(gpu_op, in_g);
+  cpu_op.backward({held_c.ptrs, p_c, &dout, &saved_c, r.din_c_p, r.dp_c_p});
+  gpu_op.backward({held_g.ptrs, p_g, &d_dout, &saved_g, r.din_g_p, r.dp_g_p, g.context()});
   g.synchronize();
 }
 

@@ -33,7 +33,8 @@ TEST_CASE("ops/add: forward sums, gradcheck, f32 matches f64") {
 
 TEST_CASE("ops/add: backward accumulates into each wanted gradient and skips null ones") {
   auto o = make_op("add", attr_map());
-  tensor a({3}, dtype::f32), b({3}, dtype::f32);
+  CHECK_FALSE(o->backward_reads_inputs());
+  const tensor a, b;  // freed by the op actor after forward: backward reads no input values
   tensor dy = tensor::from({3}, std::vector<float>{1, 2, 3});
   tensor da = tensor::from({3}, std::vector<float>{10, 20, 30});
   const tensor* ins[] = {&a, &b};

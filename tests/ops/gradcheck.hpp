@@ -58,6 +58,24 @@ inline tensor random_ids(const shape_t& s, int hi, std::mt19937& rng) {
   return t;
 }
 
+/// The inputs a backward call gets, as the op actor passes them: the forward's inputs, or empty
+/// tensors when the op says its backward does not read them (op::backward_reads_inputs), so that
+/// every test of such an op's backward also checks that it reads none.
+struct backward_inputs {
+  backward_inputs(const op& o, const std::vector<tensor>& inputs) : empty(inputs.size()) {
+    const bool reads = o.backward_reads_inputs();
+    for (size_t i = 0; i < inputs.size(); ++i) ptrs.push_back(reads ? &inputs[i] : &empty[i]);
+  }
+  backward_inputs(const op& o, const std::vector<const tensor*>& inputs) : empty(inputs.size()) {
+    const bool reads = o.backward_reads_inputs();
+    for (size_t i = 0; i < inputs.size(); ++i) ptrs.push_back(reads ? inputs[i] : &empty[i]);
+  }
+  backward_inputs(const backward_inputs&) = delete;
+  backward_inputs& operator=(const backward_inputs&) = delete;
+  std::vector<tensor> empty;
+  std::vector<const tensor*> ptrs;
+};
+
 struct gradcheck_result {
   double max_error = 0;  ///< max |analytic - numeric| / max(1e-3, |analytic| + |numeric|)
   std::string where;     ///< which tensor and element had it
@@ -148,10 +166,10 @@ inline gradcheck_result gradcheck(const op& o, std::vector<tensor> inputs, std::
     std::fill_n(dparam.back().f64(), dparam.back().numel(), start);
   }
   for (auto& d : dparam) dparam_ptrs.push_back(&d);
-  std::vector<const tensor*> in_ptrs, p_ptrs;
-  for (auto& t : inputs) in_ptrs.push_back(&t);
+  std::vector<const tensor*> p_ptrs;
   for (auto& t : params) p_ptrs.push_back(&t);
-  o.backward({in_ptrs, p_ptrs, &r, &saved, din_ptrs, dparam_ptrs});
+  const backward_inputs held(o, inputs);
+  o.backward({held.ptrs, p_ptrs, &r, &saved, din_ptrs, dparam_ptrs});
 
   gradcheck_result res;
   auto check = [&](tensor& x, const tensor& analytic, const std::string& name) {

@@ -33,9 +33,9 @@ shape_t infer(const op& o, shape_t s, dtype t = dtype::f32) {
 /// din from one backward call of a parameter-free op, starting from zero.
 tensor input_grad(const op& o, const tensor& x, const tensor& dy, const std::vector<tensor>& saved) {
   tensor dx(x.shape(), dtype::f64);
-  const tensor* ins[] = {&x};
+  const test::backward_inputs ins(o, std::vector<const tensor*>{&x});
   tensor* dins[] = {&dx};
-  o.backward({ins, {}, &dy, &saved, dins, {}});
+  o.backward({ins.ptrs, {}, &dy, &saved, dins, {}});
   return dx;
 }
 

@@ -288,6 +288,30 @@ TEST_CASE("scheduler/estimator: a capped node's quota pays for the bytes it send
   }
 }
 
+TEST_CASE("scheduler/estimator: an output is charged its gradient and a copy per consumer that keeps its inputs") {
+  graph g = parse_graph(residual_model, "residual.pbtxt", 1);
+  cluster_spec c = two_sites();
+  workload_estimator est(g, c, profile_from_cluster(c));
+  const int wte = g.find("wte"), fan = g.find("wte.fan"), fc = g.find("fc"), res = g.find("res");
+  const int lm_head = g.find("lm_head");
+  REQUIRE(fan >= 0);
+  // Read by the fan-out node only, which keeps nothing: the gradient alone.
+  CHECK(est.activation_bytes(wte) == doctest::Approx(est.output_bytes(wte)));
+  // Read by fc (a linear keeps its input for the weight gradient) and by res (an add keeps none).
+  CHECK(est.activation_bytes(fan) == doctest::Approx(2 * est.output_bytes(fan)));
+  CHECK(est.activation_bytes(fc) == doctest::Approx(est.output_bytes(fc)));
+  CHECK(est.activation_bytes(res) == doctest::Approx(2 * est.output_bytes(res)));
+  CHECK(est.activation_bytes(lm_head) == doctest::Approx(2 * est.output_bytes(lm_head)));
+  CHECK(est.activation_bytes(g.find("tokens")) == 0);
+  const double params = est.param_bytes(fc);
+  CHECK(est.memory_bytes(fc) == doctest::Approx(4 * params + est.micro_batches() * est.output_bytes(fc)));
+
+  // Without the fan-out node wte's output is kept once, by fc.
+  graph plain = parse_graph_with(residual_model, "residual.pbtxt", 1, test::op_table_without_fanouts());
+  workload_estimator unfanned(plain, c, profile_from_cluster(c));
+  CHECK(unfanned.activation_bytes(plain.find("wte")) == doctest::Approx(2 * unfanned.output_bytes(plain.find("wte"))));
+}
+
 TEST_CASE("scheduler/estimator: a residual fan-out across a cut is sent twice, once through a fan-out node") {
   // Without the loader's fan-out nodes: wte's two readers.
   graph g = parse_graph_with(residual_model, "residual.pbtxt", 1, test::op_table_without_fanouts());
