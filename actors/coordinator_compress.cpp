@@ -18,13 +18,15 @@ void plan_compression(coord_ptr self) {
   const auto& c = st.in->cfg.compression;
   auto usable = usable_nodes(st);
   if (std::find(usable.begin(), usable.end(), false) == usable.end()) {
-    st.exec.current = plan_compressed_run(*estimator_of(self), st.exec.profile, c, 1);
+    st.exec.current = plan_compressed_run(*estimator_of(self), st.exec.profile, c, 1, nullptr, fixed_schedule(st.in->cfg));
   } else {
     // Spares that have not joined get nothing: the policy places the model on the others.
     cluster_profile profile = st.exec.profile;
     profile.micro_batches = static_cast<int>(st.in->cfg.micro_batches);
     st.exec.current = make_plan(st.in->model,
-                                place_on_survivors(st.in->model, st.in->cluster, profile, usable, c).where, 1);
+                                place_on_survivors(st.in->model, st.in->cluster, profile, usable, c,
+                                                   fixed_schedule(st.in->cfg)).where,
+                                1);
     assign_codecs(st.exec.current, estimator_of(self), c);
   }
   st.exec.governors.clear();

@@ -313,9 +313,9 @@ std::optional<placement> placement_without(coord_ptr self, size_t node, caf::err
     // OP-Fence with what the run measured, as the scheduler re-plans; the other policies as a
     // recovery re-plans on the survivors.
     placement where = est && is_opfence(c.placement.policy)
-                          ? place_on_usable(*est, usable, st.in->cfg.compression)
+                          ? place_on_usable(*est, usable, st.in->cfg.compression, st.exec.current.schedule)
                           : place_on_survivors(st.in->model, c, est ? est->profile() : profile, usable,
-                                               st.in->cfg.compression).where;
+                                               st.in->cfg.compression, st.exec.current.schedule).where;
     if (auto short_of = short_of_memory(self, where)) {
       err = bad("not enough memory to drain node '" + c.nodes[node].name + "': node '" + c.nodes[short_of->node].name +
                 "' has " + human_bytes(short_of->have) + ", its ops would need " + human_bytes(short_of->need) +

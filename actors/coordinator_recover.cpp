@@ -319,7 +319,8 @@ void plan_recovery(coord_ptr self, std::shared_ptr<recovery_ctx> ctx) {
   uint64_t first_id = 1;
   for (auto& g : ctx->given_up) first_id = std::max(first_id, g.p.next_edge_id);
   try {
-    survivor_placement sp = place_on_survivors(st.in->model, c, profile, alive, cfg.compression);
+    // The survivors' schedule is chosen afresh under auto (choose_run_schedule).
+    survivor_placement sp = place_on_survivors(st.in->model, c, profile, alive, cfg.compression, fixed_schedule(cfg));
     ctx->note = sp.note;
     ctx->next = make_plan(st.in->model, std::move(sp.where), first_id);
     auto* est = estimator_of(self);

@@ -18,12 +18,6 @@ namespace fusion {
 
 namespace {
 
-std::optional<pipeline_schedule> fixed_schedule(const train_config& cfg) {
-  pipeline_schedule s;
-  if (parse_schedule(cfg.schedule, s)) return s;
-  return std::nullopt;
-}
-
 void print_choice(const train_config& cfg, const micro_batch_choice& c, const std::string& basis) {
   if (!cfg.progress) return;
   std::fprintf(stderr, "fusion-train: micro-batches %lld (auto, %s): %s; predicted step %s\n",
@@ -40,7 +34,7 @@ void choose_run_micro_batches(coord_ptr self) {
       cfg.batch, st.in->model, st.in->cluster, st.exec.profile,
       [&](int64_t rows) { return load_graph(cfg.model_file, rows); },
       [&](const workload_estimator& est, const cluster_profile& prof) {
-        return plan_compressed_run(est, prof, cfg.compression, 1);
+        return plan_compressed_run(est, prof, cfg.compression, 1, nullptr, fixed_schedule(cfg));
       },
       fixed_schedule(cfg), estimator_options{});
   print_choice(cfg, c, "op times measured at " + std::to_string(cfg.micro_batches) + " micro-batches, moved by the "

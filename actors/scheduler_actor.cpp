@@ -29,11 +29,13 @@ scheduler_actor::behavior_type scheduler_fn(scheduler_actor::stateful_pointer<sc
         try {
           const auto& u = snap->usable;
           if (std::find(u.begin(), u.end(), false) == u.end()) {
+            // A move keeps the running schedule (replan), so proposals are searched under it.
             out->proposal = plan_compressed_run(snap->est, snap->est.profile(), snap->compression,
-                                                snap->current.next_edge_id);
+                                                snap->current.next_edge_id, nullptr, snap->current.schedule);
           } else {
             // The same policy on the nodes that can take work, in the whole cluster's numbering.
-            out->proposal = make_plan(snap->est.model(), place_on_usable(snap->est, u, snap->compression),
+            out->proposal = make_plan(snap->est.model(),
+                                      place_on_usable(snap->est, u, snap->compression, snap->current.schedule),
                                       snap->current.next_edge_id);
             assign_codecs(out->proposal, &snap->est, snap->compression);
           }

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "core/metrics_record.hpp"
@@ -112,5 +113,13 @@ struct train_config {
   /// when it happens before training).
   const std::atomic<bool>* stop_flag = nullptr;
 };
+
+/// train.schedule when it names a schedule; empty for "auto" (the estimator's choice, which
+/// planners then make per candidate).
+inline std::optional<pipeline_schedule> fixed_schedule(const train_config& cfg) {
+  pipeline_schedule s;
+  if (parse_schedule(cfg.schedule, s)) return s;
+  return std::nullopt;
+}
 
 }  // namespace fusion

@@ -288,12 +288,15 @@ int run_plan(const command_args& a) {
   graph g = load_graph(model_file, batch / micro);
   std::string micro_line;
   std::optional<micro_batch_choice> micro_choice;
+  // OP-Fence judges its candidates under the schedule the run takes (each one's fastest under auto).
+  std::optional<pipeline_schedule> schedule;
+  if (a.schedule != "auto") schedule = fixed;
   if (auto_micro) {
-    std::optional<pipeline_schedule> schedule;
-    if (a.schedule != "auto") schedule = fixed;
     const micro_batch_choice mc = choose_micro_batches(
         batch, g, c, prof, [&](int64_t rows) { return load_graph(model_file, rows); },
-        [&](const workload_estimator& e, const cluster_profile& p) { return plan_compressed_run(e, p, compression, 1); },
+        [&](const workload_estimator& e, const cluster_profile& p) {
+          return plan_compressed_run(e, p, compression, 1, nullptr, schedule);
+        },
         schedule, estimator_options{});
     micro_line = "micro-batches: " + std::to_string(mc.chosen) + " (auto: " + mc.reason + "); predicted step " +
                  format_candidates(mc) + "\n";
@@ -308,7 +311,7 @@ int run_plan(const command_args& a) {
   workload_estimator est(g, c, prof);
   opfence_report fence;
   bool is_fence = is_opfence(c.placement.policy);
-  plan p = plan_compressed_run(est, prof, compression, 1, &fence);
+  plan p = plan_compressed_run(est, prof, compression, 1, &fence, schedule);
   const schedule_choice sc = choose_schedule(est, p);
   p.schedule = a.schedule == "auto" ? sc.chosen : fixed;
   plan_report r = report_plan(est, p, static_cast<double>(batch * g.row_items));

@@ -105,13 +105,14 @@ double allreduce_bytes_ratio(const compression_config& c) {
 }
 
 plan plan_compressed_run(const workload_estimator& est, const cluster_profile& profile, const compression_config& c,
-                         uint64_t first_id, opfence_report* report) {
+                         uint64_t first_id, opfence_report* report, std::optional<pipeline_schedule> schedule) {
   const graph& g = est.model();
   const cluster_spec& cluster = est.cluster();
   plan p;
   if (is_opfence(cluster.placement.policy)) {
     opfence_options o;
     o.replicas = cluster.placement.policy == placement_policy::opfence_replicas;
+    o.schedule = schedule;
     if (c.mode != codec_kind::none || c.allreduce != value_type::f32 || c.allreduce_every > 1)
       o.prepare_plan = [&](plan& candidate) { assign_codecs(candidate, &est, c); };
     o.cut_bytes_ratio = cut_bytes_ratio(c);

@@ -88,8 +88,11 @@ double allreduce_bytes_ratio(const compression_config& c);
 /// assigned by assign_codecs. Under OP-Fence with a codec, the cut DP also prices links at
 /// cut_bytes_ratio(c) and every candidate plan is simulated with the codecs it would get, so a
 /// slow link that compression makes cheap can carry a stage boundary. `est` is built from the run's profile; `report` receives OP-Fence's decision.
+/// OP-Fence judges its candidates under `schedule` (the run's train.schedule, or the schedule a
+/// running plan keeps), or under each one's fastest when empty (train.schedule=auto).
 plan plan_compressed_run(const workload_estimator& est, const cluster_profile& profile, const compression_config& c,
-                         uint64_t first_id = 1, opfence_report* report = nullptr);
+                         uint64_t first_id = 1, opfence_report* report = nullptr,
+                         std::optional<pipeline_schedule> schedule = std::nullopt);
 
 /// "a1 -> b1 fwd" for a link group.
 std::string link_group_name(const cluster_spec& c, const link_group& g);

@@ -187,7 +187,7 @@ cut_problem make_cut_problem(const workload_estimator& est, const std::vector<in
 step_estimate simulate_candidate(const workload_estimator& est, const opfence_options& options, const placement& p) {
   plan wired = make_plan(est.model(), p);
   if (options.prepare_plan) options.prepare_plan(wired);
-  return simulate_fastest_schedule(est, wired);
+  return simulate_schedule(est, wired, options.schedule);
 }
 
 namespace {

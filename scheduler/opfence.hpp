@@ -17,6 +17,7 @@
 #pragma once
 
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -44,6 +45,10 @@ struct opfence_options {
   /// would give its edges (scheduler/compression_plan.hpp), so that a slow link that compression
   /// makes cheap can carry a stage boundary. Empty: plans are simulated as wired (dense).
   std::function<void(plan&)> prepare_plan;
+  /// The schedule the run takes (train.schedule, or the running one for a re-plan): every
+  /// candidate is simulated under it. Empty: train.schedule=auto, each candidate under its
+  /// fastest schedule (simulate_fastest_schedule), as the run will choose.
+  std::optional<pipeline_schedule> schedule;
   /// The compression-aware DP: the fraction of its dense bytes a stage boundary carries under
   /// the run's codec (scheduler/compression_plan.hpp: the codec's wire bytes per fp32 byte, or
   /// AdaTopK's most compressed rung its floors allow). Below 1, every chain's cuts are also
@@ -160,7 +165,7 @@ struct opfence_report {
 
 /// A candidate placement's predicted step, as OP-Fence judges it: wired into a plan, with
 /// options.prepare_plan applied (the run's codecs), under the schedule its run would take
-/// (simulate_fastest_schedule, scheduler/schedule.hpp).
+/// (options.schedule, or else its fastest: simulate_schedule, scheduler/schedule.hpp).
 step_estimate simulate_candidate(const workload_estimator& est, const opfence_options& options, const placement& p);
 
 /// Places the estimator's graph with pipeline-only OP-Fence (one node per op). Throws

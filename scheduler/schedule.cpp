@@ -107,6 +107,12 @@ step_estimate simulate_fastest_schedule(const workload_estimator& est, plan& p) 
   return std::move(runs[static_cast<int>(p.schedule)]);
 }
 
+step_estimate simulate_schedule(const workload_estimator& est, plan& p, std::optional<pipeline_schedule> fixed) {
+  if (!fixed) return simulate_fastest_schedule(est, p);
+  p.schedule = *fixed;
+  return est.simulate(p);
+}
+
 std::string format_predictions(const schedule_choice& c) {
   std::string out = "predicted step";
   char part[160];

@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -74,6 +75,10 @@ schedule_choice choose_schedule(const workload_estimator& est, const plan& p);
 /// returns that schedule's simulated step: how planners judge a candidate plan, so that a plan
 /// 1F1B makes fastest is not judged by eager's time.
 step_estimate simulate_fastest_schedule(const workload_estimator& est, plan& p);
+
+/// The step a run of `p` takes under `fixed` (train.schedule, or the schedule a running plan
+/// keeps), with p.schedule set to it; simulate_fastest_schedule when `fixed` is empty (auto).
+step_estimate simulate_schedule(const workload_estimator& est, plan& p, std::optional<pipeline_schedule> fixed);
 
 /// "predicted step 0.41 s under 1f1b (peak node memory 61 MiB), 0.40 s under eager (88 MiB),
 /// 0.48 s under gpipe (88 MiB)".

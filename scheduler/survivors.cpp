@@ -49,7 +49,8 @@ bool keep_explicit(cluster_placement& p, const std::vector<bool>& alive, std::st
 }  // namespace
 
 survivor_placement place_on_survivors(const graph& g, const cluster_spec& c, const cluster_profile& profile,
-                                      const std::vector<bool>& alive, const compression_config& comp) {
+                                      const std::vector<bool>& alive, const compression_config& comp,
+                                      std::optional<pipeline_schedule> schedule) {
   if (alive.size() != c.nodes.size() || profile.nodes.size() != c.nodes.size())
     throw std::invalid_argument("place_on_survivors: alive and profile must cover every node of " + c.file);
   // Survivor k is node full[k] of the whole cluster; index_of maps back (-1: lost).
@@ -81,7 +82,7 @@ survivor_placement place_on_survivors(const graph& g, const cluster_spec& c, con
     }
   }
   workload_estimator est(g, s, p);
-  plan planned = plan_compressed_run(est, p, comp, 1);
+  plan planned = plan_compressed_run(est, p, comp, 1, nullptr, schedule);
   out.where = std::move(planned.where);
   for (auto& n : out.where.node_of_op) n = full.at(n);
   for (auto& st : out.where.stages)
@@ -90,7 +91,7 @@ survivor_placement place_on_survivors(const graph& g, const cluster_spec& c, con
 }
 
 placement place_on_usable(const workload_estimator& est, const std::vector<bool>& usable,
-                          const compression_config& comp) {
+                          const compression_config& comp, std::optional<pipeline_schedule> schedule) {
   const cluster_spec& c = est.cluster();
   if (usable.size() != c.nodes.size())
     throw std::invalid_argument("place_on_usable: usable must cover every node of " + c.file);
@@ -106,7 +107,7 @@ placement place_on_usable(const workload_estimator& est, const std::vector<bool>
   if (full.empty()) throw std::runtime_error("no node of " + c.file + " can take work");
   if (s.placement.policy == placement_policy::explicit_ops) s.placement.policy = placement_policy::opfence;
   const workload_estimator sub = est.restricted(s, full);
-  placement where = plan_compressed_run(sub, sub.profile(), comp, 1).where;
+  placement where = plan_compressed_run(sub, sub.profile(), comp, 1, nullptr, schedule).where;
   for (auto& n : where.node_of_op) n = full.at(n);
   for (auto& st : where.stages)
     for (auto& n : st.nodes) n = full.at(n);

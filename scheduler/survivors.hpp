@@ -30,14 +30,15 @@ struct survivor_placement {
 /// by its next surviving replica) and falls back to OP-Fence when an assignment has no
 /// surviving node. `profile` covers every node of `c` (by index) and carries the run's
 /// micro-batch count. Throws std::runtime_error when no node survives, placement_error when the
-/// survivors cannot hold the model.
+/// survivors cannot hold the model. OP-Fence judges plans under `schedule` (plan_compressed_run).
 survivor_placement place_on_survivors(const graph& g, const cluster_spec& c, const cluster_profile& profile,
-                                      const std::vector<bool>& alive, const compression_config& comp);
+                                      const std::vector<bool>& alive, const compression_config& comp,
+                                      std::optional<pipeline_schedule> schedule = std::nullopt);
 
 /// The live scheduler's re-plan on the nodes that can take work (`usable`, by cluster node):
 /// OP-Fence (the run's policy, est.cluster()'s) with `est`'s refinements restricted to those
 /// nodes, in the whole cluster's node indices. Throws as place_on_survivors.
 placement place_on_usable(const workload_estimator& est, const std::vector<bool>& usable,
-                          const compression_config& comp);
+                          const compression_config& comp, std::optional<pipeline_schedule> schedule = std::nullopt);
 
 }  // namespace fusion
