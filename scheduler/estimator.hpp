@@ -37,6 +37,12 @@ struct estimator_options {
   /// copies, sums, unflattening: ring_work_bytes), before a node's is measured; a node's CPU
   /// share scales it. Measured 0.3-1.5 GB/s on the 2-core VM under load (docs/scheduler.md).
   double ring_host_gbs = 1;
+  /// A node under a CPU quota runs in periods whose phase against the step start is unknown
+  /// (and changes from step to step): the step is simulated with every capped node's periods at
+  /// this many phases, spread over a period and different from node to node, and the times are
+  /// their mean. Periods aligned with the step start (1) made every budget refill at once, a
+  /// worst case on sites-2x3 at 20 Mbit/s (predicted 17% over the measured step).
+  int quota_phases = 4;
 };
 
 /// The predicted cost of one step of a plan.
@@ -159,7 +165,8 @@ class workload_estimator {
   /// of activations; under GPipe an actor's first backward waits for all its forwards of the step.
   /// Links are full duplex: each direction of a node pair is its own FIFO. A node whose CPU
   /// quota binds runs its tasks within the quota's budget, each task's work including
-  /// traffic_s_per_byte for every byte it sends or receives across nodes.
+  /// traffic_s_per_byte for every byte it sends or receives across nodes; with such nodes the
+  /// times are the mean over options().quota_phases phases of their periods.
   step_estimate simulate(const plan& p) const;
 
   /// Refinement from a step's measurements. `forward_s` and `backward_s` are per micro-batch
@@ -194,6 +201,9 @@ class workload_estimator {
   workload_estimator restricted(const cluster_spec& sub, const std::vector<int>& full) const;
 
  private:
+  // simulate with capped nodes' quota periods at phase `phase` of `phases` (0 of 1: aligned
+  // with the step start).
+  step_estimate simulate_phase(const plan& p, int phase, int phases) const;
   void set_node_rates(int node);   // base_fwd_/bwd_/upd_ of one node from profile_
   void set_link_rates();           // base_mbit_/rtt_ from profile_
   double profile_forward_s(int id, int node) const;

@@ -44,14 +44,15 @@ using min_queue = std::priority_queue<T, std::vector<T>, std::greater<T>>;
 // A CPU node under a CFS quota of q cores (q < 1) with period P: the kernel lets its threads run
 // at full speed until they have used q P of CPU time in the current period, then pauses them
 // until the next period starts. Ops are timed at full speed (their CPU time), so a node with idle
-// gaps runs them that fast and a busy one is held to q of the wall time. Periods are counted
-// from the start of the step (the real phase is unknown; the error is below one period).
+// gaps runs them that fast and a busy one is held to q of the wall time. A period starts `phase`
+// seconds before the step does (0 <= phase < P), with its budget whole: the real phase is
+// unknown, so simulate averages over several (estimator_options::quota_phases).
 class quota_budget {
  public:
   /// `binding`: the node's quota holds it back (workload_estimator::quota_stretch > 1); else no
   /// budget, the node runs every task at once.
-  quota_budget(const cpu_quota& q, bool binding)
-      : allowance_(binding && q.period_s > 0 ? q.cores * q.period_s : 0), period_(q.period_s) {}
+  quota_budget(const cpu_quota& q, bool binding, double phase)
+      : allowance_(binding && q.period_s > 0 ? q.cores * q.period_s : 0), period_(q.period_s), phase_(phase) {}
 
   /// Whether the quota holds the node back.
   bool binding() const { return allowance_ > 0; }
@@ -63,14 +64,20 @@ class quota_budget {
   /// unshaped link, to 62 ms).
   double runnable_at(double t) const {
     if (allowance_ <= 0) return t;
-    const auto at = static_cast<int64_t>(std::floor(t / period_));
-    return at == index_ && used_ >= allowance_ * (1 - 1e-12) ? static_cast<double>(index_ + 1) * period_ : t;
+    const auto at = static_cast<int64_t>(std::floor((t + phase_) / period_));
+    return at == index_ && used_ >= allowance_ * (1 - 1e-12) ? static_cast<double>(index_ + 1) * period_ - phase_ : t;
   }
 
   /// The end of `work` seconds of full-speed CPU started at `start`, the node's earlier work
   /// having used its share of the budget.
   double run(double start, double work) {
     if (allowance_ <= 0 || !(work > 0)) return start + std::max(work, 0.0);
+    return run_shifted(start + phase_, work) - phase_;
+  }
+
+ private:
+  // run() in the periods' time (0 where a period starts).
+  double run_shifted(double start, double work) {
     const auto at = static_cast<int64_t>(std::floor(start / period_));
     if (at > index_) index_ = at, used_ = 0;
     // What the current period has left (until its budget or its end).
@@ -95,9 +102,9 @@ class quota_budget {
     return static_cast<double>(index_) * period_ + left;
   }
 
- private:
   double allowance_;       // CPU seconds per period; 0: no binding quota
   double period_;
+  double phase_;           // where in its period the node is when the step starts
   int64_t index_ = -1;     // the period the node last ran in
   double used_ = 0;        // CPU seconds used in it
 };
@@ -105,6 +112,27 @@ class quota_budget {
 }  // namespace
 
 step_estimate workload_estimator::simulate(const plan& p) const {
+  bool capped = false;
+  for (int k = 0; k < nodes_; ++k)
+    capped = capped || (quota_stretch(k) > 1 && profile_.nodes[k].quota.period_s > 0);
+  const int phases = capped ? std::max(1, options_.quota_phases) : 1;
+  step_estimate est = simulate_phase(p, 0, phases);
+  // Only the times depend on the phase: links, compute and memory are the same in every one.
+  for (int j = 1; j < phases; ++j) {
+    const step_estimate e = simulate_phase(p, j, phases);
+    est.step_s += e.step_s;
+    est.pipeline_s += e.pipeline_s;
+    est.optimizer_s += e.optimizer_s;
+    est.allreduce_exposed_s += e.allreduce_exposed_s;
+  }
+  est.step_s /= phases;
+  est.pipeline_s /= phases;
+  est.optimizer_s /= phases;
+  est.allreduce_exposed_s /= phases;
+  return est;
+}
+
+step_estimate workload_estimator::simulate_phase(const plan& p, int phase, int phases) const {
   const graph& g = *graph_;
   const placement& pw = p.where;
   const auto& where = pw.node_of_op;
@@ -195,8 +223,13 @@ step_estimate workload_estimator::simulate(const plan& p) const {
   // Per node: the CPU quota's budget (quota_budget; none on most nodes).
   std::vector<quota_budget> budget;
   budget.reserve(K);
-  for (size_t k = 0; k < K; ++k)
-    budget.emplace_back(profile_.nodes[k].quota, quota_stretch(static_cast<int>(k)) > 1);
+  for (size_t k = 0; k < K; ++k) {
+    // Node k's periods start (phase / phases + k / golden ratio) of a period before the step:
+    // spread over the period, and apart from node to node.
+    const double at = phases > 1 ? std::fmod(double(phase) / phases + double(k) * 0.6180339887498949, 1.0) : 0.0;
+    budget.emplace_back(profile_.nodes[k].quota, quota_stretch(static_cast<int>(k)) > 1,
+                        at * profile_.nodes[k].quota.period_s);
+  }
 
   // A capped node's quota also pays for moving its tensors (serializing, encrypting, the
   // network stack: traffic_s_per_byte): the task that sends a tensor across nodes and the one

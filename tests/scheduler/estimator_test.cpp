@@ -78,6 +78,7 @@ estimator_options exact_options() {
   estimator_options o;
   o.local_rtt_s = 0;
   o.coordinator_rtt_s = 0.1;
+  o.quota_phases = 1;  // quota periods start with the step
   return o;
 }
 
@@ -236,6 +237,31 @@ TEST_CASE("scheduler/estimator: a node under a CPU quota runs at full speed with
     prof.nodes[1].quota.cores = 0;
     CHECK(coarse >= workload_estimator(g, c, prof, exact_options()).simulate(p).pipeline_s - 1e-9);
   }
+}
+
+TEST_CASE("scheduler/estimator: a capped node's step is the mean over the phases of its quota periods") {
+  // One node, 11 s of ops per step in sequence, half a core in periods of P = 44/3 s: the ops
+  // need 1.5 periods' budget. A period that starts with the step (phase 0): 0.5 P of work, a
+  // pause to P, the rest by 1.25 P. A quarter period in at the step's start: work to 0.5 P, a
+  // pause to 0.75 P, done at 1.0 P. Half-way in: work to 0.5 P, the next period's budget from
+  // there, done at 0.75 P; three quarters in: 0.25 P of work, then 0.5 P more from 0.25 P,
+  // done at 0.75 P.
+  graph g = parse_graph(chain_model, "chain.pbtxt", 1);
+  cluster_spec c = one_node();
+  cluster_profile prof = timed_profile(g, c, 1, 1, chain_times);
+  const double P = 44.0 / 3;
+  prof.nodes[0].quota = {0.5, P};
+  const plan all_here = make_plan(g, placement{std::vector<int>(g.nodes.size(), 0)});
+  estimator_options o = exact_options();
+  CHECK(workload_estimator(g, c, prof, o).simulate(all_here).pipeline_s == doctest::Approx(1.25 * P));
+  o.quota_phases = 4;
+  const step_estimate four = workload_estimator(g, c, prof, o).simulate(all_here);
+  CHECK(four.pipeline_s == doctest::Approx((1.25 + 1.0 + 0.75 + 0.75) / 4 * P));
+  CHECK(four.step_s == doctest::Approx(four.pipeline_s + four.optimizer_s));
+  CHECK(four.node_compute_s[0] == doctest::Approx(11 + 2));
+  // Without a binding quota every phase is the same step: one simulation.
+  prof.nodes[0].quota.cores = 2;
+  CHECK(workload_estimator(g, c, prof, o).simulate(all_here).pipeline_s == doctest::Approx(11));
 }
 
 TEST_CASE("scheduler/estimator: a capped node's quota pays for the bytes it sends and receives") {
