@@ -313,7 +313,7 @@ int run_plan(const command_args& a) {
   bool is_fence = is_opfence(c.placement.policy);
   plan p = plan_compressed_run(est, prof, compression, 1, &fence, schedule);
   const schedule_choice sc = choose_schedule(est, p);
-  p.schedule = a.schedule == "auto" ? sc.chosen : fixed;
+  p.schedule = schedule.value_or(sc.chosen);
   plan_report r = report_plan(est, p, static_cast<double>(batch * g.row_items));
   check_plan_fits(est, r);
   if (json) {

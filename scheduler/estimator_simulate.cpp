@@ -114,7 +114,7 @@ class quota_budget {
 step_estimate workload_estimator::simulate(const plan& p) const {
   bool capped = false;
   for (int k = 0; k < nodes_; ++k)
-    capped = capped || (quota_stretch(k) > 1 && profile_.nodes[k].quota.period_s > 0);
+    capped = capped || quota_budget(profile_.nodes[k].quota, quota_stretch(k) > 1, 0).binding();
   const int phases = capped ? std::max(1, options_.quota_phases) : 1;
   step_estimate est = simulate_phase(p, 0, phases);
   // Only the times depend on the phase: links, compute and memory are the same in every one.

@@ -62,10 +62,7 @@ inline tensor random_ids(const shape_t& s, int hi, std::mt19937& rng) {
 /// tensors when the op says its backward does not read them (op::backward_reads_inputs), so that
 /// every test of such an op's backward also checks that it reads none.
 struct backward_inputs {
-  backward_inputs(const op& o, const std::vector<tensor>& inputs) : empty(inputs.size()) {
-    const bool reads = o.backward_reads_inputs();
-    for (size_t i = 0; i < inputs.size(); ++i) ptrs.push_back(reads ? &inputs[i] : &empty[i]);
-  }
+  backward_inputs(const op& o, const std::vector<tensor>& inputs) : backward_inputs(o, addresses(inputs)) {}
   backward_inputs(const op& o, const std::vector<const tensor*>& inputs) : empty(inputs.size()) {
     const bool reads = o.backward_reads_inputs();
     for (size_t i = 0; i < inputs.size(); ++i) ptrs.push_back(reads ? inputs[i] : &empty[i]);
@@ -74,6 +71,13 @@ struct backward_inputs {
   backward_inputs& operator=(const backward_inputs&) = delete;
   std::vector<tensor> empty;
   std::vector<const tensor*> ptrs;
+
+ private:
+  static std::vector<const tensor*> addresses(const std::vector<tensor>& v) {
+    std::vector<const tensor*> out;
+    for (auto& t : v) out.push_back(&t);
+    return out;
+  }
 };
 
 struct gradcheck_result {

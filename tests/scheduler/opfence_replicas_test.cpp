@@ -262,6 +262,22 @@ TEST_CASE("scheduler/opfence: never predicted slower than the even placement on 
   }
 }
 
+// A shipped topology at 16 micro-batches, at the rates its cluster file states. Built in place:
+// the estimator refers to the cluster it was made with.
+struct shipped_at_16 {
+  shipped_at_16(const graph& g, const std::string& file)
+      : c(load_cluster(src("configs/clusters/" + file + ".pbtxt"))), prof(profile_of(c)), est(g, c, prof) {}
+  static cluster_profile profile_of(const cluster_spec& c) {
+    cluster_profile p = profile_from_cluster(c);
+    p.micro_batches = 16;
+    return p;
+  }
+  plan even_plan(const graph& g) const { return make_plan(g, make_placer(placement_policy::even)->place(g, c, prof)); }
+  cluster_spec c;
+  cluster_profile prof;
+  workload_estimator est;
+};
+
 TEST_CASE("scheduler/opfence: candidates are judged under the schedule their run takes") {
   // 64 rows in 16 micro-batches on sites-3's three nodes: even's plan is fastest under 1F1B. When
   // candidates were simulated under eager alone, OP-Fence took a plan predicted 9.01 s (its best,
@@ -269,18 +285,15 @@ TEST_CASE("scheduler/opfence: candidates are judged under the schedule their run
   graph g = load_graph(src("configs/models/gpt-char-small.pbtxt"), 64);
   for (std::string file : {"sites-3", "sites-6-tiers", "sites-2x3"}) {
     CAPTURE(file);
-    cluster_spec c = load_cluster(src("configs/clusters/" + file + ".pbtxt"));
-    cluster_profile prof = profile_from_cluster(c);
-    prof.micro_batches = 16;
-    workload_estimator est(g, c, prof);
-    plan even = make_plan(g, make_placer(placement_policy::even)->place(g, c, prof));
-    const double even_s = simulate_fastest_schedule(est, even).step_s;
+    const shipped_at_16 t(g, file);
+    plan even = t.even_plan(g);
+    const double even_s = simulate_fastest_schedule(t.est, even).step_s;
     for (bool replicas : {false, true}) {
       CAPTURE(replicas);
       opfence_options o;
       o.replicas = replicas;
-      plan p = make_plan(g, opfence_place(est, o));
-      CHECK(simulate_fastest_schedule(est, p).step_s <= even_s * (1 + 1e-9));
+      plan p = make_plan(g, opfence_place(t.est, o));
+      CHECK(simulate_fastest_schedule(t.est, p).step_s <= even_s * (1 + 1e-9));
     }
   }
 }
@@ -294,30 +307,27 @@ TEST_CASE("scheduler/opfence: a run with a fixed train.schedule gets candidates 
   int slower_unless_fixed = 0;
   for (std::string file : {"sites-3", "sites-6-tiers", "sites-2x3"}) {
     CAPTURE(file);
-    cluster_spec c = load_cluster(src("configs/clusters/" + file + ".pbtxt"));
-    cluster_profile prof = profile_from_cluster(c);
-    prof.micro_batches = 16;
-    workload_estimator est(g, c, prof);
-    plan judged_by_fastest = make_plan(g, opfence_place(est, opfence_options{}));
+    const shipped_at_16 t(g, file);
+    plan judged_by_fastest = make_plan(g, opfence_place(t.est, opfence_options{}));
+    plan even = t.even_plan(g);
     for (pipeline_schedule s : all_schedules) {
       CAPTURE(schedule_name(s));
-      plan even = make_plan(g, make_placer(placement_policy::even)->place(g, c, prof));
       even.schedule = s;
-      const double even_s = est.simulate(even).step_s;
+      const double even_s = t.est.simulate(even).step_s;
       opfence_options o;
       o.schedule = s;
       opfence_report report;
-      plan p = make_plan(g, opfence_place(est, o, &report));
+      plan p = make_plan(g, opfence_place(t.est, o, &report));
       p.schedule = s;
-      CHECK(est.simulate(p).step_s <= even_s * (1 + 1e-9));
-      CHECK(est.simulate(p).step_s == doctest::Approx(report.estimate.step_s));
+      CHECK(t.est.simulate(p).step_s <= even_s * (1 + 1e-9));
+      CHECK(t.est.simulate(p).step_s == doctest::Approx(report.estimate.step_s));
       if (s == pipeline_schedule::gpipe) {
         // Through plan_compressed_run, as fusion-train and fusion-cluster plan call it.
-        plan q = plan_compressed_run(est, prof, compression_config{}, 1, nullptr, s);
+        plan q = plan_compressed_run(t.est, t.prof, compression_config{}, 1, nullptr, s);
         CHECK(q.where.node_of_op == p.where.node_of_op);
       }
       judged_by_fastest.schedule = s;
-      if (est.simulate(judged_by_fastest).step_s > even_s * (1 + 1e-9)) ++slower_unless_fixed;
+      if (t.est.simulate(judged_by_fastest).step_s > even_s * (1 + 1e-9)) ++slower_unless_fixed;
     }
   }
   // What the option fixes: without it some of these plans are slower than even.
