@@ -70,6 +70,7 @@ workload_estimator::workload_estimator(const graph& g, const cluster_spec& c, cl
   for (int k = 0; k < nodes_; ++k) set_node_rates(k);
   correction_.assign(nodes_, 1.0);
   correction_seen_.assign(nodes_, 0);
+  refresh_corrections();
   ring_s_per_byte_.assign(nodes_, -1.0);
   set_link_rates();
 }
@@ -122,6 +123,7 @@ workload_estimator workload_estimator::restricted(const cluster_spec& sub, const
     out.correction_seen_[i] = correction_seen_[full[i]];
     out.ring_s_per_byte_[i] = ring_s_per_byte_[full[i]];
   }
+  out.refresh_corrections();
   out.traffic_s_per_byte_ = traffic_s_per_byte_;
   out.traffic_seen_ = traffic_seen_;
   return out;
@@ -149,6 +151,7 @@ void workload_estimator::admit_node(int node, const node_profile& np, const std:
   std::erase_if(link_mbit_, [node](const auto& kv) { return kv.first.first == node || kv.first.second == node; });
   correction_[node] = 1.0;
   correction_seen_[node] = 0;
+  refresh_corrections();
   ring_s_per_byte_[node] = -1.0;
 }
 
@@ -210,18 +213,26 @@ double workload_estimator::backward_s(int id, int node) const {
   return profile_backward_s(id, node) * correction_of(node);
 }
 
-double workload_estimator::correction_of(int node) const {
-  if (correction_seen_[node]) return correction_[node];
+double workload_estimator::correction_of(int node) const { return node_correction_[node]; }
+
+void workload_estimator::refresh_corrections() {
   // A node that ran nothing yet: what the measured nodes of its kind showed about their profiles
   // (profiles are taken one node at a time; a run shares the machines), else 1. Without this an
   // idle node looks faster than the busy ones by exactly that margin, and work moved there comes
-  // back slower than predicted.
-  double sum = 0;
-  int n = 0;
+  // back slower than predicted. Kept per node rather than summed at each lookup: the planners
+  // ask for op times millions of times per plan.
+  double sum[2] = {0, 0};
+  int n[2] = {0, 0};
   for (int k = 0; k < nodes_; ++k)
-    if (correction_seen_[k] && is_gpu(profile_.nodes[k].device) == is_gpu(profile_.nodes[node].device))
-      sum += correction_[k], ++n;
-  return n ? sum / n : 1.0;
+    if (correction_seen_[k]) {
+      const int kind = is_gpu(profile_.nodes[k].device) ? 1 : 0;
+      sum[kind] += correction_[k], ++n[kind];
+    }
+  node_correction_.assign(nodes_, 1.0);
+  for (int k = 0; k < nodes_; ++k) {
+    const int kind = is_gpu(profile_.nodes[k].device) ? 1 : 0;
+    node_correction_[k] = correction_seen_[k] ? correction_[k] : n[kind] ? sum[kind] / n[kind] : 1.0;
+  }
 }
 
 double workload_estimator::update_s(int id, int node) const {
@@ -302,6 +313,7 @@ void workload_estimator::observe_op(int id, int node, double fwd, double bwd) {
   if (predicted > 0 && fwd + bwd > 0) {
     correction_[node] = ema(correction_[node], (fwd + bwd) / predicted, w);
     correction_seen_[node] = 1;
+    refresh_corrections();
   }
 }
 

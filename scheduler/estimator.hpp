@@ -201,15 +201,20 @@ class workload_estimator {
   workload_estimator restricted(const cluster_spec& sub, const std::vector<int>& full) const;
 
  private:
-  // simulate with capped nodes' quota periods at phase `phase` of `phases` (0 of 1: aligned
-  // with the step start).
-  step_estimate simulate_phase(const plan& p, int phase, int phases) const;
+  // simulate() in two parts: what no quota phase changes (compute, memory and link times, the
+  // tables of the event loop), built once; then the event loop with capped nodes' quota periods
+  // at phase `phase` of `phases` (0 of 1: aligned with the step start), which sets the times of
+  // `est` and adds the ring's bytes and work to it.
+  struct step_model;
+  step_estimate prepare_step(const plan& p, step_model& sm) const;
+  void run_step(const plan& p, step_model& sm, int phase, int phases, step_estimate& est) const;
   void set_node_rates(int node);   // base_fwd_/bwd_/upd_ of one node from profile_
   void set_link_rates();           // base_mbit_/rtt_ from profile_
   double profile_forward_s(int id, int node) const;
   double profile_backward_s(int id, int node) const;
   /// correction_[node] once measured, else the mean of the measured nodes of its device kind.
   double correction_of(int node) const;
+  void refresh_corrections();      // node_correction_ from correction_ and correction_seen_
 
   const graph* graph_;
   const cluster_spec* cluster_;
@@ -219,6 +224,7 @@ class workload_estimator {
   std::map<std::pair<int, int>, std::pair<double, double>> measured_;  // (id, node) -> (fwd, bwd)
   std::vector<double> correction_;                     // per node: measured / profile (1 until measured)
   std::vector<char> correction_seen_;                  // per node: measured at least once
+  std::vector<double> node_correction_;                // per node: what correction_of returns
   std::map<std::pair<int, int>, double> link_mbit_;    // (min node, max node) -> refined rate
   std::vector<double> ring_s_per_byte_;                // per node: measured ring work, -1 until measured
   double traffic_s_per_byte_ = 0;                      // capped nodes' host CPU per cross-node byte
