@@ -190,6 +190,20 @@ step_estimate simulate_candidate(const workload_estimator& est, const opfence_op
   return simulate_schedule(est, wired, options.schedule);
 }
 
+step_estimate candidate_cache::simulate(const workload_estimator& est, const opfence_options& options, const placement& p) {
+  key k{p.node_of_op, p.stage_of_op, {}, {}, p.routes};
+  for (const stage_replicas& s : p.stages) {
+    std::get<2>(k).push_back(s.nodes);
+    std::get<3>(k).push_back(s.weights);
+  }
+  auto it = done_.find(k);
+  if (it != done_.end()) {
+    ++hits_;
+    return it->second;
+  }
+  return done_.emplace(std::move(k), simulate_candidate(est, options, p)).first->second;
+}
+
 namespace {
 
 // Hill-climbing on the chosen plan's cut positions with the simulator as the judge. The DP
@@ -199,7 +213,8 @@ namespace {
 // must fit in memory (evaluate_cuts); the first improving move is kept, until none improves or
 // the simulation budget is spent.
 void refine_cuts(const workload_estimator& est, const opfence_options& options, const op_tables& ops,
-                 const std::vector<std::vector<double>>& compute, placement& best, opfence_report& result) {
+                 const std::vector<std::vector<double>>& compute, placement& best, opfence_report& result,
+                 candidate_cache& cache) {
   if (options.refine_shift <= 0 || result.chain.empty()) return;
   const graph& g = est.model();
   const std::vector<int>& chain = result.chain;
@@ -228,7 +243,7 @@ void refine_cuts(const workload_estimator& est, const opfence_options& options, 
         p.node_of_op.assign(g.nodes.size(), -1);
         for (int j = 0; j < n; ++j) p.node_of_op[ops.ops[j]] = chain[moved[j]];
         place_inputs(g, p, std::vector<bool>(g.nodes.size(), false));
-        step_estimate step = simulate_candidate(est, options, p);
+        step_estimate step = cache.simulate(est, options, p);
         --budget;
         if (step.step_s < result.estimate.step_s * (1 - 1e-9)) {
           pos = std::move(moved);
@@ -246,6 +261,12 @@ void refine_cuts(const workload_estimator& est, const opfence_options& options, 
 
 placement opfence_pipeline_place(const workload_estimator& est, const opfence_options& options,
                                  opfence_report* report) {
+  candidate_cache cache;
+  return opfence_pipeline_place(est, options, report, cache);
+}
+
+placement opfence_pipeline_place(const workload_estimator& est, const opfence_options& options, opfence_report* report,
+                                 candidate_cache& cache) {
   const graph& g = est.model();
   const cluster_spec& c = est.cluster();
   if (c.nodes.empty()) throw placement_error(c.file + ": the cluster has no nodes");
@@ -293,7 +314,7 @@ placement opfence_pipeline_place(const workload_estimator& est, const opfence_op
     p.node_of_op.assign(g.nodes.size(), -1);
     for (size_t i = 0; i < ops.ops.size(); ++i) p.node_of_op[ops.ops[i]] = chain[position_of_op[i]];
     place_inputs(g, p, std::vector<bool>(g.nodes.size(), false));
-    step_estimate step = simulate_candidate(est, options, p);
+    step_estimate step = cache.simulate(est, options, p);
     all.push_back({std::move(p), chain, bottleneck, std::move(step), compressed});
   };
   // Equal FLOPs along `chain` (the even policy's rule), when it fits in memory.
@@ -364,7 +385,7 @@ placement opfence_pipeline_place(const workload_estimator& est, const opfence_op
     r.bottleneck_s = all[i].bottleneck;
     r.estimate = all[i].step;
     placement p = all[i].where;
-    refine_cuts(est, each, ops, compute, p, r);
+    refine_cuts(est, each, ops, compute, p, r, cache);
     if (!found || r.estimate.step_s < result.estimate.step_s) {
       found = true;
       best = std::move(p);

@@ -17,8 +17,10 @@
 #pragma once
 
 #include <functional>
+#include <map>
 #include <optional>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "scheduler/estimator.hpp"
@@ -168,11 +170,33 @@ struct opfence_report {
 /// (options.schedule, or else its fastest: simulate_schedule, scheduler/schedule.hpp).
 step_estimate simulate_candidate(const workload_estimator& est, const opfence_options& options, const placement& p);
 
+/// The candidates one planning call has simulated, by placement. OP-Fence's chains, their
+/// halves, the DP's variants, the equal-FLOPs cuts, the refinement and the replica search reach
+/// the same placement again and again (13-50% of the simulations on the shipped topologies), and
+/// each simulation is an event loop per schedule and quota phase. Valid for one estimator state
+/// and one set of options: one planning call.
+class candidate_cache {
+ public:
+  /// simulate_candidate(est, options, p), simulated the first time an equal placement is asked.
+  step_estimate simulate(const workload_estimator& est, const opfence_options& options, const placement& p);
+  /// Requests answered without a simulation.
+  int hits() const { return hits_; }
+
+ private:
+  using key = std::tuple<std::vector<int>, std::vector<int>, std::vector<std::vector<int>>,
+                         std::vector<std::vector<double>>, std::vector<std::vector<int>>>;
+  std::map<key, step_estimate> done_;
+  int hits_ = 0;
+};
+
 /// Places the estimator's graph with pipeline-only OP-Fence (one node per op). Throws
 /// placement_error (naming the cluster file) when no chain fits in memory: the message names the
 /// node with the most memory, what it has and what the smallest stage needs.
 placement opfence_pipeline_place(const workload_estimator& est, const opfence_options& options = {},
                                  opfence_report* report = nullptr);
+/// The same, judging candidates through `cache` (opfence_place shares one with its replica search).
+placement opfence_pipeline_place(const workload_estimator& est, const opfence_options& options, opfence_report* report,
+                                 candidate_cache& cache);
 
 /// OP-Fence: opfence_pipeline_place, then with options.replicas the chains of replica groups
 /// (scheduler/opfence_replicas.cpp); the fastest simulated plan wins, the pipeline-only one on

@@ -168,7 +168,8 @@ placement group_placement(const workload_estimator& est, const std::vector<std::
 
 placement opfence_place(const workload_estimator& est, const opfence_options& options, opfence_report* report) {
   opfence_report result;
-  placement best = opfence_pipeline_place(est, options, &result);
+  candidate_cache cache;
+  placement best = opfence_pipeline_place(est, options, &result, cache);
   if (!options.replicas || est.cluster().nodes.size() < 2) {
     if (report) *report = std::move(result);
     return best;
@@ -205,7 +206,7 @@ placement opfence_place(const workload_estimator& est, const opfence_options& op
         }
         for (auto& position : cuts) {
           placement p = group_placement(est, groups, ops, position);
-          step_estimate step = simulate_candidate(est, options, p);
+          step_estimate step = cache.simulate(est, options, p);
           ++result.replica_candidates;
           if (step.step_s < result.estimate.step_s * (1 - 1e-9)) {
             best = std::move(p);
