@@ -3,25 +3,18 @@
 // interface on admin.port; CAF checks at connect time that both ends speak the same interface
 // (remote_actor<admin_actor> fails with a clear error otherwise).
 //
-// Queries are read-only and answered in every phase (joining ... finished). Each returns one
-// JSON object (docs/admin.md has the schema):
-//   status     {"phase", "step", "steps", "loss", "tokens_per_s", "eta_s", "elapsed_s", "model",
-//               "cluster", "failure"}
-//   nodes      {"nodes": [{"name", "site", "device", "gflops", "memory_bytes", "pid", "state"}]}
-//   placement  {"policy", "ops": [{"op", "node"}], "edges": [{"id", "dir", "producer",
-//               "consumer", "from", "to", "bytes_per_micro_batch", "codec"}]}
-//   ops        {"step", "ops": [{"op", "node", "fwd_ms", "bwd_ms"}]}         (last step, summed
-//                                                                             over micro-batches)
-//   links      {"step", "edges": [{"id", "dir", "producer", "consumer", "from", "to", "bytes",
-//               "tensors", "seconds", "mbit_s"}]}                             (last step)
-// An unknown topic is answered with fusion_errc::bad_command.
+// Queries are read-only and answered in every phase (joining ... finished): `status`, `nodes`,
+// `placement`, `ops`, `links`. Each returns one JSON object, built in actors/coordinator_admin.cpp;
+// docs/admin.md ("--json and the schema of each reply") gives every field. An unknown topic is
+// answered with fusion_errc::bad_command.
 //
 // Commands change the run: a verb and its arguments, answered with a JSON object or an error
 // (fusion_errc::bad_command for an unknown verb or a wrong argument, wrong_phase when the run
 // cannot do it now; actors/coordinator_commands.cpp): `pause` (the step in flight finishes, the
-// next is held), `resume`, `move OP|GLOB NODE`, `plan`, `rebalance [-y]`, `compress EDGE
-// none|RATIO|auto`, `checkpoint [FILE]`, `scheduler [on|off]`, `set KEY=VALUE`. Moves,
-// rebalancing and checkpoints wait for the step boundary while a step runs (docs/admin.md).
+// next is held), `resume`, `move OP|GLOB NODE`, `replicas OP NODE[,NODE...]`, `drain NODE`, `plan`,
+// `rebalance [-y]`, `compress EDGE none|RATIO|auto`, `checkpoint [FILE]`, `scheduler [on|off]`,
+// `set KEY=VALUE`. Moves, rebalancing and checkpoints wait for the step boundary while a step
+// runs (docs/admin.md).
 #pragma once
 
 #include <caf/all.hpp>

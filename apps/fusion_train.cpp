@@ -212,7 +212,7 @@ struct train_app_config : table_config {
         {"cluster", "peer-timeout-ms", "a process silent this long is declared dead (milliseconds)",
          &run.peer_timeout_ms},
         {"recovery", "mode",
-         "a lost node: auto (go on on the survivors, state from a surviving replica or the last checkpoint) or off "
+         "a lost node: auto (go on on the survivors, state from a surviving replica, peer-held snapshots or the last checkpoint) or off "
          "(the run fails); default auto with output.checkpoint, else off",
          &run.recovery_mode},
         {"recovery", "snapshot-every",

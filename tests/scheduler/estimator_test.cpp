@@ -17,6 +17,7 @@
 #include "scheduler/estimator.hpp"
 #include "scheduler/plan.hpp"
 #include "scheduler/profile.hpp"
+#include "scheduler/quota_budget.hpp"
 #include "tests/scheduler/chain_model.hpp"
 #include "tests/support/op_tables.hpp"
 
@@ -189,6 +190,30 @@ TEST_CASE("scheduler/estimator: one node runs every op serially") {
     CHECK(s.step_s == doctest::Approx(4 * work + update + 3 * est.options().coordinator_rtt_s));
     CHECK(s.node_compute_s[0] == doctest::Approx(4 * work + update));
   }
+}
+
+TEST_CASE("scheduler/quota budget: work runs at full speed until the period's budget is spent, then waits") {
+  const cpu_quota q{0.3, 0.1};  // 0.03 s of CPU in every 0.1 s period
+  quota_budget b(q, true, 0);
+  REQUIRE(b.binding());
+  // 0.03 s in period 0, the other 0.02 s from the start of period 1.
+  CHECK(b.run(0, 0.05) == doctest::Approx(0.12));
+  CHECK(b.runnable_at(0.11) == doctest::Approx(0.11));  // period 1 has 0.01 s left
+  CHECK(b.run(0.12, 0.01) == doctest::Approx(0.13));
+  CHECK(b.runnable_at(0.15) == doctest::Approx(0.2));   // spent: the next period
+  // From the middle of period 2: 0.03 there, 0.03 in each of periods 3 and 4, 0.01 in period 5.
+  CHECK(b.run(0.25, 0.1) == doctest::Approx(0.51));
+  // Work that ends exactly as a period's budget runs out ends there, not at the next period.
+  CHECK(b.run(0.6, 0.06) == doctest::Approx(0.73));
+  CHECK(b.runnable_at(0.75) == doctest::Approx(0.8));
+  // Periods that start 0.05 s before the step: the first one ends 0.05 s into it.
+  quota_budget shifted(q, true, 0.05);
+  CHECK(shifted.run(0, 0.05) == doctest::Approx(0.07));
+  // A quota that does not bind holds nothing back.
+  quota_budget free(q, false, 0);
+  CHECK_FALSE(free.binding());
+  CHECK(free.run(1, 0.5) == doctest::Approx(1.5));
+  CHECK(free.runnable_at(1.2) == doctest::Approx(1.2));
 }
 
 TEST_CASE("scheduler/estimator: a node under a CPU quota runs at full speed within its budget") {
