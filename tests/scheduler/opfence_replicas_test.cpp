@@ -230,6 +230,38 @@ TEST_CASE("scheduler/opfence-replicas: never predicted slower than pipeline-only
   }
 }
 
+TEST_CASE("scheduler/opfence: a planning call's cache simulates an equal placement once and answers it alike") {
+  graph g = load_graph(src("configs/models/gpt-char-tiny.pbtxt"), 2);
+  cluster_spec c = load_cluster(src("configs/clusters/sites-3.pbtxt"));
+  cluster_profile prof = profile_from_cluster(c);
+  prof.micro_batches = 4;
+  workload_estimator est(g, c, prof);
+  const placement even = make_placer(placement_policy::even)->place(g, c, prof);
+  placement one_node = even;
+  for (int& k : one_node.node_of_op) k = 0;
+  opfence_options o;
+  candidate_cache cache;
+  const step_estimate first = cache.simulate(est, o, even);
+  CHECK(cache.hits() == 0);
+  CHECK(cache.simulate(est, o, one_node).step_s != first.step_s);
+  CHECK(cache.hits() == 0);
+  // An equal placement built apart is answered from the cache, with the whole estimate.
+  const placement again = make_placer(placement_policy::even)->place(g, c, prof);
+  const step_estimate cached = cache.simulate(est, o, again);
+  CHECK(cache.hits() == 1);
+  CHECK(cached.step_s == first.step_s);
+  CHECK(cached.node_memory_bytes == first.node_memory_bytes);
+  CHECK(cached.edge_s == first.edge_s);
+  CHECK(cached.step_s == simulate_candidate(est, o, even).step_s);
+  // The same node_of_op with a second replica of the one stage is another placement.
+  const placement replicated = replicate(one_node, {{{0, 1}, {1.0, 1.0}}}, est.micro_batches());
+  REQUIRE(replicated.node_of_op == one_node.node_of_op);
+  cache.simulate(est, o, replicated);
+  CHECK(cache.hits() == 1);
+  cache.simulate(est, o, one_node);
+  CHECK(cache.hits() == 2);
+}
+
 TEST_CASE("scheduler/opfence: never predicted slower than the even placement on the shipped topologies") {
   graph g = load_graph(src("configs/models/gpt-char-small.pbtxt"), 16);
   std::mt19937 rng(7);
