@@ -60,7 +60,8 @@ struct workload_estimator::step_model {
   int M = 0;
   size_t K = 0;
   std::vector<char> data_input;           // per graph node: fed by the coordinator, no op
-  std::vector<int> node_at;               // the node of every (op, micro-batch): its route's replica
+  std::vector<int> replica_at;            // the replica of every (op, micro-batch): its route's
+  std::vector<int> node_at;               // the node that replica is on
   std::vector<double> fwd, bwd;           // task seconds there, with a capped node's traffic work
   std::vector<double> fwd_bytes, bwd_bytes;  // per (producer, consumer index): bytes per micro-batch
   std::vector<double> node_update;        // per node: the optimizer's seconds
@@ -131,7 +132,8 @@ step_estimate workload_estimator::prepare_step(const plan& p, step_model& sm) co
   sm.replica_base.assign(ops_ + 1, 0);
   for (int id = 0; id < ops_; ++id) sm.replica_base[id + 1] = sm.replica_base[id] + pw.replicas(id);
   // The replica of every (op, micro-batch) and the node it is on.
-  std::vector<int> replica_at(OM, 0);
+  std::vector<int>& replica_at = sm.replica_at;
+  replica_at.assign(OM, 0);
   sm.node_at.assign(OM, 0);
   for (int id = 0; id < ops_; ++id)
     for (int m = 0; m < M; ++m) {
@@ -153,7 +155,7 @@ step_estimate workload_estimator::prepare_step(const plan& p, step_model& sm) co
   std::vector<double> replica_fwd, replica_bwd;
   std::vector<int> routed;
   for (int id = 0; id < ops_; ++id) {
-    if (keys_[id].empty()) continue;
+    if (sm.data_input[id]) continue;
     const int R = pw.replicas(id);
     // An op runs at one pace per replica: looked up once, not per micro-batch.
     replica_fwd.assign(R, 0.0);
@@ -229,7 +231,7 @@ step_estimate workload_estimator::prepare_step(const plan& p, step_model& sm) co
   // that receives it take that much longer there. Uncapped nodes do it on other cores.
   if (traffic_s_per_byte_ > 0)
     for (int id = 0; id < ops_; ++id) {
-      if (keys_[id].empty()) continue;
+      if (sm.data_input[id]) continue;
       const graph_node& n = g.nodes[id];
       for (size_t j = 0; j < n.consumers.size(); ++j) {
         const int w = n.consumers[j].node;
@@ -268,7 +270,7 @@ step_estimate workload_estimator::prepare_step(const plan& p, step_model& sm) co
         sm.next_same[base + mbs[k - 1]] = mbs[k];
         has_prev[base + mbs[k]] = 1;
       }
-      if (keys_[id].empty()) continue;
+      if (sm.data_input[id]) continue;
       for (int m : mbs) sm.first_local[base + m] = mbs.front();
       if (!mbs.empty()) forwards_of[base + mbs.front()] = static_cast<int>(mbs.size());
       if (limit[id] <= 0) continue;
@@ -283,7 +285,7 @@ step_estimate workload_estimator::prepare_step(const plan& p, step_model& sm) co
   sm.backward_left.assign(ops_, 0);
   sm.expected = 0;
   for (int id = 0; id < ops_; ++id) {
-    if (keys_[id].empty()) continue;
+    if (sm.data_input[id]) continue;
     const graph_node& n = g.nodes[id];
     // The loss turns around on its own seed gradient; every other op waits for one gradient
     // per consumer.
@@ -429,7 +431,7 @@ void workload_estimator::run_step(const plan& p, step_model& sm, int phase, int 
     const size_t at = static_cast<size_t>(op) * M + m;
     if (sm.next_same[at] >= 0) arrive(task_of(op, sm.next_same[at], 1), t);
     if (sm.gate_next[at] >= 0) arrive(task_of(op, sm.gate_next[at], 0), t);
-    double& replica_done = replica_end[sm.replica_base[op] + pw.replica_of(op, m)];
+    double& replica_done = replica_end[sm.replica_base[op] + sm.replica_at[at]];
     replica_done = std::max(replica_done, t);
     if (--backward_left[op] == 0) all_reduce(op);
   };
