@@ -53,6 +53,7 @@ struct step_ctx {
   // Seconds after t0, on this clock: the latest backward done (a report's arrival less its ring
   // time) and the latest all-reduce done (a replicated op's report), for allreduce_exposed_s.
   double last_backward_s = 0, last_ring_s = -1;
+  clock_type::time_point update_t0;  // when the update requests went out (step_record::update_s)
 };
 
 /// An evaluation or sampling pass in flight: one batch (eval) or one character (sample) at a

@@ -115,6 +115,7 @@ void optimizer_step(coord_ptr self) {
   }
   const float scale = clip_scale(rec.grad_norm, st.in->cfg.optim.grad_clip);
   c.machine.begin_update();
+  c.update_t0 = clock_type::now();
   // One timeout for the update (on_step_timeout) instead of one per request: CAF 0.17 keeps a
   // request's timeout in the actor clock until it expires, answered or not, so a timeout on each
   // of gpt-char-small's 61 requests a step kept about 8 KiB a step alive for runtime.step-timeout
@@ -137,8 +138,10 @@ void optimizer_step(coord_ptr self) {
                   return;
                 ++s.train.step;
                 maybe_snapshot(self);  // before the next step's update request: the state of this step
-                s.train.last_stepped = clock_type::now();
-                s.train.cur->rec.step_s = seconds_between(s.train.cur->t0, clock_type::now());
+                const auto now = clock_type::now();
+                s.train.last_stepped = now;
+                s.train.cur->rec.step_s = seconds_between(s.train.cur->t0, now);
+                s.train.cur->rec.update_s = seconds_between(s.train.cur->update_t0, now);
                 s.train.cur->rec.tokens_per_s = static_cast<double>(s.in->cfg.batch * s.in->model.row_items) / s.train.cur->rec.step_s;
                 step_record done = std::move(s.train.cur->rec);
                 if (!s.members.nodes.empty()) return poll_traffic(self, std::move(done));

@@ -54,6 +54,8 @@ std::string prometheus_text(const prometheus_run_info& run, const step_record* l
         last->predicted_step_s);
   gauge(out, "fusion_boundary_seconds", "Coordinator idle time at the step boundary before the last step.",
         last->boundary_s);
+  gauge(out, "fusion_update_seconds", "The optimizer update of the last step: update requests to the last reply.",
+        last->update_s);
   double bytes = 0, dense = 0;
   for (auto& e : last->edges) {
     bytes += static_cast<double>(e.bytes);
@@ -106,6 +108,7 @@ void prometheus_server::update(const step_record& rec, double elapsed_s) {
   last_.step_s = rec.step_s;
   last_.predicted_step_s = rec.predicted_step_s;
   last_.boundary_s = rec.boundary_s;
+  last_.update_s = rec.update_s;
   last_.edges = rec.edges;
   have_last_ = true;
   elapsed_s_ = elapsed_s;

@@ -150,7 +150,15 @@ table = sorted(((statistics.median(f for f, _ in v), statistics.median(b for _, 
 print("  %-16s %10s %10s %8s" % ("op", "fwd ms", "bwd ms", "share"))
 for f, b, k in table:
     print("  %-16s %10.2f %10.2f %7.1f%%" % (k, f, b, 100 * (f + b) / step_ms))
-print("  %-16s %10.2f %10s (median step; the rest is optimizer, messaging and waits)" %
-      ("step", step_ms, ""))
+ops_ms = sum(f + b for f, b, _ in table)
+update_ms = statistics.median(r.get("update_s", 0) for r in rows) * 1e3
+boundary_ms = statistics.median(r.get("boundary_s", 0) for r in rows) * 1e3
+print("  %-16s %10.2f %10s (median step)" % ("step", step_ms, ""))
+print("  %-16s %10.2f %10s %7.1f%% (update requests to the last reply; step_s holds it)" %
+      ("optimizer", update_ms, "", 100 * update_ms / step_ms))
+print("  %-16s %10.2f %10s %7.1f%% (the step less its ops and its optimizer: messaging and waits)" %
+      ("between ops", step_ms - ops_ms - update_ms, "", 100 * (step_ms - ops_ms - update_ms) / step_ms))
+print("  %-16s %10.2f %10s (before each step, outside step_s: the coordinator between steps)" %
+      ("boundary", boundary_ms, ""))
 PY
 echo "logs: $work"

@@ -119,7 +119,8 @@ std::string step_metrics_line(const step_record& rec, const graph& g, double ela
                {"tokens_per_s", printed(rec.tokens_per_s, "%.1f")},
                {"step_s", printed(rec.step_s, "%.4f")},
                {"predicted_step_s", printed(rec.predicted_step_s, "%.4f")},
-               {"boundary_s", printed(rec.boundary_s, "%.6f")}};
+               {"boundary_s", printed(rec.boundary_s, "%.6f")},
+               {"update_s", printed(rec.update_s, "%.6f")}};
   // Only replica runs have an all-reduce: pipeline records keep the layout they always had.
   if (rec.allreduce_bytes > 0) {
     line["allreduce_bytes"] = rec.allreduce_bytes;

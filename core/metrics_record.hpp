@@ -65,6 +65,9 @@ struct step_record {
   /// Idle time at the step boundary before this step: from the previous step's last optimizer
   /// reply to this step's first micro-batch fed (0 for the first step of a run).
   double boundary_s = 0;
+  /// The optimizer update of this step (part of step_s): from the coordinator's update requests,
+  /// sent once every gradient norm is in, to the last op's reply.
+  double update_s = 0;
   /// Stage replicas (0 without): all-reduce bytes sent by every replica of every op, the seconds
   /// of ring work summed over them, and the exposed seconds: from the step's last backward to its
   /// last all-reduce done (what the backward did not hide; step_estimate::allreduce_exposed_s).
@@ -104,7 +107,7 @@ struct compression_change {
 std::string metrics_time(std::chrono::system_clock::time_point t = std::chrono::system_clock::now());
 
 /// {"type": "step", "step", "loss", "lr", "grad_norm", "tokens_per_s", "step_s",
-/// "predicted_step_s", "boundary_s", ["allreduce_bytes", "allreduce_work_s", "allreduce_exposed_s": only
+/// "predicted_step_s", "boundary_s", "update_s", ["allreduce_bytes", "allreduce_work_s", "allreduce_exposed_s": only
 /// with replicas,] "elapsed_s", "time", "ops": {OP: {"fwd_ms": [...], "bwd_ms": [...][, "reduce_ms": [...],
 /// "reduce_work_ms": [...], "reduce_bytes": only for a replicated op, one entry per replica]}},
 /// "edges": [{"from", "to", "edge": "PRODUCER->CONSUMER", "dir": "fwd"|"bwd", "bytes",

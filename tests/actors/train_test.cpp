@@ -34,6 +34,16 @@ TEST_CASE("actors/train: same seed and config give bit-identical losses") {
   CHECK(a.back() < a.front());
 }
 
+TEST_CASE("actors/train: a step's record times its optimizer update apart from the whole step") {
+  const train_result r = session(tiny_config(3, 2)).train();
+  REQUIRE(r.steps.size() == 3);
+  for (const step_record& s : r.steps) {
+    INFO("step " << s.step << ": step_s " << s.step_s << ", update_s " << s.update_s);
+    CHECK(s.update_s > 0);
+    CHECK(s.update_s < s.step_s);  // the forward and backward passes came first
+  }
+}
+
 TEST_CASE("actors/train: micro-batch count does not change the math") {
   // Tolerance: float sums in a different order (per-micro-batch partial gradients) drift by
   // rounding only; 1e-4 relative over 6 steps is far below any real difference.

@@ -37,6 +37,14 @@ std::vector<std::string> keys_of(const json& j) {
   return out;
 }
 
+op_measurement measured(int node, std::vector<double> forward_s, std::vector<double> backward_s) {
+  op_measurement m;
+  m.node = node;
+  m.forward_s = std::move(forward_s);
+  m.backward_s = std::move(backward_s);
+  return m;
+}
+
 step_record sample_step() {
   step_record rec;
   rec.step = 3;
@@ -46,7 +54,8 @@ step_record sample_step() {
   rec.tokens_per_s = 1234.56;
   rec.step_s = 0.25;
   rec.predicted_step_s = 0;
-  for (int i = 0; i < 4; ++i) rec.ops.push_back({i, {0.0015, 0.002}, {0.0030004}});
+  rec.update_s = 0.0123456789;
+  for (int i = 0; i < 4; ++i) rec.ops.push_back(measured(i, {0.0015, 0.002}, {0.0030004}));
   edge_measurement e;
   e.producer = 0;
   e.consumer = 1;
@@ -72,13 +81,14 @@ TEST_CASE("core/metrics_record: a step record with odd op and node names parses 
   CHECK(line.find('\n') == std::string::npos);  // one record, one line
   const json j = json::parse(line);
   CHECK(keys_of(j) == std::vector<std::string>{"type", "step", "loss", "lr", "grad_norm", "tokens_per_s", "step_s",
-                                               "predicted_step_s", "boundary_s", "elapsed_s", "time", "ops", "edges"});
+                                               "predicted_step_s", "boundary_s", "update_s", "elapsed_s", "time", "ops", "edges"});
   CHECK(j["type"] == "step");
   CHECK(j["step"] == 3);
   CHECK(j["loss"].get<double>() == 2.123457);  // %.6f, as the records have always had
   CHECK(j["lr"].get<double>() == 3e-4);
   CHECK(j["tokens_per_s"].get<double>() == 1234.6);
   CHECK(j["elapsed_s"].get<double>() == 12.346);
+  CHECK(j["update_s"].get<double>() == 0.012346);  // %.6f, as boundary_s
   CHECK(j["time"] == "2026-01-31T12:34:56.789Z");
   REQUIRE(j["ops"].size() == odd_names.size());
   CHECK(keys_of(j["ops"]) == odd_names);  // every name round-trips, in measurement order
@@ -127,7 +137,7 @@ TEST_CASE("core/metrics_record: a replica run's step record carries the all-redu
   rec.ops[2].reduce_bytes = 4096;
   const json j = json::parse(step_metrics_line(rec, graph_named(odd_names), 1, "t"));
   CHECK(keys_of(j) == std::vector<std::string>{"type", "step", "loss", "lr", "grad_norm", "tokens_per_s", "step_s",
-                                               "predicted_step_s", "boundary_s", "allreduce_bytes", "allreduce_work_s",
+                                               "predicted_step_s", "boundary_s", "update_s", "allreduce_bytes", "allreduce_work_s",
                                                "allreduce_exposed_s", "elapsed_s", "time", "ops", "edges"});
   CHECK(j["allreduce_bytes"] == 123456);
   CHECK(j["allreduce_work_s"].get<double>() == 0.012346);
@@ -178,7 +188,7 @@ TEST_CASE("core/metrics_record: a compression record escapes the link name") {
 TEST_CASE("core/metrics_record: invalid UTF-8 and non-finite numbers still give a JSON line") {
   const graph g = graph_named({"bad\xff", "ok"});
   step_record rec;
-  rec.ops.push_back({0, {0.001}, {}});
+  rec.ops.push_back(measured(0, {0.001}, {}));
   rec.grad_norm = NAN;
   const json j = json::parse(step_metrics_line(rec, g, 0, "t"));
   CHECK(j["ops"].contains("bad\xEF\xBF\xBD"));  // U+FFFD in place of the bad byte
