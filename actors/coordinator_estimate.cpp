@@ -163,7 +163,8 @@ void observe_step(coord_ptr self, const step_record& rec) {
     if (edges.size() != 1) continue;
     const auto& e = *edges.front();
     double n = static_cast<double>(e.tensors);
-    est->observe_transfer(pair.first, pair.second, static_cast<double>(e.bytes) / n, e.seconds / n);
+    est->observe_transfer(pair.first, pair.second, static_cast<double>(e.bytes) / n, e.seconds / n,
+                          static_cast<double>(e.idle_starts) / n);
   }
 }
 

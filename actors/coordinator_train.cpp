@@ -90,7 +90,7 @@ void poll_traffic(coord_ptr self, step_record rec) {
                            into.push_back({info->producer, info->consumer, info->forward(),
                                           s.in->cluster.nodes[info->from].name, s.in->cluster.nodes[info->to].name,
                                           e.bytes, e.dense_bytes, e.tensors, e.seconds, e.encode_s,
-                                          e.keep_ratio});
+                                          e.keep_ratio, e.idle_starts});
                          }
                        std::sort(out.begin(), out.end(), [](auto& a, auto& b) {
                          return std::tie(a.producer, a.consumer, b.forward) < std::tie(b.producer, b.consumer, a.forward);

@@ -147,6 +147,7 @@ void acknowledge(edge_ptr self, uint32_t n) {
       // link slower than it is (sites-2x3 at 8 Mbit/s: a step predicted 21% too long).
       const auto now = clock_type::now();
       s.seconds = std::chrono::duration<double>(now - std::max(t.first_sent, st.last_done)).count();
+      s.idle_starts = t.first_sent >= st.last_done ? 1 : 0;
       st.last_done = now;
       if (st.reporter) self->send(st.reporter, stats_atom::value, s);
       st.queue.pop_front();

@@ -274,12 +274,16 @@ struct edge_stat {
                            ///< the previous tensor's completion, if later) to its last chunk acknowledged
   double encode_s = 0;     ///< summed time spent compressing them
   double keep_ratio = 1;   ///< the sender's current keep ratio (1: dense)
+  /// Of `tensors`, those that found the edge idle and were timed from their own first chunk:
+  /// their seconds include a round trip (the data's way there, the acknowledgement's way back),
+  /// while a tensor queued behind another was timed from that one's acknowledgement and has none.
+  uint64_t idle_starts = 0;
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, edge_stat& x) {
   return f(caf::meta::type_name("edge_stat"), x.edge, x.bytes, x.dense_bytes, x.tensors, x.seconds, x.encode_s,
-           x.keep_ratio);
+           x.keep_ratio, x.idle_starts);
 }
 
 template <class Inspector>

@@ -389,6 +389,7 @@ node_actor::behavior_type node_actor_fn(node_ptr self, node_identity id, std::sh
         t.seconds += s.seconds;
         t.encode_s += s.encode_s;
         t.keep_ratio = s.keep_ratio;
+        t.idle_starts += s.idle_starts;
       },
       [=](stats_atom) -> node_stats {
         auto& st = self->state;

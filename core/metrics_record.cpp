@@ -110,7 +110,8 @@ std::string step_metrics_line(const step_record& rec, const graph& g, double ela
                      {"tensors", e.tensors},
                      {"seconds", printed(e.seconds, "%.6f")},
                      {"encode_s", printed(e.encode_s, "%.6f")},
-                     {"keep_ratio", printed(e.keep_ratio, "%.4g")}});
+                     {"keep_ratio", printed(e.keep_ratio, "%.4g")},
+                     {"idle_starts", e.idle_starts}});
   json line = {{"type", "step"},
                {"step", rec.step},
                {"loss", printed(rec.loss, "%.6f")},

@@ -45,6 +45,9 @@ struct edge_measurement {
   double seconds = 0;                  ///< summed send-to-acknowledge time of those tensors
   double encode_s = 0;                 ///< summed compression time of those tensors
   double keep_ratio = 1;               ///< the edge's keep ratio when it last sent (1: dense)
+  /// Of `tensors`, those timed from their own first chunk (the edge was idle): each of their
+  /// times holds a round trip; the others were timed from the previous tensor's acknowledgement.
+  uint64_t idle_starts = 0;
 };
 
 /// The CPU a node process used during one step (cluster runs).

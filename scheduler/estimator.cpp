@@ -317,13 +317,16 @@ void workload_estimator::observe_op(int id, int node, double fwd, double bwd) {
   }
 }
 
-void workload_estimator::observe_transfer(int a, int b, double bytes, double seconds) {
+void workload_estimator::observe_transfer(int a, int b, double bytes, double seconds, double round_trips) {
   check_op(0, 1, a, nodes_, "transfer");
   check_op(0, 1, b, nodes_, "transfer");
   if (a == b || !(bytes > 0) || !(seconds > 0) || !std::isfinite(bytes) || !std::isfinite(seconds)) return;
-  // The round trip is kept: what remains after half of it is serialisation at the link's rate.
-  // The floor keeps a round trip guessed too long from turning a sample into an absurd rate.
-  const double busy = std::max(seconds - link_rtt_s(a, b) / 2, 0.1 * seconds);
+  if (!(round_trips >= 0 && round_trips <= 1)) round_trips = 1;
+  // The round trip is kept: what remains after the round trips the timing held is serialisation
+  // at the link's rate, what the simulation charges the link (the half round trip to the
+  // receiver overlaps the next tensor). The floor keeps a round trip guessed too long from
+  // turning a sample into an absurd rate.
+  const double busy = std::max(seconds - round_trips * link_rtt_s(a, b), 0.1 * seconds);
   const double rate = bytes * 8 / busy / 1e6;
   auto [it, fresh] = link_mbit_.try_emplace({std::min(a, b), std::max(a, b)}, rate);
   if (!fresh) it->second = ema(it->second, rate, options_.ema_weight);

@@ -173,9 +173,13 @@ class workload_estimator {
   /// (the mean over the step's micro-batches); the node's correction factor (measured /
   /// profile) moves too, so its unmeasured ops follow.
   void observe_op(int id, int node, double forward_s, double backward_s);
-  /// One tensor of `bytes` took `seconds` from a to b (first chunk sent to last chunk
-  /// acknowledged): refines the pair's rate, keeping its round-trip time.
-  void observe_transfer(int a, int b, double bytes, double seconds);
+  /// One tensor of `bytes` took `seconds` from a to b, as an edge sender times it: from its first
+  /// chunk sent (a round trip more than the link was busy: the data's way there and the last
+  /// acknowledgement's way back) or, queued behind another tensor, from that one's last
+  /// acknowledgement (the link's busy time alone), to its own last acknowledgement.
+  /// `round_trips` says which (1 or 0; for a mean over several tensors, the share timed from
+  /// their first chunk). Refines the pair's rate, keeping its round-trip time.
+  void observe_transfer(int a, int b, double bytes, double seconds, double round_trips);
   /// A replica on `node` spent `work_s` on ring work that touched `work_bytes`
   /// (ring_work_bytes): refines the node's ring_s_per_byte.
   void observe_allreduce(int node, double work_bytes, double work_s);

@@ -97,13 +97,23 @@ TEST_CASE("edge: tensors queued behind each other count the link's time once") {
   std::this_thread::sleep_for(300ms);
   self->send(edge, credit_atom::value, uint64_t{7}, uint32_t{3});
   double summed = 0;
+  std::vector<uint64_t> idle;
   for (int i = 0; i < 3; ++i)
-    self->receive([&](stats_atom, const edge_stat& s) { summed += s.seconds; },
+    self->receive([&](stats_atom, const edge_stat& s) { summed += s.seconds, idle.push_back(s.idle_starts); },
                   caf::after(5s) >> [] { FAIL("expected a report"); });
   const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   // Timed from each tensor's own first chunk, the three would sum to three times the wait.
   CHECK(summed >= 0.29);
   CHECK(summed <= wall);
+  // Only the first found the edge idle, so only its time holds a round trip for the estimator
+  // to take off (workload_estimator::observe_transfer).
+  CHECK(idle == std::vector<uint64_t>{1, 0, 0});
+  // A tensor sent after the last one was acknowledged starts on an idle edge again.
+  self->send(edge, forward_atom::value, uint64_t{1}, uint32_t{3}, uint32_t{0}, uint8_t{0}, tensor(shape_t{8, 8}, dtype::f32));
+  self->receive([](wire_atom, const wire_chunk&) {}, caf::after(5s) >> [] { FAIL("expected a chunk"); });
+  self->send(edge, credit_atom::value, uint64_t{7}, uint32_t{1});
+  self->receive([&](stats_atom, const edge_stat& s) { CHECK(s.idle_starts == 1); },
+                caf::after(5s) >> [] { FAIL("expected a report"); });
   self->send_exit(edge, caf::exit_reason::user_shutdown);
 }
 

@@ -68,6 +68,7 @@ step_record sample_step() {
   e.seconds = 0.0123456789;
   e.encode_s = 0.001;
   e.keep_ratio = 0.25;
+  e.idle_starts = 1;
   rec.edges.push_back(e);
   return rec;
 }
@@ -97,13 +98,14 @@ TEST_CASE("core/metrics_record: a step record with odd op and node names parses 
   REQUIRE(j["edges"].size() == 1);
   const json& e = j["edges"][0];
   CHECK(keys_of(e) == std::vector<std::string>{"from", "to", "edge", "dir", "bytes", "dense_bytes", "tensors",
-                                               "seconds", "encode_s", "keep_ratio"});
+                                               "seconds", "encode_s", "keep_ratio", "idle_starts"});
   CHECK(e["from"] == "node \"a\"");
   CHECK(e["to"] == "node\\b\r");
   CHECK(e["edge"] == odd_names[0] + "->" + odd_names[1]);
   CHECK(e["dir"] == "bwd");
   CHECK(e["bytes"] == 1000);
   CHECK(e["seconds"].get<double>() == 0.012346);
+  CHECK(e["idle_starts"] == 1);
 }
 
 TEST_CASE("core/metrics_record: the layout scripts grep for stays") {

@@ -444,16 +444,42 @@ TEST_CASE("scheduler/estimator: measurements refine op times and links") {
   CHECK(est.transfer_s(1e6, 0, 1) == doctest::Approx(0.08 + 0.005));
   CHECK(std::isinf(est.link_mbit(1, 1)));
   CHECK(est.transfer_s(1e6, 1, 1) == 0);
-  // 1 MB in 0.165 s less half the round trip: 8 Mbit in 0.16 s = 50 Mbit/s, both directions.
-  est.observe_transfer(0, 1, 1e6, 0.165);
+  // 1 MB timed from its first chunk in 0.17 s less the round trip: 8 Mbit in 0.16 s = 50 Mbit/s,
+  // both directions.
+  est.observe_transfer(0, 1, 1e6, 0.17, 1);
   CHECK(est.link_mbit(0, 1) == doctest::Approx(50));
   CHECK(est.link_mbit(1, 0) == doctest::Approx(50));
   CHECK(est.link_rtt_s(0, 1) == doctest::Approx(0.01));
-  est.observe_transfer(1, 0, 1e6, 0.085);  // 100 Mbit/s
+  est.observe_transfer(1, 0, 1e6, 0.08, 0);  // queued behind another: 100 Mbit/s
   CHECK(est.link_mbit(0, 1) == doctest::Approx(50 + w * 50));
-  est.observe_transfer(0, 1, 0, 1.0);      // ignored: nothing sent
-  est.observe_transfer(0, 1, 1e6, 0);      // ignored: no time
+  est.observe_transfer(0, 1, 0, 1.0, 1);     // ignored: nothing sent
+  est.observe_transfer(0, 1, 1e6, 0, 1);     // ignored: no time
   CHECK(est.link_mbit(0, 1) == doctest::Approx(50 + w * 50));
+}
+
+TEST_CASE("scheduler/estimator: a link with a long round trip is learned at its rate from tensors timed as edge senders time them") {
+  // 100 Mbit/s with a 50 ms round trip, profiled at 300. An edge sender times a tensor that found
+  // the edge idle from its first chunk to its last acknowledgement (serialisation plus the round
+  // trip) and one queued behind it from that one's acknowledgement (serialisation alone); the
+  // coordinator hands the estimator the means over a step's tensors of one edge.
+  graph g = parse_graph(chain_model, "chain.pbtxt", 1);
+  cluster_spec c = two_sites();
+  cluster_profile prof = timed_profile(g, c, 2, 300, chain_times);
+  prof.links[0].rtt_s = 0.05;
+  const double bytes = 512 * 1024, serial = bytes * 8 / 100e6;
+  for (int burst : {1, 4, 16}) {
+    INFO(burst << " tensors sent back to back");
+    workload_estimator est(g, c, prof);
+    est.observe_transfer(0, 1, bytes, (burst * serial + 0.05) / burst, 1.0 / burst);
+    CHECK(est.link_mbit(0, 1) == doctest::Approx(100));
+  }
+  // Half a round trip off every tensor (the rule before) learned 63 Mbit/s from the lone tensor,
+  // 142 and 209 from the bursts.
+  // The simulation then charges the link serialisation per tensor, plus half the round trip to
+  // the receiver once.
+  workload_estimator est(g, c, prof);
+  est.observe_transfer(0, 1, bytes, serial + 0.05, 1);
+  CHECK(est.transfer_s(bytes, 0, 1) == doctest::Approx(serial + 0.025));
 }
 
 TEST_CASE("scheduler/estimator: a node admitted mid-run takes its new profile and forgets what it measured before") {
@@ -464,7 +490,7 @@ TEST_CASE("scheduler/estimator: a node admitted mid-run takes its new profile an
   const int fc = 3, lm_head = 4;
   est.observe_op(fc, 0, 2.0, 4.0);
   est.observe_op(fc, 1, 3.0, 3.0);
-  est.observe_transfer(0, 1, 1e6, 0.16);  // about 50 Mbit/s
+  est.observe_transfer(0, 1, 1e6, 0.16, 0);  // 50 Mbit/s
   CHECK(est.link_mbit(0, 1) == doctest::Approx(50).epsilon(0.01));
   // b0 comes back (another process, maybe another machine): twice as fast, its link probed at 400.
   node_profile back = prof.nodes[1];
