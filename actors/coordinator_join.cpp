@@ -61,14 +61,6 @@ std::shared_ptr<admission_ctx> admission_of(coordinator_state& st, size_t node, 
   return it->second;
 }
 
-bool holds_ops(const coordinator_state& st, size_t node) {
-  const auto& w = st.exec.current.where;
-  for (size_t id = 0; id < w.node_of_op.size(); ++id)
-    for (int r = 0; r < w.replicas(static_cast<int>(id)); ++r)
-      if (w.node_of(static_cast<int>(id), r) == static_cast<int>(node)) return true;
-  return false;
-}
-
 std::string names_of(const coordinator_state& st, const std::vector<bool>& which) {
   std::string out;
   for (size_t i = 0; i < which.size(); ++i)
@@ -195,6 +187,14 @@ void probe_next(coord_ptr self, std::shared_ptr<admission_ctx> a, std::shared_pt
 }
 
 }  // namespace
+
+bool holds_ops(const coordinator_state& st, size_t node) {
+  const auto& w = st.exec.current.where;
+  for (size_t id = 0; id < w.node_of_op.size(); ++id)
+    for (int r = 0; r < w.replicas(static_cast<int>(id)); ++r)
+      if (w.node_of(static_cast<int>(id), r) == static_cast<int>(node)) return true;
+  return false;
+}
 
 bool usable_node(const coordinator_state& st, size_t i) {
   return i < st.members.nodes.size() && st.members.nodes[i] && st.members.node_state[i] == "joined";

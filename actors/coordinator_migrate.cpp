@@ -287,8 +287,8 @@ bool abandon_migration_on_loss(coord_ptr self, size_t node) {
   auto& st = self->state;
   auto m = st.rebalance.migration;
   if (!m || m->over) return false;
-  const auto& where = st.exec.current.where.node_of_op;
-  if (std::find(where.begin(), where.end(), static_cast<int>(node)) != where.end()) return false;
+  // A node holding only a later replica of a stage holds ops too: the run needs a recovery.
+  if (holds_ops(st, node)) return false;
   bool target = std::any_of(m->moves.begin(), m->moves.end(), [&](auto& mv) { return mv.second == static_cast<int>(node); });
   if (!target) return false;
   abandon(self, m, node_label(st, node) + " was lost while its state arrived");

@@ -382,8 +382,11 @@ std::optional<placement> check_set_replicas(coord_ptr self, int op, const std::v
 /// The run failed during a migration: whoever asked for it hears `why`.
 void end_migration(coord_ptr self, const caf::error& why);
 /// Whether losing cluster node `node` only abandons the migration in flight (it was a target
-/// that hosts no op of the running placement) rather than failing the run; abandons it if so.
+/// that hosts no op, nor any replica of one, of the running placement) rather than needing a
+/// recovery; abandons it if so.
 bool abandon_migration_on_loss(coord_ptr self, size_t node);
+/// Whether cluster node `node` holds an op, or a replica of one, in the running placement.
+bool holds_ops(const coordinator_state& st, size_t node);
 
 /// Abandons the migration in flight because `why` (a node it involves was lost): its fresh
 /// actors and transfer edges are removed, whoever asked hears why. Nothing when none runs.

@@ -191,15 +191,14 @@ struct data_channel_server::impl {
       // long after the recovery. Read and dropped; refused, it would fail the run.
       auto h = decode_wire_header(f.meta, f.payload_size);
       if (h && routes->removed(h->edge)) {
-        auto sink = std::make_shared<std::vector<std::byte>>(f.payload_size);
         {
           std::lock_guard<std::mutex> guard(mutex);
-          if (!stale_edges.insert(h->edge).second) return net::frame_target::into(sink->data(), [sink](const status&) {});
+          if (!stale_edges.insert(h->edge).second) return net::frame_target::skip();
         }
         log_info("fusion-node data channel", "dropped a late chunk of edge " + std::to_string(h->edge) + " from " +
                                                  f.peer + ": its route was removed (a plan given up); later ones of "
                                                  "that edge are dropped silently");
-        return net::frame_target::into(sink->data(), [sink](const status&) {});
+        return net::frame_target::skip();
       }
       return net::frame_target::refuse(accepted.error() + " (from " + f.peer + ")");
     }
@@ -248,6 +247,12 @@ data_channel_server::data_channel_server(const std::string& host, uint16_t port,
     };
   }
   auto* self = impl_.get();
+  // A sender that broke off mid-tensor (killed, cut off) leaves chunks that will never be
+  // completed; they held memory for the life of the node.
+  opts.on_closed = [self](uint64_t connection) {
+    std::lock_guard<std::mutex> guard(self->mutex);
+    self->assemblers.erase(connection);
+  };
   auto started = net::frame_server::start(
       opts, [self](net::incoming_frame& f) { return self->on_frame(f); },
       [node](const net::channel_error& e) {
@@ -280,6 +285,13 @@ data_channel_server::~data_channel_server() {
 uint16_t data_channel_server::port() const { return impl_->server->port(); }
 uint64_t data_channel_server::accepted() const { return impl_->server->stats().connections; }
 uint64_t data_channel_server::adopted() const { return impl_->server->stats().adopted; }
+
+size_t data_channel_server::partial_tensors() const {
+  std::lock_guard<std::mutex> guard(impl_->mutex);
+  size_t n = 0;
+  for (const auto& [connection, a] : impl_->assemblers) n += a.partial_count();
+  return n;
+}
 
 
 result<std::shared_ptr<data_link>> connect_data_link(const std::string& host, uint16_t port,

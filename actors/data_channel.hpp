@@ -146,6 +146,8 @@ class data_channel_server {
   /// Connections accepted so far (0 for a node that accepts none) and reversed ones read.
   uint64_t accepted() const;
   uint64_t adopted() const;
+  /// Tensors partly received over the connections still open (a connection's go when it ends).
+  size_t partial_tensors() const;
 
  private:
   struct impl;

@@ -446,6 +446,13 @@ op_actor::behavior_type op_actor_fn(self_ptr self, node_spec spec, actor_run_par
         return {stepped_atom::value, static_cast<int32_t>(self->state.spec.id)};
       },
       [=](get_state_atom) -> caf::result<named_tensors> {
+        // Between a sync step's inner update and the replicas' average (train.sync=local:H) the
+        // parameters are neither the step's nor the sync's: a recovery that read them would mix
+        // synced and unsynced layers. It takes the checkpoint instead.
+        if (self->state.sync_rp.pending())
+          return make_error(fusion_errc::op_failed, "op actor '" + self->state.spec.name +
+                                                        "' is between its optimizer update and the replicas' sync: "
+                                                        "its state is not a step's");
         try {
           return collect_state(self->state);
         } catch (const std::exception& e) {

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <iterator>
+#include <new>
 #include <span>
 
 #include "wire.pb.h"
@@ -113,19 +114,31 @@ result<std::byte*> wire_assembler::begin_chunk(const wire_header& h) {
   key_t key{h.edge, static_cast<uint8_t>(h.dir), h.step, h.micro_batch};
   auto it = partial_.find(key);
   if (it == partial_.end()) {
+    if (partial_.size() >= wire_max_partial_tensors)
+      return fail("chunk of edge " + std::to_string(h.edge) + " micro-batch " + std::to_string(h.micro_batch) +
+                  " would open a partly received tensor beyond the " + std::to_string(wire_max_partial_tensors) +
+                  " one sender may have at once");
     partial p;
     p.shape = h.shape;
     p.type = h.type;
     p.encoding = h.encoding;
-    if (h.encoding == codec_kind::none)
-      p.value = tensor::uninitialized(h.shape, h.type);
-    else
-      p.payload.resize(h.payload_bytes);
+    try {
+      // Neither is zeroed: a header alone must not commit the memory it announces.
+      if (h.encoding == codec_kind::none) {
+        p.value = tensor::uninitialized(h.shape, h.type);
+      } else {
+        p.payload.reset(new std::byte[h.payload_bytes]);
+        p.payload_bytes = h.payload_bytes;
+      }
+    } catch (const std::bad_alloc&) {
+      return fail("chunk of edge " + std::to_string(h.edge) + " micro-batch " + std::to_string(h.micro_batch) +
+                  ": no memory for its " + std::to_string(h.wire_bytes()) + "-byte payload");
+    }
     it = partial_.emplace(key, std::move(p)).first;
   }
   auto& p = it->second;
   if (p.shape != h.shape || p.type != h.type || p.encoding != h.encoding ||
-      (h.encoding != codec_kind::none && p.payload.size() != h.payload_bytes)) {
+      (h.encoding != codec_kind::none && p.payload_bytes != h.payload_bytes)) {
     return fail("chunk of edge " + std::to_string(h.edge) + " micro-batch " + std::to_string(h.micro_batch) +
                 " has shape " + to_string(h.shape) + " (" + to_string(h.encoding) + "), earlier chunks had " +
                 to_string(p.shape) + " (" + to_string(p.encoding) + ")");
@@ -147,7 +160,7 @@ result<std::byte*> wire_assembler::begin_chunk(const wire_header& h) {
   p.chunks.emplace(h.offset, end);
   std::byte* dst = nullptr;
   if (h.encoding != codec_kind::none) {
-    if (!p.payload.empty()) dst = p.payload.data() + h.offset;
+    if (p.payload_bytes > 0) dst = p.payload.get() + h.offset;
   } else if (!p.value.empty()) {
     dst = p.value.bytes() + h.offset;
   }
@@ -166,7 +179,9 @@ result<std::optional<tensor>> wire_assembler::end_chunk(const wire_header& h) {
   // Decoded straight into the tensor the consumer gets.
   tensor out = tensor::uninitialized(p.shape, p.type);
   const codec* wire_codec = codec_on_wire(static_cast<uint32_t>(p.encoding));  // validated with the header
-  if (auto decoded = wire_codec->decode(p.payload, std::span<float>(out.data<float>(), out.numel())); !decoded)
+  if (auto decoded = wire_codec->decode(std::span<const std::byte>(p.payload.get(), p.payload_bytes),
+                                        std::span<float>(out.data<float>(), out.numel()));
+      !decoded)
     return fail("edge " + std::to_string(h.edge) + " micro-batch " + std::to_string(h.micro_batch) + ": " +
                 decoded.error());
   return std::optional<tensor>(std::move(out));

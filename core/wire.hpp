@@ -14,6 +14,7 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <optional>
 #include <set>
 #include <string>
@@ -45,11 +46,17 @@ namespace fusion {
 /// firewall, docs/transport.md). 11: forget_peer_atom (a lost node's data-channel connections
 /// are dropped by the others, docs/recovery.md). 12: device_timing carries the node's CPU quota
 /// and period (docs/scheduler.md, "Nodes under a CPU quota"). 13: node_stats carries the node
-/// process's CPU seconds since the last poll.
-inline constexpr uint32_t wire_protocol_version = 13;
+/// process's CPU seconds since the last poll. 14: edge_stat counts the tensors that found their
+/// edge idle (idle_starts).
+inline constexpr uint32_t wire_protocol_version = 14;
 
 /// Largest tensor a header may announce (16 GiB); anything larger is a corrupt header.
 inline constexpr uint64_t wire_max_tensor_bytes = uint64_t{1} << 34;
+
+/// Most tensors one wire_assembler holds partly received at once (one sender's connection): an
+/// edge has at most its flow window of chunks in flight, so a sender past this many is broken or
+/// hostile, and each partial tensor it opened would hold its memory.
+inline constexpr size_t wire_max_partial_tensors = 4096;
 
 /// Flow control of a cross-process edge ([flow] in the run config): the one home of its defaults
 /// and limits.
@@ -106,13 +113,16 @@ std::vector<wire_header> split_into_chunks(const wire_header& base, uint64_t chu
 
 /// Reassembles chunked tensors in place. Keyed by (edge, direction, step, micro-batch), so chunks
 /// of different messages may interleave. Not thread-safe: one assembler per receiving thread or
-/// actor.
+/// actor. A tensor's memory is reserved on its first chunk but left unwritten (the pages are the
+/// system's until bytes arrive), so a header announcing a large tensor costs nothing until its
+/// bytes come; destroying the assembler frees what its partial tensors hold.
 class wire_assembler {
  public:
   /// Where the payload of chunk `h` (already validated) must be written, allocating the tensor
   /// on its first chunk (null for an empty tensor). Fails when the chunk disagrees with earlier
   /// chunks of the same tensor (shape, dtype), repeats an offset or overlaps an earlier chunk
-  /// (the bytes received would add up while a hole stayed unwritten).
+  /// (the bytes received would add up while a hole stayed unwritten), when it would open a tensor
+  /// beyond wire_max_partial_tensors, or when the tensor's memory cannot be had.
   result<std::byte*> begin_chunk(const wire_header& h);
 
   /// After the payload of `h` was written: the whole tensor when this was its last chunk
@@ -125,8 +135,9 @@ class wire_assembler {
  private:
   using key_t = std::tuple<uint64_t, uint8_t, uint64_t, uint32_t>;
   struct partial {
-    tensor value;                   // raw: the tensor itself; encoded: allocated on decode
-    std::vector<std::byte> payload; // encoded: the payload being assembled
+    tensor value;                            // raw: the tensor itself; encoded: allocated on decode
+    std::unique_ptr<std::byte[]> payload;    // encoded: the payload being assembled, not zeroed
+    uint64_t payload_bytes = 0;
     shape_t shape;
     dtype type = dtype::f32;
     codec_kind encoding = codec_kind::none;

@@ -236,14 +236,18 @@ struct incoming_frame {
 struct frame_target {
   /// Payload goes to [data, data + payload_size); `done` runs exactly once, after the last byte
   /// or with an error if the connection breaks first. The memory must stay valid until then.
-  static frame_target into(std::byte* data, receive_done done) { return {data, std::move(done), {}, false}; }
+  static frame_target into(std::byte* data, receive_done done) { return {data, std::move(done), {}, false, false}; }
   /// The payload is read and discarded; counted as rejected and reported with `reason`.
-  static frame_target refuse(std::string reason) { return {nullptr, {}, std::move(reason), true}; }
+  static frame_target refuse(std::string reason) { return {nullptr, {}, std::move(reason), true, false}; }
+  /// The payload is read and discarded without a report: a frame the handler expected and has no
+  /// use for (a late chunk of a tensor given up).
+  static frame_target skip() { return {nullptr, {}, {}, false, true}; }
 
   std::byte* data = nullptr;
   receive_done done;
   std::string refusal;
   bool refused = false;
+  bool skipped = false;
 };
 
 /// Why a frame or connection failed.
@@ -306,6 +310,11 @@ struct frame_server_options {
   /// Connection reversal (docs/transport.md): without both, a reverse hello is refused.
   reverse_check accept_reverse;
   reverse_adopt adopt_reverse;
+  /// Called on the connection's reader thread once it has read its last frame, however it ended
+  /// (the peer left, broke off mid-frame, the server stopped), with its connection_id: what the
+  /// handler kept for the connection (half-received tensors) can go. Not for a connection handed
+  /// over by a reverse hello.
+  std::function<void(uint64_t connection_id)> on_closed;
 };
 
 /// Snapshot of the server's counters.

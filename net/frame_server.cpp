@@ -330,7 +330,7 @@ void frame_server::read_loop(connection& c) {
       } catch (const std::exception& e) {
         target = frame_target::refuse(std::string("frame handler threw: ") + e.what());
       }
-      if (!target.refused && target.data == nullptr && pre->payload_size > 0)
+      if (!target.refused && !target.skipped && target.data == nullptr && pre->payload_size > 0)
         target = frame_target::refuse("frame handler gave no destination for " +
                                       std::to_string(pre->payload_size) + " payload bytes");
       if (target.refused) {
@@ -340,6 +340,9 @@ void frame_server::read_loop(connection& c) {
                    target.refusal,
                established);
         ok = discard(c, pre->payload_size);
+      } else if (target.skipped) {
+        ok = discard(c, pre->payload_size);
+        established |= ok;
       } else {
         if (options_.hugepage_advice && pre->payload_size >= hugepage_min_payload)
           advise_hugepages(target.data, pre->payload_size);
@@ -377,6 +380,7 @@ void frame_server::read_loop(connection& c) {
   // shutdown, not close: the peer sees the end now, while the descriptor number stays ours
   // until the connection is reaped (stop() may still call shutdown on it concurrently).
   c.sock.shutdown();
+  if (options_.on_closed) options_.on_closed(c.id);
   c.finished.store(true);
 }
 

@@ -6,11 +6,16 @@
 // ends with the weights of the run that went straight through.
 #include <doctest/doctest.h>
 
+#include <caf/all.hpp>
+
 #include <cmath>
 #include <filesystem>
 #include <string>
 #include <vector>
 
+#include "actors/errors.hpp"
+#include "actors/messages.hpp"
+#include "actors/op_actor.hpp"
 #include "actors/trainer.hpp"
 #include "core/checkpoint.hpp"
 #include "core/checkpoint_dir.hpp"
@@ -175,4 +180,49 @@ TEST_CASE("local steps: a resume at a sync or between two ends with the straight
     }
     CHECK(differ == 0);
   }
+}
+
+TEST_CASE("local steps: an op actor between its update and the replicas' sync refuses its state") {
+  // A recovery reads the survivors' states; in a sync step's window the parameters hold the inner
+  // update but not yet the average, while ops of one replica have synced: restored, the model
+  // would mix synced and unsynced layers. The state request fails instead (the recovery then
+  // takes the checkpoint, docs/recovery.md).
+  caf::actor_system_config cfg;
+  add_fusion_message_types(cfg);
+  caf::actor_system sys{cfg};
+  caf::scoped_actor self{sys};
+  node_spec spec;
+  spec.id = 1;
+  spec.name = "fc";
+  spec.kind = "linear";
+  spec.attrs = {{"out", "4"}};
+  spec.input_shapes = {{2, 3}};
+  spec.input_types = {static_cast<uint8_t>(dtype::f32)};
+  spec.consumer_slots = {0};
+  spec.index_at_producer = {0};
+  spec.producer_is_input = {0};
+  actor_run_params params;
+  params.optim.sync_every = 2;  // local:2: step 1 (0-based) syncs
+  auto op = spawn_op_actor(sys, spec, params);
+  replica_ring ring;
+  ring.next = caf::actor_cast<tensor_sink>(self);  // the other replica: this test, which never answers
+  ring.replicas = 2;
+  ring.local_mbs = {0};
+  auto me = caf::actor_cast<tensor_sink>(self);
+  self->request(op, caf::infinite, connect_atom::value, std::vector<tensor_sink>{me}, std::vector<tensor_sink>{me},
+                caf::actor_cast<op_reporter>(self), ring)
+      .receive([](bool) {}, [](caf::error& e) { FAIL(describe(e)); });
+  auto state = [&] {
+    std::string error;
+    self->request(op, std::chrono::seconds(10), get_state_atom::value)
+        .receive([](named_tensors&) {}, [&](caf::error& e) { error = describe(e); });
+    return error;
+  };
+  self->request(op, std::chrono::seconds(10), step_atom::value, uint64_t{0}, 1e-3, 1.0f)
+      .receive([](stepped_atom, int32_t) {}, [](caf::error& e) { FAIL(describe(e)); });
+  CHECK(state().empty());  // a step boundary without a sync: a step's state
+  self->send(op, step_atom::value, uint64_t{1}, 1e-3, 1.0f);  // waits for the ring
+  const std::string refused = state();
+  CHECK(refused.find("op actor 'fc' is between its optimizer update and the replicas' sync") != std::string::npos);
+  self->send_exit(op, caf::exit_reason::user_shutdown);
 }

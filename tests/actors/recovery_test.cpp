@@ -30,6 +30,9 @@
 #include "actors/trainer.hpp"
 #include "core/checkpoint.hpp"
 #include "core/checkpoint_dir.hpp"
+#include "core/cluster.hpp"
+#include "core/graph.hpp"
+#include "scheduler/profile.hpp"
 #include "tests/support/child_process.hpp"
 #include "tests/support/cluster_fixtures.hpp"
 #include "tests/support/fixtures.hpp"
@@ -300,6 +303,77 @@ TEST_CASE("recovery: a replica's node hung (SIGSTOP) costs no checkpoint and at 
   CHECK(recs[0]["note"].get<std::string>().find("replica on lost node 'n2' dropped") != std::string::npos);
   // The survivors held the state of the last step: every loss is an undisturbed run's (one
   // process, the same batches), as a run resumed by hand from that state would compute them.
+  const auto reference = losses_of(session(tiny_config(steps, 4)).train());
+  const auto got = losses_of(r);
+  REQUIRE(got.size() == reference.size());
+  for (size_t i = 0; i < got.size(); ++i) CHECK(std::abs(got[i] - reference[i]) <= 1e-5 * std::abs(reference[i]));
+}
+
+TEST_CASE("recovery: a replica's node lost while a migration sends it state is recovered from, the migration abandoned") {
+  // n2 holds the second stage's replica and is the target of a migration (the first stage
+  // drained onto it) when it hangs. Losing it must abandon the migration and recover the run:
+  // the coordinator once only abandoned the migration, because n2 held no stage's first replica,
+  // and left the run wired to a dead replica until the step timed out.
+  const std::string tag = "rec-replica-move";
+  const int64_t steps = 8;
+  auto c = tiny_config(steps, 4);
+  const std::string cluster =
+      write_cluster(tag, 3,
+                    "placement { policy: \"explicit\" assign { node: \"n0\" ops: \"wte\" ops: \"wpe\" ops: \"h0.*\" } "
+                    "assign { node: \"n1\" replica: \"n2\" ops: \"h1.*\" ops: \"lnf\" ops: \"lm_head\" ops: \"loss\" } }");
+  {
+    // A profile in which n1 runs every op 2.5 times slower than n0 and n2 (so that it still gets
+    // a micro-batch of the 4): draining n0 re-plans on n1 and n2 (OP-Fence), the first stage
+    // going to n2.
+    const graph g = load_graph(c.model_file, c.batch / c.micro_batches);
+    cluster_profile p = profile_from_cluster(load_cluster(cluster));
+    p.model = g.name;
+    p.micro_batch = c.batch / c.micro_batches;
+    for (size_t n = 0; n < p.nodes.size(); ++n)
+      for (int id : distinct_ops(g))
+        p.nodes[n].ops[op_key(g, id)] = n == 1 ? op_timing{0.0025, 0.005, 0.0005} : op_timing{0.001, 0.002, 0.0002};
+    c.profile_file = temp_path(tag + "-profile.json");
+    save_profile(c.profile_file, p);
+  }
+  std::vector<child_process> nodes;
+  on_nodes(c, cluster, 3, nodes, tag);
+  c.recovery_mode = "auto";
+  c.metrics_file = temp_path(tag + ".jsonl");
+  std::filesystem::remove(c.metrics_file);
+  train_result r;
+  std::string drained;
+  {
+    session s(c);
+    std::string failure;
+    std::thread trainer([&] {
+      try {
+        r = s.train();
+      } catch (const std::exception& e) {
+        failure = e.what();
+      }
+    });
+    wait_for_step(s, 2);
+    s.command("pause");
+    REQUIRE(::kill(nodes[2].pid(), SIGSTOP) == 0);
+    drained = command_error(s, "drain", {"n0"});
+    const std::string resumed = command_error(s, "resume", {});
+    trainer.join();
+    CHECK_MESSAGE(resumed.empty(), resumed);
+    REQUIRE_MESSAGE(failure.empty(), failure);
+  }
+  ::kill(nodes[2].pid(), SIGKILL);
+  INFO(drained);
+  CHECK(drained.find("-> n2") != std::string::npos);  // the first stage went to n2
+  CHECK(drained.find("abandoned") != std::string::npos);
+  CHECK(nodes[0].wait(15) == 0);
+  CHECK(nodes[1].wait(15) == 0);
+  check_consecutive_steps(r, steps);
+  auto recs = recovery_records(c.metrics_file);
+  REQUIRE(recs.size() == 1);
+  INFO(recs[0].dump());
+  CHECK(recs[0]["nodes"] == nlohmann::json::array({"n2"}));
+  CHECK(recs[0]["state_from"] == "replicas");
+  // Paused at a step boundary, nothing was in flight: every loss is an undisturbed run's.
   const auto reference = losses_of(session(tiny_config(steps, 4)).train());
   const auto got = losses_of(r);
   REQUIRE(got.size() == reference.size());

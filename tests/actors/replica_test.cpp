@@ -20,6 +20,7 @@
 #include <thread>
 #include <vector>
 
+#include "actors/coordinator_state.hpp"
 #include "actors/trainer.hpp"
 #include "core/checkpoint.hpp"
 #include "core/checkpoint_dir.hpp"
@@ -291,6 +292,27 @@ TEST_CASE("replicas: policy opfence-replicas runs the replicas it plans") {
   INFO(all_output(nodes));
   check_same_losses(got, want);
   for (auto& n : nodes) CHECK(n.wait(15) == 0);
+}
+
+TEST_CASE("replicas: a replica too slow to be dealt a micro-batch is named, not the micro-batch count blamed") {
+  const cluster_spec c = parse_cluster("name: \"r\"\nsite { name: \"s\" }\nnode { name: \"a\" site: \"s\" }\n"
+                                       "node { name: \"b\" site: \"s\" }\nnode { name: \"c\" site: \"s\" }\n",
+                                       "r.pbtxt");
+  placement where({0, 1, 1});
+  where.stages = {{{0}, {1.0}}, {{1, 2}, {10.0, 1.0}}};  // c a tenth as fast as b
+  where.stage_of_op = {0, 1, 1};
+  where.routes = deal_routes(where.stages, 4);
+  std::string error;
+  try {
+    check_replica_routes(where, 4, c);
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  INFO(error);
+  CHECK(error.find("the stage on nodes b, c deals a step's 4 micro-batches by its replicas' measured speeds, and "
+                   "node 'c' is too slow to get one") != std::string::npos);
+  where.routes = deal_routes(where.stages, 11);  // enough for c's share
+  CHECK_NOTHROW(check_replica_routes(where, 11, c));
 }
 
 TEST_CASE("replicas: a stage with more replicas than micro-batches is refused before any op runs") {

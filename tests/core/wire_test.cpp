@@ -1,7 +1,11 @@
 // The wire header codec: round trips, every validation error, chunking and reassembly.
 #include <doctest/doctest.h>
 
+#include <unistd.h>
+
+#include <algorithm>
 #include <cstring>
+#include <fstream>
 #include <vector>
 
 #include "compression/quant.hpp"
@@ -312,4 +316,57 @@ TEST_CASE("wire: int8 and int4 payloads travel under their own encodings and dec
     base.payload_bytes = base.chunk_bytes = c.payload_limits(x.size()).max + 1;
     CHECK(decode_error(base, base.chunk_bytes).find(to_string(kind) + " payload of") != std::string::npos);
   }
+}
+
+namespace {
+
+// Resident memory of this process (Linux /proc/self/statm), in bytes.
+uint64_t resident_bytes() {
+  std::ifstream statm("/proc/self/statm");
+  uint64_t pages = 0, resident = 0;
+  statm >> pages >> resident;
+  return resident * static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+}
+
+}  // namespace
+
+TEST_CASE("wire: a chunk announcing a large encoded tensor takes no memory before its bytes come") {
+  // 2^26 floats in topk: a payload of up to 470 MB announced by a 16-byte first chunk, which a
+  // broken or hostile sender may follow with nothing (and then with the next micro-batch's).
+  wire_header h = sample_header();
+  h.shape = {int64_t{1} << 26};
+  h.total_bytes = uint64_t{4} << 26;
+  h.encoding = codec_kind::topk;
+  h.payload_bytes = topk_max_payload_bytes(uint64_t{1} << 26);
+  h.chunk_bytes = 16;
+  auto decoded = decode_wire_header(encode_wire_header(h), 16);
+  REQUIRE(decoded.ok());
+  wire_assembler a;
+  const uint64_t before = resident_bytes();
+  auto dst = a.begin_chunk(*decoded);
+  REQUIRE(dst);
+  std::memset(*dst, 0, 16);
+  CHECK(a.end_chunk(*decoded));
+  CHECK(a.partial_count() == 1);
+  // Zero-filled, as before, the reservation was resident at once.
+  CHECK(resident_bytes() - std::min(before, resident_bytes()) < (uint64_t{64} << 20));
+}
+
+TEST_CASE("wire: one assembler holds at most wire_max_partial_tensors partly received tensors") {
+  wire_assembler a;
+  wire_header h = sample_header();
+  h.chunk_bytes = 8;  // of 96: every tensor stays partial
+  for (size_t mb = 0; mb < wire_max_partial_tensors; ++mb) {
+    h.micro_batch = static_cast<uint32_t>(mb);
+    REQUIRE(a.begin_chunk(h));
+  }
+  CHECK(a.partial_count() == wire_max_partial_tensors);
+  h.micro_batch = static_cast<uint32_t>(wire_max_partial_tensors);
+  auto refused = a.begin_chunk(h);
+  REQUIRE_FALSE(refused);
+  CHECK(refused.error().find("beyond the 4096 one sender may have at once") != std::string::npos);
+  // A chunk of a tensor already begun still has its place.
+  h.micro_batch = 0;
+  h.offset = 8;
+  CHECK(a.begin_chunk(h));
 }
