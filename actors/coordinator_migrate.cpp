@@ -43,6 +43,11 @@ struct migration_ctx {
   std::string reason;
   bool over = false;                       // finished or abandoned: late replies are ignored
   std::function<void(caf::error, std::string)> done;
+  /// Once commit() switched to `next`: the plan it left and that plan's actors, which run until
+  /// the switch is wired (a recovery in that window reads the survivors' state from them).
+  bool switched = false;
+  plan before;
+  std::vector<std::vector<op_actor>> before_replicas;
 };
 
 namespace {
@@ -89,7 +94,8 @@ void clean_up(coord_ptr self, const migration_ctx& m) {
   }
 }
 
-void abandon(coord_ptr self, std::shared_ptr<migration_ctx> m, const std::string& why) {
+void abandon(coord_ptr self, std::shared_ptr<migration_ctx> m, const std::string& why,
+             const std::string& then = "the run goes on with the old placement") {
   if (m->over) return;
   m->over = true;
   auto& st = self->state;
@@ -97,7 +103,7 @@ void abandon(coord_ptr self, std::shared_ptr<migration_ctx> m, const std::string
   clean_up(self, *m);
   st.act = activity::idle;
   const std::string msg = "migration of " + describe_moves(st, *m) + " abandoned at step " + std::to_string(st.train.step) +
-                          ": " + why + "; the run goes on with the old placement";
+                          ": " + why + "; " + then;
   log_warn("fusion-train", msg);
   if (st.train.metrics.is_open())
     st.train.metrics << json{{"type", "migration"}, {"step", st.train.step}, {"ok", false}, {"ops", op_list(st.in->model, m->ops)},
@@ -132,6 +138,9 @@ void commit(coord_ptr self, std::shared_ptr<migration_ctx> m) {
       if (const auto& a = st.exec.replicas[id][q]; a && !kept.count(a.address()))
         old.emplace_back(from.node_of(static_cast<int>(id), q), a);
   for (int id : m->ops) st.rebalance.settling[id] = st.train.step + 2;  // as every op's first two steps (observe_step)
+  m->switched = true;
+  m->before = st.exec.current;
+  m->before_replicas = st.exec.replicas;
   st.exec.replicas = std::move(table);
   for (size_t id = 0; id < st.exec.replicas.size(); ++id) st.exec.actors[id] = st.exec.replicas[id].at(0);
   plan before = std::move(st.exec.current);
@@ -280,13 +289,21 @@ void end_migration(coord_ptr self, const caf::error& why) {
 }
 
 void abandon_migration(coord_ptr self, const std::string& why) {
-  if (auto m = self->state.rebalance.migration; m && !m->over) abandon(self, m, why);
+  if (auto m = self->state.rebalance.migration; m && !m->over)
+    abandon(self, m, why, "the run recovers on the surviving nodes");
+}
+
+std::optional<std::pair<plan, std::vector<std::vector<op_actor>>>> plan_before_switch(coord_ptr self) {
+  auto m = self->state.rebalance.migration;
+  if (!m || m->over || !m->switched) return std::nullopt;
+  return std::make_pair(m->before, m->before_replicas);
 }
 
 bool abandon_migration_on_loss(coord_ptr self, size_t node) {
   auto& st = self->state;
   auto m = st.rebalance.migration;
-  if (!m || m->over) return false;
+  // Switched to the new plan, the migration cannot be undone: a loss needs a recovery.
+  if (!m || m->over || m->switched) return false;
   // A node holding only a later replica of a stage holds ops too: the run needs a recovery.
   if (holds_ops(st, node)) return false;
   bool target = std::any_of(m->moves.begin(), m->moves.end(), [&](auto& mv) { return mv.second == static_cast<int>(node); });

@@ -385,11 +385,15 @@ void end_migration(coord_ptr self, const caf::error& why);
 /// that hosts no op, nor any replica of one, of the running placement) rather than needing a
 /// recovery; abandons it if so.
 bool abandon_migration_on_loss(coord_ptr self, size_t node);
+/// While a migration has switched to its new plan but not finished wiring it: the plan it left
+/// and that plan's actors, still running (nothing otherwise).
+std::optional<std::pair<plan, std::vector<std::vector<op_actor>>>> plan_before_switch(coord_ptr self);
 /// Whether cluster node `node` holds an op, or a replica of one, in the running placement.
 bool holds_ops(const coordinator_state& st, size_t node);
 
-/// Abandons the migration in flight because `why` (a node it involves was lost): its fresh
-/// actors and transfer edges are removed, whoever asked hears why. Nothing when none runs.
+/// Abandons the migration in flight because `why` (a node it involves was lost, and the run
+/// recovers): its fresh actors and transfer edges are removed, whoever asked hears why. Nothing
+/// when none runs.
 void abandon_migration(coord_ptr self, const std::string& why);
 
 // ---- actors/coordinator_recover.cpp ----

@@ -309,32 +309,29 @@ TEST_CASE("recovery: a replica's node hung (SIGSTOP) costs no checkpoint and at 
   for (size_t i = 0; i < got.size(); ++i) CHECK(std::abs(got[i] - reference[i]) <= 1e-5 * std::abs(reference[i]));
 }
 
-TEST_CASE("recovery: a replica's node lost while a migration sends it state is recovered from, the migration abandoned") {
-  // n2 holds the second stage's replica and is the target of a migration (the first stage
-  // drained onto it) when it hangs. Losing it must abandon the migration and recover the run:
-  // the coordinator once only abandoned the migration, because n2 held no stage's first replica,
-  // and left the run wired to a dead replica until the step timed out.
-  const std::string tag = "rec-replica-move";
+namespace {
+
+// Stage 1 on n0, stage 2 on n1 with a replica on n2, from a profile in which n1 runs every op
+// `n1_slower` times as long as n0 and n2: at step 2 the run pauses, n2 hangs (SIGSTOP) and n0 is
+// drained, which re-plans on n1 and n2 (OP-Fence) and migrates n0's stage. Returns the drain's
+// error; the run must recover from n2's loss and train every step with an undisturbed run's losses.
+std::string drain_while_replica_hangs(const std::string& tag, double n1_slower) {
   const int64_t steps = 8;
   auto c = tiny_config(steps, 4);
   const std::string cluster =
       write_cluster(tag, 3,
                     "placement { policy: \"explicit\" assign { node: \"n0\" ops: \"wte\" ops: \"wpe\" ops: \"h0.*\" } "
                     "assign { node: \"n1\" replica: \"n2\" ops: \"h1.*\" ops: \"lnf\" ops: \"lm_head\" ops: \"loss\" } }");
-  {
-    // A profile in which n1 runs every op 2.5 times slower than n0 and n2 (so that it still gets
-    // a micro-batch of the 4): draining n0 re-plans on n1 and n2 (OP-Fence), the first stage
-    // going to n2.
-    const graph g = load_graph(c.model_file, c.batch / c.micro_batches);
-    cluster_profile p = profile_from_cluster(load_cluster(cluster));
-    p.model = g.name;
-    p.micro_batch = c.batch / c.micro_batches;
-    for (size_t n = 0; n < p.nodes.size(); ++n)
-      for (int id : distinct_ops(g))
-        p.nodes[n].ops[op_key(g, id)] = n == 1 ? op_timing{0.0025, 0.005, 0.0005} : op_timing{0.001, 0.002, 0.0002};
-    c.profile_file = temp_path(tag + "-profile.json");
-    save_profile(c.profile_file, p);
+  const graph g = load_graph(c.model_file, c.batch / c.micro_batches);
+  cluster_profile p = profile_from_cluster(load_cluster(cluster));
+  p.model = g.name;
+  p.micro_batch = c.batch / c.micro_batches;
+  for (size_t n = 0; n < p.nodes.size(); ++n) {
+    const double f = n == 1 ? n1_slower : 1.0;
+    for (int id : distinct_ops(g)) p.nodes[n].ops[op_key(g, id)] = op_timing{0.001 * f, 0.002 * f, 0.0002 * f};
   }
+  c.profile_file = temp_path(tag + "-profile.json");
+  save_profile(c.profile_file, p);
   std::vector<child_process> nodes;
   on_nodes(c, cluster, 3, nodes, tag);
   c.recovery_mode = "auto";
@@ -363,8 +360,8 @@ TEST_CASE("recovery: a replica's node lost while a migration sends it state is r
   }
   ::kill(nodes[2].pid(), SIGKILL);
   INFO(drained);
-  CHECK(drained.find("-> n2") != std::string::npos);  // the first stage went to n2
   CHECK(drained.find("abandoned") != std::string::npos);
+  CHECK(drained.find("the run recovers on the surviving nodes") != std::string::npos);
   CHECK(nodes[0].wait(15) == 0);
   CHECK(nodes[1].wait(15) == 0);
   check_consecutive_steps(r, steps);
@@ -378,6 +375,27 @@ TEST_CASE("recovery: a replica's node lost while a migration sends it state is r
   const auto got = losses_of(r);
   REQUIRE(got.size() == reference.size());
   for (size_t i = 0; i < got.size(); ++i) CHECK(std::abs(got[i] - reference[i]) <= 1e-5 * std::abs(reference[i]));
+  return drained;
+}
+
+}  // namespace
+
+TEST_CASE("recovery: a replica's node lost while a migration sends it state is recovered from, the migration abandoned") {
+  // n1 slow: part of n0's stage goes to n2, whose transfer never completes. The coordinator once
+  // only abandoned the migration, as n2 held no stage's first replica, and the run then failed
+  // on the dead replica.
+  const std::string drained = drain_while_replica_hangs("rec-move-target", 2.5);
+  CHECK(drained.find("-> n2") != std::string::npos);
+}
+
+TEST_CASE("recovery: a replica's node lost while a migration wires its new plan is recovered from the plan it left") {
+  // Every node as fast: n0's stage goes to n1 alone, its transfer completes and the migration
+  // switches to the new plan, whose wiring then waits for n2. The recovery once judged the
+  // survivors by the new plan, where ops ran only on n2, and failed the run although n1 still
+  // held their replicas.
+  const std::string drained = drain_while_replica_hangs("rec-move-switched", 1.0);
+  CHECK(drained.find("-> n1") != std::string::npos);
+  CHECK(drained.find("-> n2") == std::string::npos);
 }
 
 TEST_CASE("recovery: a node lost with no replica and no checkpoint yet fails saying so, writing nothing") {
