@@ -339,6 +339,10 @@ void check_settings(const train_app_config& cfg) {
   if (r.keep_checkpoints < 0)
     problems.push_back("output.keep-checkpoints must be at least 0 (0: keep all), got " +
                       std::to_string(r.keep_checkpoints));
+  if (cfg.window > flow_config::max_window)
+    problems.push_back("flow.window must be at most " + std::to_string(flow_config::max_window) +
+                      " chunks in flight per edge (the edges to one node share a queue of 4096), got " +
+                      std::to_string(cfg.window));
   if (!(cfg.step_timeout_s > 0))
     problems.push_back("runtime.step-timeout must be more than 0 seconds, got " + format_seconds(cfg.step_timeout_s));
   if (!(cfg.stop_grace_s >= 0))

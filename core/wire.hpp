@@ -65,6 +65,10 @@ struct flow_config {
   uint64_t chunk_bytes = uint64_t{4} << 20;  ///< largest chunk of a tensor
   /// Largest chunk any transport carries (far below CAF's 4 GiB message ceiling).
   static constexpr uint64_t max_chunk_bytes = uint64_t{1} << 30;
+  /// Largest window a run may set: every edge to one node shares that node's connection, whose
+  /// send queue holds 4,096 chunks, and a full queue fails the run rather than waiting. 64 chunks
+  /// of 4 MiB keep a 100 ms round trip busy at 20 Gbit/s.
+  static constexpr uint32_t max_window = 64;
   /// window at least 1; chunk_bytes in [1, max_chunk_bytes] (0 means the largest).
   flow_config clamped() const {
     flow_config out = *this;

@@ -95,6 +95,7 @@ TEST_CASE("settings: meaningless values are usage errors that name the setting, 
       {"--train.sync=every", "train.sync must be step or local:H"},
       {"--train.sync=local:4 --train.outer-lr=0.0", "train.outer-lr must be > 0, got 0"},
       {"--train.outer-momentum=1.5", "train.outer-momentum must be in [0, 1), got 1.5"},
+      {"--flow.window=5000", "flow.window must be at most 64 chunks in flight per edge"},
   };
   for (auto& m : mistakes) {
     auto r = fusion::test::run_in(dir.path.string(), train_cmd() + " --config run.ini " + m.args);
