@@ -121,6 +121,16 @@ double max_weight_difference(const checkpoint& mine, const checkpoint& theirs) {
   return worst;
 }
 
+// The one recovery record of `metrics`: node `lost`, its state taken from the surviving replicas.
+nlohmann::json replica_recovery(const std::string& metrics, const std::string& lost) {
+  auto recs = recovery_records(metrics);
+  REQUIRE(recs.size() == 1);
+  INFO(recs[0].dump());
+  CHECK(recs[0]["nodes"] == nlohmann::json::array({lost}));
+  CHECK(recs[0]["state_from"] == "replicas");
+  return recs[0];
+}
+
 void check_consecutive_steps(const train_result& r, int64_t steps) {
   REQUIRE(r.steps.size() == static_cast<size_t>(steps));
   for (int64_t i = 0; i < steps; ++i) CHECK(r.steps[i].step == i + 1);
@@ -293,14 +303,11 @@ TEST_CASE("recovery: a replica's node hung (SIGSTOP) costs no checkpoint and at 
   CHECK(nodes[1].wait(15) == 0);
   CHECK(k.seconds_to_next_step() < 20);
   check_consecutive_steps(r, steps);
-  auto recs = recovery_records(c.metrics_file);
-  REQUIRE(recs.size() == 1);
-  INFO(recs[0].dump());
-  CHECK(recs[0]["nodes"] == nlohmann::json::array({"n2"}));
-  CHECK(recs[0]["state_from"] == "replicas");
-  CHECK(recs[0]["checkpoint"] == "");
-  CHECK(recs[0]["steps_lost"].get<int64_t>() <= 1);
-  CHECK(recs[0]["note"].get<std::string>().find("replica on lost node 'n2' dropped") != std::string::npos);
+  const auto rec = replica_recovery(c.metrics_file, "n2");
+  INFO(rec.dump());
+  CHECK(rec["checkpoint"] == "");
+  CHECK(rec["steps_lost"].get<int64_t>() <= 1);
+  CHECK(rec["note"].get<std::string>().find("replica on lost node 'n2' dropped") != std::string::npos);
   // The survivors held the state of the last step: every loss is an undisturbed run's (one
   // process, the same batches), as a run resumed by hand from that state would compute them.
   const auto reference = losses_of(session(tiny_config(steps, 4)).train());
@@ -365,11 +372,7 @@ std::string drain_while_replica_hangs(const std::string& tag, double n1_slower) 
   CHECK(nodes[0].wait(15) == 0);
   CHECK(nodes[1].wait(15) == 0);
   check_consecutive_steps(r, steps);
-  auto recs = recovery_records(c.metrics_file);
-  REQUIRE(recs.size() == 1);
-  INFO(recs[0].dump());
-  CHECK(recs[0]["nodes"] == nlohmann::json::array({"n2"}));
-  CHECK(recs[0]["state_from"] == "replicas");
+  replica_recovery(c.metrics_file, "n2");
   // Paused at a step boundary, nothing was in flight: every loss is an undisturbed run's.
   const auto reference = losses_of(session(tiny_config(steps, 4)).train());
   const auto got = losses_of(r);
