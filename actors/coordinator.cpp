@@ -251,7 +251,8 @@ void check_replica_routes(const placement& where, int64_t M, const cluster_spec&
   for (size_t s = 0; s < where.stages.size(); ++s) {
     const auto& nodes = where.stages[s].nodes;
     const auto counts = routed_micro_batches(where, static_cast<int>(s));
-    if (std::find(counts.begin(), counts.end(), 0) == counts.end()) continue;
+    const auto none = std::find(counts.begin(), counts.end(), 0);
+    if (none == counts.end()) continue;
     std::string names;
     for (size_t r = 0; r < nodes.size(); ++r) names += (r ? ", " : "") + c.nodes.at(nodes[r]).name;
     if (M < static_cast<int64_t>(nodes.size()))
@@ -260,10 +261,10 @@ void check_replica_routes(const placement& where, int64_t M, const cluster_spec&
                                " micro-batches, so some replica would get none: raise train.micro-batches to at least " +
                                std::to_string(nodes.size()) + " (or give the stage fewer replicas)");
     // Enough micro-batches, but they are dealt by the replicas' measured speeds.
-    const size_t idle = static_cast<size_t>(std::find(counts.begin(), counts.end(), 0) - counts.begin());
     throw std::runtime_error("the stage on nodes " + names + " deals a step's " + std::to_string(M) +
                              " micro-batches by its replicas' measured speeds, and node '" +
-                             c.nodes.at(nodes[idle]).name + "' is too slow to get one: raise train.micro-batches "
+                             c.nodes.at(nodes[static_cast<size_t>(none - counts.begin())]).name +
+                             "' is too slow to get one: raise train.micro-batches "
                              "or give the stage fewer replicas");
   }
 }

@@ -17,6 +17,7 @@
 
 #include <cstdio>
 #include <set>
+#include <utility>
 
 #include "actors/coordinator_state.hpp"
 #include "actors/edge_actor.hpp"
@@ -139,13 +140,10 @@ void commit(coord_ptr self, std::shared_ptr<migration_ctx> m) {
         old.emplace_back(from.node_of(static_cast<int>(id), q), a);
   for (int id : m->ops) st.rebalance.settling[id] = st.train.step + 2;  // as every op's first two steps (observe_step)
   m->switched = true;
-  m->before = st.exec.current;
-  m->before_replicas = st.exec.replicas;
-  st.exec.replicas = std::move(table);
+  m->before_replicas = std::exchange(st.exec.replicas, std::move(table));
   for (size_t id = 0; id < st.exec.replicas.size(); ++id) st.exec.actors[id] = st.exec.replicas[id].at(0);
-  plan before = std::move(st.exec.current);
-  st.exec.current = m->next;
-  plan_diff d = diff(before, st.exec.current);
+  m->before = std::exchange(st.exec.current, m->next);
+  plan_diff d = diff(m->before, st.exec.current);
   // New edges get the codec their link runs at (AdaTopK re-evaluates them with the others).
   const auto& c = st.in->cfg.compression;
   for (auto& a : d.added) {

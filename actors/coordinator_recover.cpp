@@ -362,21 +362,22 @@ bool recover_from_loss(coord_ptr self, size_t node, const std::string& why) {
     st.recovery.ctx = ctx;
   }
   ctx->lost.push_back(node);
+  // Their reports (a loss, a failure) are of the plan given up from here on; their replies to
+  // the state requests below are still read.
+  auto retire = [&](const std::vector<std::vector<op_actor>>& replicas) {
+    for (auto& op : replicas)
+      for (auto& a : op)
+        if (a) st.recovery.retired.insert(a.address());
+  };
   // A migration that switched plans but is still wiring the new one: the plan it left runs
   // until then and is where the survivors are looked for first (the new plan may hold an op
   // only on the lost node while its old replica still runs elsewhere).
   if (auto before = plan_before_switch(self)) {
-    for (auto& op : before->second)
-      for (auto& a : op)
-        if (a) st.recovery.retired.insert(a.address());
+    retire(before->second);
     ctx->given_up.push_back({std::move(before->first), std::move(before->second), {}});
   }
   ctx->given_up.push_back({st.exec.current, st.exec.replicas, st.exec.senders});
-  // Their reports (a loss, a failure) are of the plan given up from here on; their replies to
-  // the state requests below are still read.
-  for (auto& op : st.exec.replicas)
-    for (auto& a : op)
-      if (a) st.recovery.retired.insert(a.address());
+  retire(st.exec.replicas);
   for (auto& [id, sender] : st.exec.senders)
     if (sender) st.recovery.retired.insert(sender.address());
   // Everything sent under the plan given up is stale from here on.
