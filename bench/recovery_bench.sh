@@ -141,33 +141,69 @@ start_node() {  # start_node RUN NODE: (re)starts NODE of run RUN, its log appen
   node_pid[$n]=$!
 }
 
-# progress METRICS: "STEP STEP_S RECOVERIES JOINS LAST_CHANGE_STEP" from the metrics file: the
-# step and seconds of the last step record, the recovery and join records so far and the step of
-# the last plan change (recovery, join, migration).
-progress() {
-  python3 - "$1" <<'PY'
-import json, sys
+# await_metrics METRICS WANT_REC WANT_JOIN STEP GAP FRAC TIMEOUT: waits, reading the metrics file as
+# it grows (one process: a python start costs 0.3-1 s here, several steps of the smoke run), until
+# the run has WANT_REC recovery and WANT_JOIN join records, has done STEP steps and GAP steps
+# since its last plan change (recovery, join, migration; GAP 0: not asked); then FRAC of the last step's time more.
+# Prints "ok STEP" (the steps done then), "ended STEP" when fusion-train exits first or
+# "timeout STEP" after TIMEOUT seconds.
+await_metrics() {
+  python3 - "$train_pid" "$@" <<'PY'
+import json, os, sys, time
+pid, path = int(sys.argv[1]), sys.argv[2]
+want_rec, want_join, want_step, gap = map(int, sys.argv[3:7])
+frac, timeout = float(sys.argv[7]), float(sys.argv[8])
 step = rec = joins = change = 0
-step_s = 0.0
-try:
-    lines = open(sys.argv[1]).read().splitlines()
-except FileNotFoundError:
-    lines = []
-for line in lines:
+step_s, buf, pos = 0.0, b"", 0
+
+def alive():  # a zombie (exited, not yet reaped by the script) counts as gone
     try:
-        r = json.loads(line)
-    except ValueError:
-        continue  # the line being written
-    t = r.get("type")
-    if t == "step":
-        step, step_s = r["step"], r.get("step_s", 0.0)
-    elif t == "recovery":
-        rec += 1; change = r["step"]
-    elif t == "join":
-        joins += 1; change = r["step"]
-    elif t == "migration" and r.get("ok"):
-        change = r["step"]
-print(step, step_s, rec, joins, change)
+        with open("/proc/%d/stat" % pid) as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+def read_new():
+    global step, step_s, rec, joins, change, buf, pos
+    try:
+        with open(path, "rb") as f:
+            f.seek(pos)
+            data = f.read()
+    except FileNotFoundError:
+        return
+    pos += len(data)
+    lines = (buf + data).split(b"\n")
+    buf = lines.pop()  # the line being written
+    for line in lines:
+        try:
+            r = json.loads(line)
+        except ValueError:
+            continue
+        t = r.get("type")
+        if t == "step":
+            step, step_s = r["step"], r.get("step_s", 0.0)
+        elif t == "recovery":
+            rec += 1; change = r["step"]
+        elif t == "join":
+            joins += 1; change = r["step"]
+        elif t == "migration" and r.get("ok"):
+            change = r["step"]
+
+deadline = time.monotonic() + timeout
+while True:
+    read_new()
+    if rec >= want_rec and joins >= want_join and step >= want_step and (gap == 0 or step >= change + gap):
+        break
+    if not alive():
+        read_new()
+        print("ended", step); sys.exit(0)
+    if time.monotonic() > deadline:
+        print("timeout", step); sys.exit(0)
+    time.sleep(0.02)
+if frac > 0:
+    time.sleep(frac * step_s)
+    read_new()
+print("ok", step)
 PY
 }
 
@@ -217,43 +253,40 @@ holders_of() {
     awk '$4 == "->" { print $1 }' | sort -u
 }
 
-alive() { kill -0 "$train_pid" 2>/dev/null; }
-
 # soak RUN METRICS: the kills, while fusion-train runs; one line per kill in kills.tsv.
 soak() {
-  local run=$1 m=$2 kf k frac step step_s rec joins change victim want_rec=0 want_join=0 i
+  local run=$1 m=$2 kf k frac state step victim want_rec=0 want_join=0 killed_at restarted_at
   local -a holders
   printf "kill_step\tnode\tkilled_at_step\tkilled_at\trestarted_at\n" >"$out/kills.tsv"
   for kf in $kill_steps; do
     k=${kf%:*} frac=${kf#*:}
-    while true; do
-      alive || { echo "recovery_bench: the run ended before the kill at step $k" >&2; return; }
-      read -r step step_s rec joins change < <(progress "$m")
-      ((rec >= want_rec && joins >= want_join && step >= k && step >= change + gap)) && break
-      sleep 0.2
-    done
-    sleep "$(awk -v f="$frac" -v s="$step_s" 'BEGIN { printf "%.3f", f * s }')"
+    read -r state step < <(await_metrics "$m" "$want_rec" "$want_join" "$k" "$gap" "$frac" 86400)
+    case $state in
+      ok) ;;
+      ended) echo "recovery_bench: the run ended at step $step before the kill at step $k" >&2
+             return ;;
+      *) echo "recovery_bench: FAIL: could not follow $m before the kill at step $k" >&2
+         exit 1 ;;
+    esac
     holders=($(holders_of "$out/$run/train.log"))
     ((${#holders[@]})) || holders=("${nodes[@]}")
     victim_rng_state=$(( (victim_rng_state * 1103515245 + 12345) % 2147483648 ))
     victim=${holders[$(( victim_rng_state / 65536 % ${#holders[@]} ))]}
-    read -r step _ < <(progress "$m")  # the steps done when the kill comes
     kill -KILL "${node_pid[$victim]}"
     wait "${node_pid[$victim]}" 2>/dev/null || true
-    local killed_at restarted_at
     killed_at=$(date -u +%H:%M:%S.%N | cut -c1-12)
     echo "recovery_bench: step $step: node $victim SIGKILLed (kill step $k)" >&2
     want_rec=$((want_rec + 1))
-    for ((i = 0; i < 600; i++)); do  # the recovery record, within 120 s
-      read -r _ _ rec _ _ < <(progress "$m")
-      ((rec >= want_rec)) && break
-      alive || break
-      sleep 0.2
-    done
-    if ((rec < want_rec)); then
-      echo "recovery_bench: FAIL: no recovery record within 120 s of killing $victim at step $step" >&2
-      exit 1
-    fi
+    read -r state _ < <(await_metrics "$m" "$want_rec" 0 0 0 0 120)
+    case $state in
+      ended) echo "recovery_bench: FAIL: the run ended before it recorded the recovery from killing $victim at step $step" >&2
+             exit 1 ;;
+      ok) ;;
+      timeout) echo "recovery_bench: FAIL: no recovery record within 120 s of killing $victim at step $step" >&2
+               exit 1 ;;
+      *) echo "recovery_bench: FAIL: could not follow $m after killing $victim" >&2
+         exit 1 ;;
+    esac
     sleep "$restart_after"
     start_node "$run" "$victim"
     restarted_at=$(date -u +%H:%M:%S.%N | cut -c1-12)
