@@ -209,7 +209,11 @@ caf::message_handler ready(coord_ptr self) {
         return s.pending.pass_rp;
       },
       [=](load_atom, std::string& path) -> caf::result<bool> {
-        return serve(self, [=] { load_checkpoint_async(self, path, [=] { self->state.pending.pass_rp.deliver(true); }); });
+        return serve(self, [=] {
+          load_checkpoint_async(self, path, [=] {
+            renew_snapshots(self, [=] { self->state.pending.pass_rp.deliver(true); });
+          });
+        });
       },
   }
       .or_else(rewire_handler(self))

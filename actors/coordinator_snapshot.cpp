@@ -12,6 +12,7 @@
 // waited for: training goes on while the tensors travel.
 #include <algorithm>
 #include <set>
+#include <utility>
 
 #include "actors/coordinator_state.hpp"
 #include "actors/op_actor.hpp"
@@ -38,6 +39,12 @@ std::vector<int> placed_now(const coordinator_state& st) {
   return out;
 }
 
+// The build under way is over (holders ready, or snapshots off): whoever waits for it goes on.
+void build_ended(snapshot_state& sn) {
+  auto waiting = std::exchange(sn.when_built, {});
+  for (auto& f : waiting) f();
+}
+
 void snapshots_off(coord_ptr self, const std::string& why) {
   auto& sn = self->state.snap;
   sn.ready = sn.building = false;
@@ -45,6 +52,7 @@ void snapshots_off(coord_ptr self, const std::string& why) {
     log_warn("fusion-train", "peer snapshots are off: " + why +
                                  "; a lost node's state comes from a surviving replica or the last checkpoint");
   sn.off = why;
+  build_ended(sn);
 }
 
 // Stops the holders and removes the edges of `routes`; errors are ignored (a node may be gone).
@@ -98,6 +106,7 @@ void make_local_holders(coord_ptr self, uint64_t gen, std::shared_ptr<std::vecto
     s.snap.off.clear();
     log_info("fusion-train", "peer snapshots every " + std::to_string(s.in->cfg.snapshot_every) +
                                  " step(s), each node's ops to its buddy: " + pairs_of(s, s.snap.routes));
+    build_ended(s.snap);
   }, on_error);
 }
 
@@ -105,12 +114,17 @@ void make_local_holders(coord_ptr self, uint64_t gen, std::shared_ptr<std::vecto
 
 bool snapshots_ready(const coordinator_state& st) { return st.snap.ready; }
 
-void prepare_snapshots(coord_ptr self) {
+void prepare_snapshots(coord_ptr self, std::function<void()> built) {
   auto& st = self->state;
   auto& sn = st.snap;
-  if (!wanted(st) || (sn.building && sn.build_epoch == st.epoch)) return;
+  if (!wanted(st)) {
+    if (built) built();
+    return;
+  }
+  if (built) sn.when_built.push_back(std::move(built));
+  if (sn.building && sn.build_epoch == st.epoch) return;
   // Made already, or refused for this very plan (said once): nothing to do until the plan changes.
-  if ((sn.ready || !sn.off.empty()) && sn.placed == placed_now(st)) return;
+  if ((sn.ready || !sn.off.empty()) && sn.placed == placed_now(st)) return build_ended(sn);
   release(self, sn.routes);
   sn.routes.clear();
   sn.ready = false;
@@ -175,6 +189,18 @@ void prepare_snapshots(coord_ptr self) {
     };
     create_edges(self, std::move(edges), [=] { make_local_holders(self, gen, routes, on_error); }, on_error, target_of);
   }, on_error);
+}
+
+void renew_snapshots(coord_ptr self, std::function<void()> built) {
+  auto& sn = self->state.snap;
+  if (sn.ready || sn.building) {
+    release(self, sn.routes);
+    sn.routes.clear();
+    sn.placed.clear();
+    sn.ready = sn.building = false;
+    ++sn.generation;  // a build under way releases what it made
+  }
+  prepare_snapshots(self, std::move(built));
 }
 
 void maybe_snapshot(coord_ptr self) {

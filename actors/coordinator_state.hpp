@@ -183,6 +183,7 @@ struct snapshot_state {
   uint64_t build_epoch = 0;            ///< st.epoch when the build began (a recovery abandons it)
   int64_t taken = 0;                   ///< snapshots sent so far
   std::string off;                     ///< why snapshots are off (logged once), "" while they run
+  std::vector<std::function<void()>> when_built;  ///< called when the build under way ends
 };
 
 /// The coordinator's state, split by concern; the phase decides which messages it takes
@@ -416,7 +417,12 @@ bool from_retired(coord_ptr self);
 // ---- actors/coordinator_snapshot.cpp ----
 /// Cluster runs with recovery.snapshot-every: makes the snapshot holders and edges of the
 /// current plan (in the background; training goes on meanwhile), replacing those of an older plan.
-void prepare_snapshots(coord_ptr self);
+/// `built`, if given, is called once they are ready, or snapshots are off, or not wanted.
+void prepare_snapshots(coord_ptr self, std::function<void()> built = {});
+/// Stops the snapshot holders, forgets their snapshots and makes new ones, then calls `built`.
+/// For a checkpoint loaded mid-run: the steps it undid must not come back in a recovery, and a
+/// holder refuses snapshots older than one it holds.
+void renew_snapshots(coord_ptr self, std::function<void()> built);
 /// After the optimizer update of a step: every snapshot-every steps, each op sends its state to
 /// its holders (export_atom; the op handles it before the next step's update).
 void maybe_snapshot(coord_ptr self);

@@ -276,6 +276,60 @@ TEST_CASE("recovery: with snapshots every step and no checkpoint, a killed node 
   CHECK(max_weight_difference(mine, load_checkpoint(h.checkpoint_file)) <= 1e-6);
 }
 
+TEST_CASE("recovery: after a checkpoint is loaded mid-run, a lost node rewinds to a snapshot taken since, not to a step the load undid") {
+  const std::string tag = "rec-snap-load";
+  const int64_t steps = 6, loaded = 3;
+  // The state of step 3 and the losses every step must have: an undisturbed one-process run.
+  auto ref = tiny_config(steps, 2);
+  ref.checkpoint_file = temp_path(tag + "-ref-ckpt");
+  ref.checkpoint_every = 1;
+  ref.keep_checkpoints = 0;
+  std::filesystem::remove_all(ref.checkpoint_file);
+  const auto reference = losses_of(session(ref).train());
+  auto c = tiny_config(steps, 2);
+  std::vector<child_process> nodes;
+  on_nodes(c, write_cluster(tag, 3, "placement { policy: \"even\" }"), 3, nodes, tag);
+  c.recovery_mode = "auto";
+  c.snapshot_every = 1;
+  c.checkpoint_every = 0;
+  c.metrics_file = temp_path(tag + ".jsonl");
+  std::filesystem::remove(c.metrics_file);
+  bool again = false;
+  killer k{&nodes, 1, loaded + 1};
+  c.on_step = [&](const step_record& rec, double) {
+    if (!again) return;
+    if (rec.step == k.at) std::this_thread::sleep_for(std::chrono::milliseconds(300));  // its snapshot arrives
+    k.on_step(rec);
+  };
+  train_result r;
+  {
+    session s(c);
+    s.train();  // every holder now has the snapshot of step 6
+    s.load_checkpoint((std::filesystem::path(ref.checkpoint_file) / checkpoint_file_name(loaded)).string());
+    REQUIRE(s.step() == loaded);
+    again = true;
+    r = s.train();  // steps 4-6 again; n1 killed after step 4
+  }
+  INFO(all_output(nodes));
+  REQUIRE(k.killed);
+  CHECK(nodes[0].wait(15) == 0);
+  CHECK(nodes[2].wait(15) == 0);
+  // Before holders were made anew on a load, they refused the snapshots of steps 4-6 (older than
+  // the one of step 6 they held) and the recovery brought back step 6 of before the load.
+  auto recs = recovery_records(c.metrics_file);
+  REQUIRE(recs.size() == 1);
+  INFO(recs[0].dump());
+  CHECK(recs[0]["state_from"] == "snapshots");
+  CHECK(recs[0]["step"].get<int64_t>() == loaded + 1);
+  CHECK(recs[0]["steps_lost"].get<int64_t>() <= 1);
+  REQUIRE(r.steps.size() == static_cast<size_t>(steps - loaded));
+  for (size_t i = 0; i < r.steps.size(); ++i) {
+    const auto& step = r.steps[i];
+    CHECK(step.step == loaded + 1 + static_cast<int64_t>(i));
+    CHECK(std::abs(step.loss - reference[step.step - 1]) <= 1e-5 * std::abs(reference[step.step - 1]));
+  }
+}
+
 TEST_CASE("recovery: a replica's node hung (SIGSTOP) costs no checkpoint and at most the step in flight, the losses unchanged") {
   const std::string tag = "rec-replica";
   const int64_t steps = 10;
