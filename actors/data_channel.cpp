@@ -258,6 +258,13 @@ data_channel_server::data_channel_server(const std::string& host, uint16_t port,
       [node](const net::channel_error& e) {
         // A peer closing its connection at the end of a run is not an error worth a report.
         if (e.kind == net::channel_error_kind::io_error && e.message.find("closed") != std::string::npos) return;
+        // A peer that stopped answering (TCP keepalive, net/socket.hpp) vanished: a lost node,
+        // which the heartbeat reports and a recovery handles. What it was sending belongs to the
+        // plan given up by then (keepalive takes minutes, the heartbeat seconds): not a failure.
+        if (net::timed_out(e.message)) {
+          log_info("fusion-node data channel", e.message + ": the sending node stopped answering");
+          return;
+        }
         // A connection that never delivered a frame is a stranger: refused and logged by the
         // node, while the run goes on (bool: stray). One that did is a peer of the run whose
         // tensor is now lost: the run fails, as for a bad chunk over CAF.

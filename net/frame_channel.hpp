@@ -315,6 +315,10 @@ struct frame_server_options {
   /// handler kept for the connection (half-received tensors) can go. Not for a connection handed
   /// over by a reverse hello.
   std::function<void(uint64_t connection_id)> on_closed;
+  /// TCP keepalive of every connection it reads, accepted or adopted: a peer gone without a FIN
+  /// (a cut link) ends its reader, and on_closed frees what it held, within idle + interval x
+  /// probes (2 minutes by default) instead of at the end of the run.
+  keepalive_options keepalive;
 };
 
 /// Snapshot of the server's counters.

@@ -257,6 +257,7 @@ void frame_server::read_loop(connection& c) {
     ++broken_;
     report(kind, c, from + ": " + why, established);
   };
+  (void)set_keepalive(c.sock.fd(), options_.keepalive);
   // Until its first preamble and meta, a connection reads against a deadline: a peer that
   // connects and sends nothing (or a byte now and then) is closed instead of holding its thread.
   const bool deadline_on = options_.first_frame_timeout.count() > 0;

@@ -140,6 +140,7 @@ result<socket> connect_tcp(const std::string& host, uint16_t port, std::chrono::
     int flags = fcntl(s.fd(), F_GETFL);
     fcntl(s.fd(), F_SETFL, flags & ~O_NONBLOCK);
     (void)set_nodelay(s.fd());
+    (void)set_keepalive(s.fd());
     return s;
   }
   return fail("cannot connect to " + endpoint_name(host, port) + ": " + last);
@@ -150,6 +151,7 @@ result<socket> accept_tcp(const socket& listener) {
     int fd = ::accept4(listener.fd(), nullptr, nullptr, SOCK_CLOEXEC);
     if (fd >= 0) {
       (void)set_nodelay(fd);
+      (void)set_keepalive(fd);
       return socket(fd);
     }
     // Transient per-connection failures must not end the accept loop.
@@ -222,6 +224,18 @@ status set_nodelay(int fd) {
     return fail("TCP_NODELAY: " + errno_text(errno));
   return {};
 }
+
+status set_keepalive(int fd, const keepalive_options& k) {
+  const int on = 1, idle = static_cast<int>(k.idle.count()), interval = static_cast<int>(k.interval.count());
+  if (setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &on, sizeof(on)) < 0 ||
+      setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof(idle)) < 0 ||
+      setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &interval, sizeof(interval)) < 0 ||
+      setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &k.probes, sizeof(k.probes)) < 0)
+    return fail("TCP keepalive: " + errno_text(errno));
+  return {};
+}
+
+bool timed_out(const std::string& error) { return error.find(std::strerror(ETIMEDOUT)) != std::string::npos; }
 
 status set_buffer_sizes(int fd, int bytes) {
   if (setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &bytes, sizeof(bytes)) < 0 ||

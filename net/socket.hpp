@@ -61,7 +61,7 @@ result<socket> connect_tcp(const std::string& host, uint16_t port,
                            std::chrono::milliseconds timeout = std::chrono::seconds(5));
 
 /// Blocks until a connection arrives; fails once the listener is shut down. The returned socket
-/// has TCP_NODELAY set.
+/// has TCP_NODELAY and keepalive (keepalive_options' defaults) set.
 result<socket> accept_tcp(const socket& listener);
 
 /// Writes all n bytes (EINTR and partial writes handled, no SIGPIPE).
@@ -87,6 +87,25 @@ bool poll_until(int fd, short events, std::chrono::steady_clock::time_point dead
 
 /// Disables Nagle (small frames and acks must not wait for 40 ms timers).
 status set_nodelay(int fd);
+
+/// TCP keepalive: after `idle` without traffic the kernel probes the peer every `interval`, and
+/// after `probes` unanswered probes the connection fails (a read or write then reports "timed
+/// out"). A peer gone without a FIN (a cut link, a host switched off) would otherwise leave a
+/// connection that only reads waiting forever; a connection that carries traffic or whose peer
+/// answers is never touched.
+struct keepalive_options {
+  std::chrono::seconds idle{60};
+  std::chrono::seconds interval{10};
+  int probes = 6;
+};
+
+/// Turns TCP keepalive on with `k` (connect_tcp and accept_tcp do so with the defaults).
+status set_keepalive(int fd, const keepalive_options& k = {});
+
+/// Whether an I/O error text (plain or TLS) says the connection timed out: its peer stopped
+/// answering keepalive probes or retransmissions (ETIMEDOUT), so it vanished, as opposed to
+/// closing, resetting or sending something wrong.
+bool timed_out(const std::string& error);
 
 /// Sets SO_SNDBUF and SO_RCVBUF to `bytes`. Note that fixing the size turns off Linux's buffer
 /// auto-tuning; the loopback benchmark found autotuning (bytes = 0, the default everywhere in
