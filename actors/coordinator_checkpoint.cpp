@@ -202,8 +202,10 @@ void load_checkpoint_async(coord_ptr self, std::string path, std::function<void(
           kv.first.find('@') == std::string::npos)
         mine.push_back(kv);
     // Local steps: replica r >= 1 takes its own tensors where the file has them (a checkpoint
-    // of the same replica count), else replica 0's.
-    if (r > 0)
+    // of the same replica count), else replica 0's. Synchronous replicas all take replica 0's,
+    // even from a local-steps checkpoint: with their own moments (or parameters saved between
+    // syncs) they would drift apart under the same all-reduced gradient.
+    if (r > 0 && s.in->cfg.optim.sync_every > 0)
       for (auto& kv : mine)
         if (const tensor* own = find_named(*all, kv.first + replica_tail(r))) kv.second = *own;
     return self->request(s.exec.replicas[id][r], timeout, set_state_atom::value, std::move(mine));

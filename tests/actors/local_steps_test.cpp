@@ -182,6 +182,27 @@ TEST_CASE("local steps: a resume at a sync or between two ends with the straight
   }
 }
 
+TEST_CASE("local steps: a local-steps checkpoint resumes a synchronous run whose replicas stay identical") {
+  // Step 3 of local:2 lies between syncs: the replicas' parameters and moments differ in the file.
+  auto c = tiny_config(3, 4);
+  c.optim.sync_every = 2;
+  const auto local = run_2x2(c, "local-to-step", 1);
+  auto r = tiny_config(5, 4);
+  r.resume_from = local.checkpoint_dir + "/" + checkpoint_file_name(3);
+  r.checkpoint_file = temp_path("local-to-step-resumed-ckpt");
+  std::filesystem::remove_all(r.checkpoint_file);
+  // Every save compares the replicas: each replica once took its own tensors from the file, and
+  // the save of step 4 failed saying the replicas of an op had diverged.
+  const auto resumed = run_2x2(r, "local-to-step-resumed", 1);
+  REQUIRE(resumed.result.steps.size() == 2);
+  const checkpoint got = load_checkpoint(resumed.checkpoint_dir + "/" + checkpoint_file_name(5));
+  CHECK(got.step == 5);
+  for (auto& [name, t] : got.tensors) {
+    CAPTURE(name);
+    CHECK(name.find("@r") == std::string::npos);  // one copy per op: the replicas agree
+  }
+}
+
 TEST_CASE("local steps: an op actor between its update and the replicas' sync refuses its state") {
   // A recovery reads the survivors' states; in a sync step's window the parameters hold the inner
   // update but not yet the average, while ops of one replica have synced: restored, the model
