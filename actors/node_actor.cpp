@@ -85,7 +85,12 @@ void reject(node_ptr self, const std::string& why) {
 void receive_chunk(node_ptr self, const wire_chunk& c) {
   auto& st = self->state;
   auto accepted = accept_chunk(c.header, c.size(), *st.routes, st.assembler);
-  if (!accepted) return reject(self, accepted.error());
+  if (!accepted) {
+    // A late chunk of an edge whose route was removed (a plan given up) is dropped, as on the
+    // data channel (actors/data_channel.cpp): refused, it would fail the run.
+    if (auto h = decode_wire_header(c.header, c.size()); h && st.routes->removed(h->edge)) return;
+    return reject(self, accepted.error());
+  }
   if (c.size() > 0) std::memcpy(accepted->dst, c.data(), c.size());
   auto whole = st.assembler.end_chunk(accepted->header);
   if (!whole) reject(self, whole.error());
@@ -318,6 +323,10 @@ node_actor::behavior_type node_actor_fn(node_ptr self, node_identity id, std::sh
       // Re-wiring: the coordinator removes the edges of the old wiring once the new one is in place.
       [=](unroute_atom, uint64_t edge) {
         self->state.routes->erase(edge);
+        // Over CAF its tensors arrive in this actor only, so none is being written: what is
+        // half received would otherwise stay for the node's life. (A data channel connection's
+        // go when it closes: a reader may be writing into them.)
+        self->state.assembler.drop_edge(edge);
         return true;
       },
       // A lost peer (a killed process, or a cut link: then nothing tells this node) is never sent

@@ -110,6 +110,14 @@ std::vector<wire_header> split_into_chunks(const wire_header& base, uint64_t chu
   return out;
 }
 
+size_t wire_assembler::drop_edge(uint64_t edge) {
+  const auto from = partial_.lower_bound(key_t{edge, 0, 0, 0});
+  const auto to = partial_.lower_bound(key_t{edge + 1, 0, 0, 0});
+  const auto n = static_cast<size_t>(std::distance(from, to));
+  partial_.erase(from, to);
+  return n;
+}
+
 result<std::byte*> wire_assembler::begin_chunk(const wire_header& h) {
   key_t key{h.edge, static_cast<uint8_t>(h.dir), h.step, h.micro_batch};
   auto it = partial_.find(key);

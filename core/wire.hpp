@@ -133,6 +133,10 @@ class wire_assembler {
   /// (decoded when the edge is compressed), else nothing. Fails when the payload does not decode.
   result<std::optional<tensor>> end_chunk(const wire_header& h);
 
+  /// Forgets the partly received tensors of edge `edge`, whose route was removed (a plan given
+  /// up: their sender is lost, or will never send the rest); returns how many there were.
+  size_t drop_edge(uint64_t edge);
+
   /// Tensors with some but not all chunks received.
   size_t partial_count() const { return partial_.size(); }
 

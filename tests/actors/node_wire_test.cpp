@@ -3,7 +3,8 @@
 // channel are refused and counted without a report. The test plays the
 // coordinator: it accepts the node's hello, has it host an input actor that forwards to the test,
 // and routes an edge to that actor. A second case checks a node's TLS data channel against
-// plaintext, foreign, admin and misnamed peers.
+// plaintext, foreign, admin and misnamed peers. Over CAF, a tensor half received when its edge is
+// unrouted is forgotten and late chunks of that edge are dropped.
 #include <doctest/doctest.h>
 
 #include <caf/all.hpp>
@@ -204,6 +205,39 @@ TEST_CASE("node: malformed wire messages are rejected and counted, and the node 
   REQUIRE(delivered.shape() == shape_t{2, 2});
   CHECK(delivered.bytes()[7] == std::byte{3});
   (*channel)->close();
+
+  // A tensor half received over CAF when its edge is unrouted (a plan given up) is forgotten,
+  // and a late chunk of the removed edge is dropped, not reported: the node once kept the half
+  // for its life and refused the same chunk later as "arrived twice".
+  auto await_credits = [&](int want) {
+    int got = 0;
+    for (int i = 0; i < want; ++i)
+      self->receive([&](credit_atom, uint64_t, uint32_t n) { got += static_cast<int>(n); },
+                    [&](fail_atom, caf::error& e) { FAIL(describe(e)); }, caf::after(10s) >> [] {});
+    return got;
+  };
+  self->send(remote_node, wire_atom::value, c1);
+  CHECK(await_credits(1) == 1);
+  self->request(remote_node, 10s, unroute_atom::value, uint64_t{7}).receive([](bool) {}, [&](caf::error& e) {
+    FAIL(sys.render(e));
+  });
+  self->send(remote_node, wire_atom::value, c2);  // late: dropped
+  self->receive([&](fail_atom, caf::error& e) { FAIL("a late chunk was reported: " << describe(e)); },
+                [&](credit_atom, uint64_t, uint32_t) { FAIL("a late chunk was credited"); }, caf::after(1s) >> [] {});
+  self->request(remote_node, 10s, route_atom::value, uint64_t{7}, tensor_sink{input},
+                caf::actor_cast<edge_sender_actor>(me))
+      .receive([](bool) {}, [&](caf::error& e) { FAIL(sys.render(e)); });
+  self->send(remote_node, wire_atom::value, c1);
+  self->send(remote_node, wire_atom::value, c2);
+  delivered = tensor{};
+  credits = 0;
+  for (int i = 0; i < 3; ++i)
+    self->receive([&](credit_atom, uint64_t, uint32_t n) { credits += static_cast<int>(n); },
+                  [&](forward_atom, uint64_t, uint32_t, uint32_t, uint8_t, tensor& t) { delivered = std::move(t); },
+                  [&](fail_atom, caf::error& e) { FAIL(describe(e)); }, caf::after(10s) >> [] {});
+  CHECK(credits == 2);
+  REQUIRE(delivered.shape() == shape_t{2, 2});
+  CHECK(delivered.bytes()[15] == std::byte{2});
   CHECK(node.wait(0) == -2);  // still running
 
   self->request(remote_node, 10s, shutdown_atom::value).receive([](bool) {}, [](caf::error&) {});

@@ -370,3 +370,26 @@ TEST_CASE("wire: one assembler holds at most wire_max_partial_tensors partly rec
   h.offset = 8;
   CHECK(a.begin_chunk(h));
 }
+
+TEST_CASE("wire: dropping an edge forgets its partly received tensors and only those") {
+  wire_assembler a;
+  wire_header h = sample_header();
+  h.chunk_bytes = 8;  // of 96: every tensor stays partial
+  for (uint64_t edge : {6, 7, 8})
+    for (uint32_t mb : {0u, 1u}) {
+      h.edge = edge;
+      h.micro_batch = mb;
+      REQUIRE(a.begin_chunk(h));
+    }
+  CHECK(a.drop_edge(7) == 2);
+  CHECK(a.drop_edge(7) == 0);
+  CHECK(a.partial_count() == 4);
+  // Edge 7's first chunk is new again; edge 6's still counts as received.
+  h.edge = 7;
+  h.micro_batch = 0;
+  CHECK(a.begin_chunk(h));
+  h.edge = 6;
+  auto again = a.begin_chunk(h);
+  REQUIRE_FALSE(again);
+  CHECK(again.error().find("arrived twice") != std::string::npos);
+}
