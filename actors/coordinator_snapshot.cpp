@@ -158,6 +158,10 @@ void prepare_snapshots(coord_ptr self, std::function<void()> built) {
   } catch (const std::exception& e) {
     return snapshots_off(self, e.what());
   }
+  // The edge ids are taken now, not when the holders answer: a plan derived from the current
+  // one meanwhile (a migration at this boundary, a recovery) then numbers its edges past them.
+  // Taken later, they once collided with that plan's edges (a route or sender overwritten).
+  for (auto& r : *routes) r.edge = st.exec.current.next_edge_id++;
   auto on_error = [=](caf::error& e) {
     if (self->state.snap.generation == gen) snapshots_off(self, "their holders could not be made (" + describe(e) + ")");
   };
@@ -173,7 +177,6 @@ void prepare_snapshots(coord_ptr self, std::function<void()> built) {
     for (size_t i = 0; i < remote.size(); ++i) {
       auto& r = (*routes)[i];
       r.remote = remote[i];
-      r.edge = s.exec.current.next_edge_id++;
       plan_edge e;
       e.id = r.edge;
       e.producer = e.consumer = r.op;
