@@ -132,6 +132,28 @@ caf::message_handler joining(coord_ptr self) {
   };
 }
 
+// Why a request between steps (ready, paused) cannot be served now, if it cannot: other work
+// runs (a recovery, a migration, another request). Served meanwhile, it met a half-built plan
+// (during a recovery: actors of the lost node, or none at all).
+std::optional<caf::error> busy_now(const coordinator_state& s, const char* what) {
+  if (s.act == activity::idle) return std::nullopt;
+  const char* doing = s.act == activity::recovering ? "recovering from the loss of a node"
+                      : s.act == activity::migrating ? "moving operators (a migration)"
+                      : s.act == activity::eval      ? "evaluating"
+                      : s.act == activity::sample    ? "sampling"
+                      : s.act == activity::state     ? "saving or loading a checkpoint"
+                      : s.act == activity::wiring    ? "wiring the run"
+                                                     : "busy with other work";
+  return make_error(fusion_errc::busy, std::string("cannot ") + what + " now: the run is " + doing +
+                                           "; ask again once that is done");
+}
+
+// Work queued at the step boundary while a request ran (an admin checkpoint during an
+// evaluation) follows it when no step runs to pick it up.
+void after_request(coord_ptr self) {
+  if (self->state.phase != run_phase::training) run_boundary_tasks(self, [] {});
+}
+
 // A request served at once, answered through a promise once the work behind it is done.
 template <class Work>
 caf::result<bool> serve(coord_ptr self, Work work) {
@@ -145,13 +167,18 @@ caf::message_handler rewire_handler(coord_ptr self) {
   return {
       [=](rewire_atom) -> caf::result<bool> {
         auto& s = self->state;
+        if (s.phase != run_phase::training)
+          if (auto busy = busy_now(s, "re-wire")) return *busy;
         auto rp = self->make_response_promise();
         if (s.phase == run_phase::training) {  // at the next step boundary (begin_step)
           s.train.rewire_requested = true;
           s.pending.rewire_rps.push_back(rp);
           return rp;
         }
-        apply_rewire(self, [=]() mutable { rp.deliver(true); });
+        apply_rewire(self, [=]() mutable {
+          rp.deliver(true);
+          after_request(self);
+        });
         return rp;
       },
   };
@@ -161,7 +188,13 @@ caf::message_handler rewire_handler(coord_ptr self) {
 caf::message_handler save_handler(coord_ptr self) {
   return {
       [=](save_atom, std::string& path) -> caf::result<bool> {
-        return serve(self, [=] { save_checkpoint_async(self, path, [=] { self->state.pending.pass_rp.deliver(true); }); });
+        if (auto busy = busy_now(self->state, "save a checkpoint")) return *busy;
+        return serve(self, [=] {
+          save_checkpoint_async(self, path, [=] {
+            self->state.pending.pass_rp.deliver(true);
+            after_request(self);
+          });
+        });
       },
   };
 }
@@ -188,14 +221,19 @@ caf::message_handler ready(coord_ptr self) {
   return caf::message_handler{
       [=](train_atom) -> caf::result<bool> {
         auto& s = self->state;
+        if (auto busy = busy_now(s, "train")) return *busy;
         s.pending.train_rp = self->make_response_promise();
         begin_training(self);
         return s.pending.train_rp;
       },
       [=](eval_atom) -> caf::result<std::vector<double>> {
         auto& s = self->state;
+        if (auto busy = busy_now(s, "evaluate")) return *busy;
         s.pending.pass_rp = self->make_response_promise();
-        begin_eval(self, [=](eval_result v) { self->state.pending.pass_rp.deliver(std::vector<double>{v.loss, v.accuracy, v.bits_per_byte}); });
+        begin_eval(self, [=](eval_result v) {
+          self->state.pending.pass_rp.deliver(std::vector<double>{v.loss, v.accuracy, v.bits_per_byte});
+          after_request(self);
+        });
         return s.pending.pass_rp;
       },
       [=](sample_atom, int32_t count, std::string& prompt, double temperature, uint64_t seed) -> caf::result<std::string> {
@@ -203,15 +241,22 @@ caf::message_handler ready(coord_ptr self) {
         if (!s.in->model.is_text())
           return make_error(fusion_errc::bad_config, "model " + s.in->model.name +
                                                          " is not a text model: there is nothing to sample");
+        if (auto busy = busy_now(s, "sample")) return *busy;
         s.pending.pass_rp = self->make_response_promise();
-        begin_sample(self, count, std::move(prompt), temperature, seed,
-                     [=](std::string text) { self->state.pending.pass_rp.deliver(std::move(text)); });
+        begin_sample(self, count, std::move(prompt), temperature, seed, [=](std::string text) {
+          self->state.pending.pass_rp.deliver(std::move(text));
+          after_request(self);
+        });
         return s.pending.pass_rp;
       },
       [=](load_atom, std::string& path) -> caf::result<bool> {
+        if (auto busy = busy_now(self->state, "load a checkpoint")) return *busy;
         return serve(self, [=] {
           load_checkpoint_async(self, path, [=] {
-            renew_snapshots(self, [=] { self->state.pending.pass_rp.deliver(true); });
+            renew_snapshots(self, [=] {
+              self->state.pending.pass_rp.deliver(true);
+              after_request(self);
+            });
           });
         });
       },

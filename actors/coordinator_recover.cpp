@@ -153,6 +153,8 @@ void finish(coord_ptr self, std::shared_ptr<recovery_ctx> ctx) {
     st.train.training_job = true;
     if (st.phase != run_phase::training) enter(self, run_phase::training);
     begin_step(self);
+  } else if (st.phase != run_phase::training) {
+    run_boundary_tasks(self, [] {});  // admin commands queued during the recovery: no step picks them up
   }
 }
 
@@ -387,7 +389,7 @@ bool recover_from_loss(coord_ptr self, size_t node, const std::string& why) {
   abandon_migration(self, node_label(st, node) + " was lost");
   st.act = activity::recovering;
   if (st.pending.pass_rp.pending())
-    st.pending.pass_rp.deliver(make_error(fusion_errc::node_lost, node_label(st, node) + " was lost while this request "
+    st.pending.pass_rp.deliver(make_error(fusion_errc::busy, node_label(st, node) + " was lost while this request "
                                                                                          "ran; the run recovers on the "
                                                                                          "survivors: ask again"));
   plan_recovery(self, ctx);

@@ -17,6 +17,7 @@ const char* to_string(fusion_errc x) {
     case fusion_errc::wrong_phase: return "wrong_phase";
     case fusion_errc::interrupted: return "interrupted";
     case fusion_errc::bad_config: return "bad_config";
+    case fusion_errc::busy: return "busy";
   }
   return "unknown";
 }

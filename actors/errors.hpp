@@ -26,6 +26,7 @@ enum class fusion_errc : uint8_t {
   wrong_phase,        ///< a request the coordinator cannot serve in its current phase
   interrupted,        ///< the run was stopped (SIGINT, SIGTERM)
   bad_config,         ///< configuration, model or data that cannot run
+  busy,               ///< the coordinator is busy with other work (a recovery, ...): ask again
 };
 
 /// The category atom of fusion errors.

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <thread>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -103,14 +104,23 @@ struct session::impl {
   void shutdown();
 
   // Sends xs to the coordinator and waits for its answer of type T; an error becomes an
-  // exception in plain words (interrupted_error when the run was stopped).
+  // exception in plain words (interrupted_error when the run was stopped). A busy coordinator
+  // (recovering from a lost node, say, or the request was cut short by that loss) is asked again
+  // until it serves the request, for as long as a step may take and at least a minute.
   template <class T, class... Ts>
-  T call(Ts&&... xs) {
+  T call(const Ts&... xs) {
     caf::scoped_actor self{*sys};
     T out{};
     caf::error err;
-    self->request(coordinator, caf::infinite, std::forward<Ts>(xs)...)
-        .receive([&](T& v) { out = std::move(v); }, [&](caf::error& e) { err = std::move(e); });
+    const auto patience = std::chrono::duration<double>(std::max(60.0, 2 * in->cfg.step_timeout_s));
+    const auto deadline = std::chrono::steady_clock::now() + patience;
+    for (;;) {
+      err = caf::error{};
+      self->request(coordinator, caf::infinite, xs...)
+          .receive([&](T& v) { out = std::move(v); }, [&](caf::error& e) { err = std::move(e); });
+      if (code_of(err) != fusion_errc::busy || std::chrono::steady_clock::now() > deadline) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
     if (err) {
       if (code_of(err) == fusion_errc::interrupted) throw interrupted_error(describe(err));
       throw std::runtime_error(describe(err));

@@ -22,6 +22,7 @@
 #include <cmath>
 #include <csignal>
 #include <filesystem>
+#include <future>
 #include <fstream>
 #include <string>
 #include <thread>
@@ -453,6 +454,75 @@ TEST_CASE("recovery: a replica's node lost while a migration wires its new plan 
   const std::string drained = drain_while_replica_hangs("rec-move-switched", 1.0);
   CHECK(drained.find("-> n1") != std::string::npos);
   CHECK(drained.find("-> n2") == std::string::npos);
+}
+
+TEST_CASE("recovery: a save and an admin checkpoint asked for while a recovery runs between train calls wait for it and save the recovered state") {
+  const std::string tag = "rec-ready";
+  const int64_t steps = 3;
+  auto c = tiny_config(steps, 4);
+  std::vector<child_process> nodes;
+  // Stage 1 on n0, stage 2 on n1 with a replica on n2: n2's loss is recovered from n1.
+  on_nodes(c,
+           write_cluster(tag, 3,
+                         "placement { policy: \"explicit\" assign { node: \"n0\" ops: \"wte\" ops: \"wpe\" ops: \"h0.*\" } "
+                         "assign { node: \"n1\" replica: \"n2\" ops: \"h1.*\" ops: \"lnf\" ops: \"lm_head\" ops: \"loss\" } }"),
+           3, nodes, tag);
+  c.peer_timeout_ms = 8000;  // n0, stopped for a while below, is not lost
+  c.eval_batches = 2;
+  c.recovery_mode = "auto";
+  c.metrics_file = temp_path(tag + ".jsonl");
+  std::filesystem::remove(c.metrics_file);
+  const std::string saved = temp_path(tag + "-saved.ckpt"), by_admin = temp_path(tag + "-admin.ckpt");
+  std::filesystem::remove(saved);
+  std::filesystem::remove(by_admin);
+  {
+    session s(c);
+    s.train();
+    // n0 stopped holds the recovery from n2's loss open: it cannot spawn or restore there.
+    REQUIRE(::kill(nodes[0].pid(), SIGSTOP) == 0);
+    REQUIRE(::kill(nodes[2].pid(), SIGKILL) == 0);
+    bool lost = false;
+    for (int i = 0; i < 500 && !lost; ++i) {
+      lost = s.query("nodes").find("\"lost\"") != std::string::npos;
+      if (!lost) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    REQUIRE(lost);
+    // Queued while the recovery runs; once, nothing answered it before the next train call.
+    auto admin = std::async(std::launch::async, [&] { return s.command("checkpoint", {by_admin}); });
+    std::thread wake([&] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+      ::kill(nodes[0].pid(), SIGCONT);
+    });
+    // Once served at once: it asked the lost node's actors for their state and the run failed.
+    std::string failure;
+    try {
+      s.save_checkpoint(saved);
+    } catch (const std::exception& e) {
+      failure = e.what();
+    }
+    wake.join();
+    CHECK_MESSAGE(failure.empty(), failure);
+    REQUIRE(admin.wait_for(std::chrono::seconds(20)) == std::future_status::ready);
+    CHECK(admin.get().find(by_admin) != std::string::npos);
+    CHECK(s.step() == steps);
+    CHECK(std::isfinite(s.evaluate().loss));
+  }
+  INFO(all_output(nodes));
+  CHECK(nodes[0].wait(15) == 0);
+  CHECK(nodes[1].wait(15) == 0);
+  replica_recovery(c.metrics_file, "n2");
+  // Both files hold the recovered state of step 3, which is the undisturbed run's: n1 kept it.
+  auto ref = tiny_config(steps, 4);
+  ref.checkpoint_file = temp_path(tag + "-ref.ckpt");
+  std::filesystem::remove(ref.checkpoint_file);
+  session(ref).train();
+  const checkpoint want = load_checkpoint(ref.checkpoint_file);
+  for (const auto& path : {saved, by_admin}) {
+    CAPTURE(path);
+    const checkpoint got = load_checkpoint(path);
+    CHECK(got.step == static_cast<uint64_t>(steps));
+    CHECK(max_weight_difference(got, want) <= 1e-5);
+  }
 }
 
 TEST_CASE("recovery: a node lost with no replica and no checkpoint yet fails saying so, writing nothing") {
