@@ -58,7 +58,9 @@ caf::result<std::string> command_move(coord_ptr self, const std::vector<std::str
   if (!can_change(st))
     return make_error(fusion_errc::wrong_phase, std::string("cannot move ops while the run is ") + to_string(st.phase));
   caf::error err;
-  if (!check_move(self, ops, node, err)) return err;
+  // Checked now for a prompt answer, and again when it runs (run_move). While a recovery
+  // replaces the plan, only then: the plan of now still holds the lost node.
+  if (st.act != activity::recovering && !check_move(self, ops, node, err)) return err;
   return now_or_at_boundary(self, [=](caf::response_promise rp, std::function<void()> next) {
     run_move(self, ops, node, rp, next);
   });
@@ -84,7 +86,7 @@ caf::result<std::string> command_replicas(coord_ptr self, const std::vector<std:
   if (!can_change(st))
     return make_error(fusion_errc::wrong_phase, std::string("cannot change replicas while the run is ") + to_string(st.phase));
   caf::error err;
-  if (!check_set_replicas(self, op, nodes, err)) return err;
+  if (st.act != activity::recovering && !check_set_replicas(self, op, nodes, err)) return err;  // as for move
   return now_or_at_boundary(self, [=](caf::response_promise rp, std::function<void()> next) {
     run_set_replicas(self, op, nodes, rp, next);
   });

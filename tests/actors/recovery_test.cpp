@@ -22,7 +22,6 @@
 #include <cmath>
 #include <csignal>
 #include <filesystem>
-#include <future>
 #include <fstream>
 #include <string>
 #include <thread>
@@ -37,51 +36,16 @@
 #include "tests/support/child_process.hpp"
 #include "tests/support/cluster_fixtures.hpp"
 #include "tests/support/fixtures.hpp"
+#include "tests/support/recovery_fixtures.hpp"
 
 using namespace fusion;
 using fusion::test::child_process;
 using fusion::test::losses_of;
 using fusion::test::src;
 using namespace fusion::test::cluster;
+using namespace fusion::test::recovery;
 
 namespace {
-
-using clock_type = std::chrono::steady_clock;
-
-// The recovery records of a metrics file.
-std::vector<nlohmann::json> recovery_records(const std::string& metrics) {
-  std::vector<nlohmann::json> out;
-  std::ifstream in(metrics);
-  for (std::string line; std::getline(in, line);) {
-    auto j = nlohmann::json::parse(line, nullptr, false);
-    if (!j.is_discarded() && j.value("type", "") == "recovery") out.push_back(j);
-  }
-  return out;
-}
-
-// Signals node `victim` (SIGKILL: gone at once; SIGSTOP: hung, declared lost after the peer
-// timeout) from the coordinator's on_step once step `at` has ended, and notes when the first
-// step after that ends.
-struct killer {
-  killer(std::vector<child_process>* n, size_t v, int64_t a, int s = SIGKILL) : nodes(n), victim(v), at(a), sig(s) {}
-  std::vector<child_process>* nodes;
-  size_t victim;
-  int64_t at;
-  int sig;
-  bool killed = false;
-  clock_type::time_point kill_time, next_step_time;
-
-  void on_step(const step_record& rec) {
-    if (!killed && rec.step == at) {
-      (*nodes)[victim].signal(sig);
-      killed = true;
-      kill_time = clock_type::now();
-    } else if (killed && next_step_time == clock_type::time_point{}) {
-      next_step_time = clock_type::now();
-    }
-  }
-  double seconds_to_next_step() const { return std::chrono::duration<double>(next_step_time - kill_time).count(); }
-};
 
 // A TCP port nothing listens on right now (the coordinator of the rejoin test needs a fixed one).
 uint16_t free_port() {
@@ -106,36 +70,8 @@ bool wait_for_text(const child_process& p, const std::string& text, double secon
   return false;
 }
 
-// The largest difference between the f32 tensors of two checkpoints of the same model.
-double max_weight_difference(const checkpoint& mine, const checkpoint& theirs) {
-  REQUIRE(mine.tensors.size() == theirs.tensors.size());
-  double worst = 0;
-  for (size_t i = 0; i < mine.tensors.size(); ++i) {
-    const auto& [name, a] = mine.tensors[i];
-    const auto& b = theirs.tensors[i].second;
-    CAPTURE(name);
-    REQUIRE(theirs.tensors[i].first == name);
-    REQUIRE(a.numel() == b.numel());
-    if (a.type() != dtype::f32) continue;
-    for (int64_t j = 0; j < a.numel(); ++j) worst = std::max(worst, std::abs(double(a.f32()[j]) - double(b.f32()[j])));
-  }
-  return worst;
-}
 
-// The one recovery record of `metrics`: node `lost`, its state taken from the surviving replicas.
-nlohmann::json replica_recovery(const std::string& metrics, const std::string& lost) {
-  auto recs = recovery_records(metrics);
-  REQUIRE(recs.size() == 1);
-  INFO(recs[0].dump());
-  CHECK(recs[0]["nodes"] == nlohmann::json::array({lost}));
-  CHECK(recs[0]["state_from"] == "replicas");
-  return recs[0];
-}
 
-void check_consecutive_steps(const train_result& r, int64_t steps) {
-  REQUIRE(r.steps.size() == static_cast<size_t>(steps));
-  for (int64_t i = 0; i < steps; ++i) CHECK(r.steps[i].step == i + 1);
-}
 
 }  // namespace
 
@@ -337,11 +273,7 @@ TEST_CASE("recovery: a replica's node hung (SIGSTOP) costs no checkpoint and at 
   auto c = tiny_config(steps, 4);
   std::vector<child_process> nodes;
   // Two stages: the first on n0, the second on n1 with a replica on n2.
-  on_nodes(c,
-           write_cluster(tag, 3,
-                         "placement { policy: \"explicit\" assign { node: \"n0\" ops: \"wte\" ops: \"wpe\" ops: \"h0.*\" } "
-                         "assign { node: \"n1\" replica: \"n2\" ops: \"h1.*\" ops: \"lnf\" ops: \"lm_head\" ops: \"loss\" } }"),
-           3, nodes, tag);
+  on_nodes(c, write_cluster(tag, 3, replica_placement()), 3, nodes, tag);
   c.recovery_mode = "auto";  // no checkpoint is kept: the replica is the only source
   c.metrics_file = temp_path(tag + ".jsonl");
   std::filesystem::remove(c.metrics_file);
@@ -381,9 +313,7 @@ std::string drain_while_replica_hangs(const std::string& tag, double n1_slower) 
   const int64_t steps = 8;
   auto c = tiny_config(steps, 4);
   const std::string cluster =
-      write_cluster(tag, 3,
-                    "placement { policy: \"explicit\" assign { node: \"n0\" ops: \"wte\" ops: \"wpe\" ops: \"h0.*\" } "
-                    "assign { node: \"n1\" replica: \"n2\" ops: \"h1.*\" ops: \"lnf\" ops: \"lm_head\" ops: \"loss\" } }");
+      write_cluster(tag, 3, replica_placement());
   const graph g = load_graph(c.model_file, c.batch / c.micro_batches);
   cluster_profile p = profile_from_cluster(load_cluster(cluster));
   p.model = g.name;
@@ -454,75 +384,6 @@ TEST_CASE("recovery: a replica's node lost while a migration wires its new plan 
   const std::string drained = drain_while_replica_hangs("rec-move-switched", 1.0);
   CHECK(drained.find("-> n1") != std::string::npos);
   CHECK(drained.find("-> n2") == std::string::npos);
-}
-
-TEST_CASE("recovery: a save and an admin checkpoint asked for while a recovery runs between train calls wait for it and save the recovered state") {
-  const std::string tag = "rec-ready";
-  const int64_t steps = 3;
-  auto c = tiny_config(steps, 4);
-  std::vector<child_process> nodes;
-  // Stage 1 on n0, stage 2 on n1 with a replica on n2: n2's loss is recovered from n1.
-  on_nodes(c,
-           write_cluster(tag, 3,
-                         "placement { policy: \"explicit\" assign { node: \"n0\" ops: \"wte\" ops: \"wpe\" ops: \"h0.*\" } "
-                         "assign { node: \"n1\" replica: \"n2\" ops: \"h1.*\" ops: \"lnf\" ops: \"lm_head\" ops: \"loss\" } }"),
-           3, nodes, tag);
-  c.peer_timeout_ms = 8000;  // n0, stopped for a while below, is not lost
-  c.eval_batches = 2;
-  c.recovery_mode = "auto";
-  c.metrics_file = temp_path(tag + ".jsonl");
-  std::filesystem::remove(c.metrics_file);
-  const std::string saved = temp_path(tag + "-saved.ckpt"), by_admin = temp_path(tag + "-admin.ckpt");
-  std::filesystem::remove(saved);
-  std::filesystem::remove(by_admin);
-  {
-    session s(c);
-    s.train();
-    // n0 stopped holds the recovery from n2's loss open: it cannot spawn or restore there.
-    REQUIRE(::kill(nodes[0].pid(), SIGSTOP) == 0);
-    REQUIRE(::kill(nodes[2].pid(), SIGKILL) == 0);
-    bool lost = false;
-    for (int i = 0; i < 500 && !lost; ++i) {
-      lost = s.query("nodes").find("\"lost\"") != std::string::npos;
-      if (!lost) std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    }
-    REQUIRE(lost);
-    // Queued while the recovery runs; once, nothing answered it before the next train call.
-    auto admin = std::async(std::launch::async, [&] { return s.command("checkpoint", {by_admin}); });
-    std::thread wake([&] {
-      std::this_thread::sleep_for(std::chrono::milliseconds(1500));
-      ::kill(nodes[0].pid(), SIGCONT);
-    });
-    // Once served at once: it asked the lost node's actors for their state and the run failed.
-    std::string failure;
-    try {
-      s.save_checkpoint(saved);
-    } catch (const std::exception& e) {
-      failure = e.what();
-    }
-    wake.join();
-    CHECK_MESSAGE(failure.empty(), failure);
-    REQUIRE(admin.wait_for(std::chrono::seconds(20)) == std::future_status::ready);
-    CHECK(admin.get().find(by_admin) != std::string::npos);
-    CHECK(s.step() == steps);
-    CHECK(std::isfinite(s.evaluate().loss));
-  }
-  INFO(all_output(nodes));
-  CHECK(nodes[0].wait(15) == 0);
-  CHECK(nodes[1].wait(15) == 0);
-  replica_recovery(c.metrics_file, "n2");
-  // Both files hold the recovered state of step 3, which is the undisturbed run's: n1 kept it.
-  auto ref = tiny_config(steps, 4);
-  ref.checkpoint_file = temp_path(tag + "-ref.ckpt");
-  std::filesystem::remove(ref.checkpoint_file);
-  session(ref).train();
-  const checkpoint want = load_checkpoint(ref.checkpoint_file);
-  for (const auto& path : {saved, by_admin}) {
-    CAPTURE(path);
-    const checkpoint got = load_checkpoint(path);
-    CHECK(got.step == static_cast<uint64_t>(steps));
-    CHECK(max_weight_difference(got, want) <= 1e-5);
-  }
 }
 
 TEST_CASE("recovery: a node lost with no replica and no checkpoint yet fails saying so, writing nothing") {
