@@ -89,6 +89,11 @@ result<wire_header> decode_wire_header(std::string_view bytes, uint64_t payload_
   if (h.offset > wire || h.chunk_bytes > wire - h.offset)
     return fail("chunk at offset " + std::to_string(h.offset) + " of " + std::to_string(h.chunk_bytes) +
                 " bytes lies outside the " + std::to_string(wire) + "-byte payload");
+  // Only an empty payload travels as an empty chunk: any other carries nothing and would earn
+  // its edge a flow-control credit all the same.
+  if (h.chunk_bytes == 0 && wire > 0)
+    return fail("empty chunk at offset " + std::to_string(h.offset) + " of a " + std::to_string(wire) +
+                "-byte payload");
   if (payload_bytes != h.chunk_bytes)
     return fail(std::string(payload_bytes < h.chunk_bytes ? "truncated" : "oversized") +
                 " payload: header announces " + std::to_string(h.chunk_bytes) + " bytes, " +

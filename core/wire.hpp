@@ -53,9 +53,10 @@ inline constexpr uint32_t wire_protocol_version = 14;
 /// Largest tensor a header may announce (16 GiB); anything larger is a corrupt header.
 inline constexpr uint64_t wire_max_tensor_bytes = uint64_t{1} << 34;
 
-/// Most tensors one wire_assembler holds partly received at once (one sender's connection): an
-/// edge has at most its flow window of chunks in flight, so a sender past this many is broken or
-/// hostile, and each partial tensor it opened would hold its memory.
+/// Most tensors one wire_assembler holds partly received at once (on the data channel, one per
+/// sender's connection; over CAF, one per node): an edge has at most its flow window of chunks in
+/// flight, so a sender past this many is broken or hostile, and each partial tensor it opened
+/// would hold its memory.
 inline constexpr size_t wire_max_partial_tensors = 4096;
 
 /// Flow control of a cross-process edge ([flow] in the run config): the one home of its defaults

@@ -77,6 +77,13 @@ TEST_CASE("wire: every malformed header is refused with a message that says why"
   h.shape = {int64_t{1} << 40, int64_t{1} << 20};
   CHECK(decode_error(h, 96).find("GiB limit") != std::string::npos);
   h = sample_header();
+  h.offset = 32;
+  h.chunk_bytes = 0;  // would earn its edge a credit for nothing
+  CHECK(decode_error(h, 0).find("empty chunk at offset 32 of a 96-byte payload") != std::string::npos);
+  h.shape = {0, 3};
+  h.total_bytes = h.offset = 0;
+  CHECK(decode_wire_header(encode_wire_header(h), 0).ok());  // an empty tensor's one chunk
+  h = sample_header();
   h.type = static_cast<dtype>(9);
   CHECK(decode_error(h, 96).find("unknown dtype 9") != std::string::npos);
   CHECK(decode_wire_header("\xff\xff\xff", 0).error().find("unreadable wire header") != std::string::npos);
