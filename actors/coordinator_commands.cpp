@@ -185,23 +185,35 @@ caf::result<std::string> run_command(coord_ptr self, const std::string& verb, co
 void run_or_queue(coord_ptr self, caf::response_promise rp,
                   std::function<void(caf::response_promise, std::function<void()>)> work) {
   auto& st = self->state;
-  if (st.phase == run_phase::training || st.act != activity::idle || !st.rebalance.at_boundary.empty()) {
-    st.rebalance.at_boundary.push_back({[=](std::function<void()> next) { work(rp, next); },
-                              [=](const caf::error& e) mutable { rp.deliver(e); }});
-    return;
-  }
-  // Work queued meanwhile (a second command during this one) follows while no step runs.
-  work(rp, [=] {
-    if (self->state.phase != run_phase::training) run_boundary_tasks(self, [] {});
-  });
+  const bool wait = st.phase == run_phase::training || st.act != activity::idle || !st.rebalance.at_boundary.empty();
+  st.rebalance.at_boundary.push_back({[=](std::function<void()> next) { work(rp, next); },
+                                      [=](const caf::error& e) mutable { rp.deliver(e); }});
+  // Otherwise it runs now, as a boundary task (a node lost meanwhile answers it: refuse_running_task),
+  // and work queued meanwhile (a second command during this one) follows it.
+  if (!wait) run_boundary_tasks(self, [] {});
 }
 
 void run_boundary_tasks(coord_ptr self, std::function<void()> done) {
   auto& st = self->state;
-  if (st.rebalance.at_boundary.empty() || st.phase == run_phase::failed) return done();
+  // During a recovery the tasks wait for its end (finish() or the next step starts them again):
+  // a task run on the plan being given up would ask the lost node's actors.
+  if (st.rebalance.at_boundary.empty() || st.phase == run_phase::failed || st.recovery.ctx) return done();
   auto task = std::move(st.rebalance.at_boundary.front());
   st.rebalance.at_boundary.erase(st.rebalance.at_boundary.begin());
-  task.run([=] { run_boundary_tasks(self, done); });
+  const uint64_t token = ++st.rebalance.task_token;
+  st.rebalance.running = task.refuse;
+  task.run([=] {
+    auto& rb = self->state.rebalance;
+    if (rb.task_token != token) return;  // refused by a recovery meanwhile: its chain ended there
+    rb.running = nullptr;
+    run_boundary_tasks(self, done);
+  });
+}
+
+void refuse_running_task(coord_ptr self, const caf::error& why) {
+  auto& rb = self->state.rebalance;
+  ++rb.task_token;
+  if (auto refuse = std::exchange(rb.running, nullptr)) refuse(why);
 }
 
 void refuse_boundary_tasks(coord_ptr self, const caf::error& why) {

@@ -167,19 +167,20 @@ caf::message_handler rewire_handler(coord_ptr self) {
   return {
       [=](rewire_atom) -> caf::result<bool> {
         auto& s = self->state;
-        if (s.phase != run_phase::training)
-          if (auto busy = busy_now(s, "re-wire")) return *busy;
-        auto rp = self->make_response_promise();
         if (s.phase == run_phase::training) {  // at the next step boundary (begin_step)
+          auto rp = self->make_response_promise();
           s.train.rewire_requested = true;
           s.pending.rewire_rps.push_back(rp);
           return rp;
         }
-        apply_rewire(self, [=]() mutable {
-          rp.deliver(true);
-          after_request(self);
+        if (auto busy = busy_now(s, "re-wire")) return *busy;
+        // pass_rp: a node lost meanwhile answers it (recover_from_loss).
+        return serve(self, [=] {
+          apply_rewire(self, [=] {
+            self->state.pending.pass_rp.deliver(true);
+            after_request(self);
+          });
         });
-        return rp;
       },
   };
 }
@@ -252,9 +253,14 @@ caf::message_handler ready(coord_ptr self) {
       [=](load_atom, std::string& path) -> caf::result<bool> {
         if (auto busy = busy_now(self->state, "load a checkpoint")) return *busy;
         return serve(self, [=] {
-          load_checkpoint_async(self, path, [=] {
-            renew_snapshots(self, [=] {
-              self->state.pending.pass_rp.deliver(true);
+          auto rp = self->state.pending.pass_rp;
+          load_checkpoint_async(self, path, [=]() mutable {
+            // Busy until the new snapshot holders are made: nothing else may start meanwhile.
+            self->state.act = activity::state;
+            renew_snapshots(self, [=]() mutable {
+              auto& s = self->state;
+              if (s.act == activity::state) s.act = activity::idle;
+              rp.deliver(true);
               after_request(self);
             });
           });

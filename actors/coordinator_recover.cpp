@@ -388,6 +388,10 @@ bool recover_from_loss(coord_ptr self, size_t node, const std::string& why) {
   st.train.cur.reset();
   abandon_migration(self, node_label(st, node) + " was lost");
   st.act = activity::recovering;
+  refuse_running_task(self, make_error(fusion_errc::busy, node_label(st, node) + " was lost while this command ran; "
+                                                                                "the run recovers on the survivors: ask again"));
+  // A load waiting for its snapshot holders: its request is answered below.
+  st.snap.when_built.clear();
   if (st.pending.pass_rp.pending())
     st.pending.pass_rp.deliver(make_error(fusion_errc::busy, node_label(st, node) + " was lost while this request "
                                                                                          "ran; the run recovers on the "

@@ -80,7 +80,8 @@ void on_verdict(coord_ptr self, verdict_ptr v, const plan& judged) {
   st.rebalance.last_verdict = line;
   if (migrate_now || v->first || v->decision.what == rebalance_decision::verdict::wait || !v->error.empty())
     log_info("fusion-train", line);
-  if (!migrate_now || st.phase == run_phase::failed) return;
+  // After the last step no step gains from it: it would only delay what comes after training.
+  if (!migrate_now || st.phase == run_phase::failed || st.train.step >= st.in->cfg.steps) return;
   // The plan may have changed since the snapshot (an admin move): that verdict is stale.
   if (!same_placement(judged.where, st.exec.current.where)) return;
   st.rebalance.at_boundary.push_back({[=](std::function<void()> next) {

@@ -143,6 +143,8 @@ struct pending_requests {
 /// scheduler actor (actors/coordinator_migrate.cpp, actors/coordinator_schedule.cpp).
 struct rebalance_state {
   std::vector<boundary_task> at_boundary;       // admin work waiting for the step boundary
+  std::function<void(const caf::error&)> running;  // the refusal of the boundary task running, if any
+  uint64_t task_token = 0;                      // raised per task: a refused task's late `next` is ignored
   std::shared_ptr<migration_ctx> migration;     // the migration in flight, if any
   std::map<int, int64_t> settling;              // moved op -> last step not measured (warm-up)
   rebalance_settings settings;                  // scheduler.*, changed by the admin's set / scheduler
@@ -466,6 +468,9 @@ void run_or_queue(coord_ptr self, caf::response_promise rp,
 void run_boundary_tasks(coord_ptr self, std::function<void()> done);
 /// Answers every queued command with `why` (the run failed or stopped first).
 void refuse_boundary_tasks(coord_ptr self, const caf::error& why);
+/// Answers the boundary task that runs, if any, with `why` and ends its chain: a lost node cut
+/// it short (its replies are dropped, so it would never answer). The tasks after it stay queued.
+void refuse_running_task(coord_ptr self, const caf::error& why);
 
 // ---- actors/coordinator_schedule.cpp ----
 /// After a step: every scheduler.every steps of an OP-Fence cluster run, asks the scheduler actor

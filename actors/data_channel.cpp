@@ -209,8 +209,11 @@ struct data_channel_server::impl {
     std::byte* dst = accepted->dst;
     return net::frame_target::into(dst ? dst : &empty_payload, [this, h, r, conn](const status& received) {
       if (!received) {
-        caf::anon_send(node, wire_atom::value,
-                       "payload of edge " + std::to_string(h.edge) + " lost: " + received.error(), false);
+        // Cut off mid-tensor: a sender that stopped answering (keepalive, as in the error
+        // handler below) or one whose edge is gone was lost, and the recovery has seen to it.
+        if (!net::timed_out(received.error()) && !routes->removed(h.edge))
+          caf::anon_send(node, wire_atom::value,
+                         "payload of edge " + std::to_string(h.edge) + " lost: " + received.error(), false);
         return;
       }
       auto whole = [&] {
@@ -262,7 +265,7 @@ data_channel_server::data_channel_server(const std::string& host, uint16_t port,
         // which the heartbeat reports and a recovery handles. What it was sending belongs to the
         // plan given up by then (keepalive takes minutes, the heartbeat seconds): not a failure.
         if (net::timed_out(e.message)) {
-          log_info("fusion-node data channel", e.message + ": the sending node stopped answering");
+          log_warn("fusion-node data channel", e.message + ": the sending node stopped answering");
           return;
         }
         // A connection that never delivered a frame is a stranger: refused and logged by the

@@ -1,7 +1,7 @@
 // Requests and commands that arrive while a recovery from a lost node runs (docs/recovery.md,
 // "What happens"), against real fusion-node processes. A survivor stopped (SIGSTOP) for a
 // moment holds the recovery open, so that they arrive during it: between train calls, a save
-// and an admin checkpoint wait for it and save the recovered state; during training, a move
+// and an admin checkpoint wait for it, and one the loss cut short is answered and asked again; during training, a move
 // queued meanwhile runs at the next step boundary beside the new snapshot holders.
 #include <doctest/doctest.h>
 
@@ -53,7 +53,7 @@ std::thread continue_later(child_process& n) {
 
 }  // namespace
 
-TEST_CASE("recovery: a save and an admin checkpoint asked for while a recovery runs between train calls wait for it and save the recovered state") {
+TEST_CASE("recovery: a save and admin checkpoints asked for while a recovery runs between train calls, or cut short by it, wait for it and save the recovered state") {
   const std::string tag = "rec-ready";
   const int64_t steps = 3;
   auto c = tiny_config(steps, 4);
@@ -65,14 +65,18 @@ TEST_CASE("recovery: a save and an admin checkpoint asked for while a recovery r
   c.recovery_mode = "auto";
   c.metrics_file = temp_path(tag + ".jsonl");
   std::filesystem::remove(c.metrics_file);
-  const std::string saved = temp_path(tag + "-saved.ckpt"), by_admin = temp_path(tag + "-admin.ckpt");
-  std::filesystem::remove(saved);
-  std::filesystem::remove(by_admin);
+  const std::string saved = temp_path(tag + "-saved.ckpt"), by_admin = temp_path(tag + "-admin.ckpt"),
+                    cut_short = temp_path(tag + "-cut-short.ckpt");
+  for (const auto& path : {saved, by_admin, cut_short}) std::filesystem::remove(path);
   {
     session s(c);
     s.train();
     // n0 stopped holds the recovery from n2's loss open: it cannot spawn or restore there.
     REQUIRE(::kill(nodes[0].pid(), SIGSTOP) == 0);
+    // Started before the loss, it waits for n0's actors; the loss cuts it short. Its replies
+    // are dropped then, and once nothing answered it at all.
+    auto first = std::async(std::launch::async, [&] { return s.command("checkpoint", {cut_short}); });
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
     REQUIRE(::kill(nodes[2].pid(), SIGKILL) == 0);
     REQUIRE(wait_for_loss(s));
     // Queued while the recovery runs; once, nothing answered it before the next train call.
@@ -87,7 +91,8 @@ TEST_CASE("recovery: a save and an admin checkpoint asked for while a recovery r
     }
     wake.join();
     CHECK_MESSAGE(failure.empty(), failure);
-    REQUIRE(admin.wait_for(std::chrono::seconds(20)) == std::future_status::ready);
+    for (auto* f : {&first, &admin}) REQUIRE(f->wait_for(std::chrono::seconds(20)) == std::future_status::ready);
+    CHECK(first.get().find(cut_short) != std::string::npos);  // asked again by the session
     CHECK(admin.get().find(by_admin) != std::string::npos);
     CHECK(s.step() == steps);
     CHECK(std::isfinite(s.evaluate().loss));
@@ -96,13 +101,13 @@ TEST_CASE("recovery: a save and an admin checkpoint asked for while a recovery r
   CHECK(nodes[0].wait(15) == 0);
   CHECK(nodes[1].wait(15) == 0);
   replica_recovery(c.metrics_file, "n2");
-  // Both files hold the recovered state of step 3, which is the undisturbed run's: n1 kept it.
+  // Every file holds the recovered state of step 3, which is the undisturbed run's: n1 kept it.
   auto ref = tiny_config(steps, 4);
   ref.checkpoint_file = temp_path(tag + "-ref.ckpt");
   std::filesystem::remove(ref.checkpoint_file);
   session(ref).train();
   const checkpoint want = load_checkpoint(ref.checkpoint_file);
-  for (const auto& path : {saved, by_admin}) {
+  for (const auto& path : {saved, by_admin, cut_short}) {
     CAPTURE(path);
     const checkpoint got = load_checkpoint(path);
     CHECK(got.step == static_cast<uint64_t>(steps));
