@@ -51,20 +51,27 @@ std::thread continue_later(child_process& n) {
   });
 }
 
+// The tiny run on n0-n2 (replica_placement(): n2's loss is recovered from n1, which holds the
+// replica of its stage) with recovery on and a metrics file. Its peer timeout lets n0 be
+// stopped a while without being lost.
+train_config held_recovery_config(const std::string& tag, int64_t steps, std::vector<child_process>& nodes) {
+  auto c = tiny_config(steps, 4);
+  on_nodes(c, write_cluster(tag, 3, replica_placement()), 3, nodes, tag);
+  c.peer_timeout_ms = 8000;
+  c.recovery_mode = "auto";
+  c.metrics_file = temp_path(tag + ".jsonl");
+  std::filesystem::remove(c.metrics_file);
+  return c;
+}
+
 }  // namespace
 
 TEST_CASE("recovery: a save and admin checkpoints asked for while a recovery runs between train calls, or cut short by it, wait for it and save the recovered state") {
   const std::string tag = "rec-ready";
   const int64_t steps = 3;
-  auto c = tiny_config(steps, 4);
   std::vector<child_process> nodes;
-  // n2's loss is recovered from n1, which holds the replica of its stage.
-  on_nodes(c, write_cluster(tag, 3, replica_placement()), 3, nodes, tag);
-  c.peer_timeout_ms = 8000;  // n0, stopped for a while below, is not lost
+  auto c = held_recovery_config(tag, steps, nodes);
   c.eval_batches = 2;
-  c.recovery_mode = "auto";
-  c.metrics_file = temp_path(tag + ".jsonl");
-  std::filesystem::remove(c.metrics_file);
   const std::string saved = temp_path(tag + "-saved.ckpt"), by_admin = temp_path(tag + "-admin.ckpt"),
                     cut_short = temp_path(tag + "-cut-short.ckpt");
   for (const auto& path : {saved, by_admin, cut_short}) std::filesystem::remove(path);
@@ -121,14 +128,9 @@ TEST_CASE("recovery: a move queued while a recovery with peer snapshots runs is 
   // the counter the move's plan had already numbered its edges from: two edges with one id.
   const std::string tag = "rec-move-queued";
   const int64_t steps = 8;
-  auto c = tiny_config(steps, 4);
   std::vector<child_process> nodes;
-  on_nodes(c, write_cluster(tag, 3, replica_placement()), 3, nodes, tag);
-  c.peer_timeout_ms = 8000;  // n0, stopped for a while below, is not lost
-  c.recovery_mode = "auto";
+  auto c = held_recovery_config(tag, steps, nodes);
   c.snapshot_every = 1;
-  c.metrics_file = temp_path(tag + ".jsonl");
-  std::filesystem::remove(c.metrics_file);
   std::atomic<bool> killed{false};
   c.on_step = [&](const step_record& rec, double) {
     if (rec.step != 3 || killed) return;
