@@ -93,7 +93,7 @@ void make_local_holders(coord_ptr self, uint64_t gen, std::shared_ptr<std::vecto
     auto& s = self->state;
     const auto& r = (*routes)[i];
     return self->request(s.members.nodes[r.node], control_timeout, hold_atom::value, s.in->model.nodes[r.op].name,
-                         r.tensors, uint32_t{2}, s.exec.senders.at(r.edge), r.remote);
+                         r.tensors, snapshot_keep_local, s.exec.senders.at(r.edge), r.remote);
   }, [=](std::vector<snapshot_holder> local) {
     auto& s = self->state;
     // The snapshot edges are no edges of the plan: the plan's bookkeeping does not see them.
@@ -170,7 +170,7 @@ void prepare_snapshots(coord_ptr self, std::function<void()> built) {
     auto& s = self->state;
     const auto& r = (*routes)[i];
     return self->request(s.members.nodes[r.buddy], control_timeout, hold_atom::value, s.in->model.nodes[r.op].name,
-                         r.tensors, uint32_t{1}, edge_sender_actor{}, snapshot_holder{});
+                         r.tensors, snapshot_keep_buddy, edge_sender_actor{}, snapshot_holder{});
   }, [=](std::vector<snapshot_holder> remote) {
     auto& s = self->state;
     std::vector<plan_edge> edges;

@@ -4,10 +4,10 @@
 
 #include <algorithm>
 #include <chrono>
-#include <thread>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <thread>
 
 #include <caf/io/all.hpp>
 #include <nlohmann/json.hpp>
@@ -106,7 +106,7 @@ struct session::impl {
   // Sends xs to the coordinator and waits for its answer of type T; an error becomes an
   // exception in plain words (interrupted_error when the run was stopped). A busy coordinator
   // (recovering from a lost node, say, or the request was cut short by that loss) is asked again
-  // until it serves the request, for as long as a step may take and at least a minute.
+  // until it serves the request, for up to twice the step timeout and at least a minute.
   template <class T, class... Ts>
   T call(const Ts&... xs) {
     caf::scoped_actor self{*sys};

@@ -20,6 +20,13 @@
 
 namespace fusion {
 
+/// Complete snapshots a holder keeps, on the op's own node and on its buddy. Two on the buddy
+/// too: a node lost while its ops' snapshots of step S stream out leaves some of them complete
+/// at S on the buddy and others only at the step before; with one kept, those that completed S
+/// had dropped it, no step was common to every op and the recovery fell back to the checkpoint.
+inline constexpr uint32_t snapshot_keep_local = 2;
+inline constexpr uint32_t snapshot_keep_buddy = 2;
+
 /// XXH64 over the tensor_hash (dtype, shape, bytes) of every tensor, in order: the checksum a
 /// snapshot's sender computes and its holder verifies.
 uint64_t snapshot_checksum(const std::vector<tensor>& tensors);

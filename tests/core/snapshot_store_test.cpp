@@ -140,3 +140,19 @@ TEST_CASE("newest_common_step: the newest step every op has, else nothing") {
   CHECK_FALSE(newest_common_step({{5}, {}}).has_value());
   CHECK_FALSE(newest_common_step({}).has_value());
 }
+
+TEST_CASE("snapshot stores on a buddy still share a step when their node is lost mid-round") {
+  // Two ops of a lost node, held on its buddy: both have step 5; step 10 completed for the first
+  // only (the node died while the second's checksum was on its way).
+  std::vector<snapshot_store> held(2, snapshot_store(3, snapshot_keep_buddy));
+  for (auto& s : held) {
+    stream(s, 5, state_at(5));
+    REQUIRE(s.seal(5, snapshot_checksum(state_at(5))).ok());
+    stream(s, 10, state_at(10));
+  }
+  REQUIRE(held[0].seal(10, snapshot_checksum(state_at(10))).ok());
+  std::vector<std::vector<uint64_t>> steps;
+  for (auto& s : held) steps.push_back(s.complete_steps());
+  CHECK(newest_common_step(steps) == std::optional<uint64_t>{5});
+  CHECK(snapshot_keep_local >= snapshot_keep_buddy);
+}
