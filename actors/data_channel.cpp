@@ -31,6 +31,12 @@ std::optional<edge_route> route_table::find(uint64_t edge) const {
   return it->second;
 }
 
+std::optional<uint64_t> late_chunk_edge(std::string_view header, uint64_t payload_bytes, const route_table& routes) {
+  auto h = decode_wire_header(header, payload_bytes);
+  if (h && routes.removed(h->edge)) return h->edge;
+  return std::nullopt;
+}
+
 result<accepted_chunk> accept_chunk(std::string_view header, uint64_t payload_bytes, const route_table& routes,
                                     wire_assembler& assembler) {
   auto h = decode_wire_header(header, payload_bytes);
@@ -189,13 +195,12 @@ struct data_channel_server::impl {
       // A chunk of an edge whose route this node removed (a plan given up) is late, not wrong:
       // after a cut link a lost node's kernel delivers what it had queued once the link is back,
       // long after the recovery. Read and dropped; refused, it would fail the run.
-      auto h = decode_wire_header(f.meta, f.payload_size);
-      if (h && routes->removed(h->edge)) {
+      if (auto edge = late_chunk_edge(f.meta, f.payload_size, *routes)) {
         {
           std::lock_guard<std::mutex> guard(mutex);
-          if (!stale_edges.insert(h->edge).second) return net::frame_target::skip();
+          if (!stale_edges.insert(*edge).second) return net::frame_target::skip();
         }
-        log_info("fusion-node data channel", "dropped a late chunk of edge " + std::to_string(h->edge) + " from " +
+        log_info("fusion-node data channel", "dropped a late chunk of edge " + std::to_string(*edge) + " from " +
                                                  f.peer + ": its route was removed (a plan given up); later ones of "
                                                  "that edge are dropped silently");
         return net::frame_target::skip();

@@ -72,6 +72,10 @@ struct accepted_chunk {
 result<accepted_chunk> accept_chunk(std::string_view header, uint64_t payload_bytes, const route_table& routes,
                                     wire_assembler& assembler);
 
+/// The edge of a chunk accept_chunk refused when that edge's route was removed (a plan given
+/// up): the chunk is late, not wrong, and is dropped, wherever it came from. Nothing otherwise.
+std::optional<uint64_t> late_chunk_edge(std::string_view header, uint64_t payload_bytes, const route_table& routes);
+
 /// Once the chunk's bytes are in place: acknowledges it to the edge sender and, when `whole`
 /// holds the completed tensor (wire_assembler::end_chunk), hands it to the route's op actor.
 void finish_chunk(const edge_route& r, const wire_header& h, std::optional<tensor> whole);

@@ -88,7 +88,7 @@ void receive_chunk(node_ptr self, const wire_chunk& c) {
   if (!accepted) {
     // A late chunk of an edge whose route was removed (a plan given up) is dropped, as on the
     // data channel (actors/data_channel.cpp): refused, it would fail the run.
-    if (auto h = decode_wire_header(c.header, c.size()); h && st.routes->removed(h->edge)) return;
+    if (late_chunk_edge(c.header, c.size(), *st.routes)) return;
     return reject(self, accepted.error());
   }
   if (c.size() > 0) std::memcpy(accepted->dst, c.data(), c.size());
