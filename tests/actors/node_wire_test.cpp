@@ -195,13 +195,17 @@ TEST_CASE("node: malformed wire messages are rejected and counted, and the node 
   CHECK(delivered.bytes()[15] == std::byte{2});
   // And a valid frame on the data channel arrives too.
   REQUIRE((*channel)->send(encode_wire_header(good), payload->data(), 16, payload) == net::send_status::queued);
-  credits = 0;
-  delivered = tensor{};
-  for (int i = 0; i < 2; ++i)
-    self->receive([&](credit_atom, uint64_t, uint32_t n) { credits += static_cast<int>(n); },
-                  [&](forward_atom, uint64_t, uint32_t, uint32_t, uint8_t, tensor& t) { delivered = std::move(t); },
-                  [&](fail_atom, caf::error& e) { FAIL(describe(e)); }, caf::after(10s) >> [] {});
-  CHECK(credits == 1);
+  // `messages` credits and deliveries: the credits counted, the tensor delivered kept.
+  auto collect = [&](int messages) {
+    int got = 0;
+    delivered = tensor{};
+    for (int i = 0; i < messages; ++i)
+      self->receive([&](credit_atom, uint64_t, uint32_t n) { got += static_cast<int>(n); },
+                    [&](forward_atom, uint64_t, uint32_t, uint32_t, uint8_t, tensor& t) { delivered = std::move(t); },
+                    [&](fail_atom, caf::error& e) { FAIL(describe(e)); }, caf::after(10s) >> [] {});
+    return got;
+  };
+  CHECK(collect(2) == 1);
   REQUIRE(delivered.shape() == shape_t{2, 2});
   CHECK(delivered.bytes()[7] == std::byte{3});
   (*channel)->close();
@@ -229,13 +233,7 @@ TEST_CASE("node: malformed wire messages are rejected and counted, and the node 
       .receive([](bool) {}, [&](caf::error& e) { FAIL(sys.render(e)); });
   self->send(remote_node, wire_atom::value, c1);
   self->send(remote_node, wire_atom::value, c2);
-  delivered = tensor{};
-  credits = 0;
-  for (int i = 0; i < 3; ++i)
-    self->receive([&](credit_atom, uint64_t, uint32_t n) { credits += static_cast<int>(n); },
-                  [&](forward_atom, uint64_t, uint32_t, uint32_t, uint8_t, tensor& t) { delivered = std::move(t); },
-                  [&](fail_atom, caf::error& e) { FAIL(describe(e)); }, caf::after(10s) >> [] {});
-  CHECK(credits == 2);
+  CHECK(collect(3) == 2);
   REQUIRE(delivered.shape() == shape_t{2, 2});
   CHECK(delivered.bytes()[15] == std::byte{2});
   CHECK(node.wait(0) == -2);  // still running
