@@ -130,6 +130,8 @@ void observe_step(coord_ptr self, const step_record& rec) {
   auto& st = self->state;
   const placement& w = st.exec.current.where;
   const auto& where = w.node_of_op;
+  // Grouped by node: each node's correction factor moves once per step, over all its ops.
+  std::map<int, std::vector<workload_estimator::op_sample>> by_node;
   for (auto& m : rec.ops) {
     if (m.node < 0 || static_cast<size_t>(m.node) >= where.size() || m.forward_s.empty()) continue;
     // A migrated op's first steps on its new node pay the same first-touch costs: measured, they
@@ -140,7 +142,7 @@ void observe_step(coord_ptr self, const step_record& rec) {
       std::vector<double> f, b;
       for (size_t mb = 0; mb < m.forward_s.size() && mb < m.backward_s.size(); ++mb)
         if (w.replica_of(m.node, static_cast<int>(mb)) == r) f.push_back(m.forward_s[mb]), b.push_back(m.backward_s[mb]);
-      if (!f.empty()) est->observe_op(m.node, w.node_of(m.node, r), mean(f), mean(b));
+      if (!f.empty()) by_node[w.node_of(m.node, r)].push_back({m.node, mean(f), mean(b)});
     }
     // Each replica's ring work teaches its node's host rate for the all-reduce.
     const int R = w.replicas(m.node);
@@ -148,6 +150,7 @@ void observe_step(coord_ptr self, const step_record& rec) {
     for (int r = 0; r < R && r < static_cast<int>(m.reduce_work_s.size()); ++r)
       est->observe_allreduce(w.node_of(m.node, r), work_bytes, m.reduce_work_s[r]);
   }
+  for (auto& [node, samples] : by_node) est->observe_ops(node, samples);
   observe_host_traffic(self, rec);
   // A link carrying one tensor stream at a time times the link itself; with several edges in
   // flight on one node pair each tensor also waits for the others, which the simulation already

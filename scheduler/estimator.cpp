@@ -298,20 +298,28 @@ double workload_estimator::activation_bytes(int id) const {
   return (1 + kept_copies_[id]) * output_bytes(id);
 }
 
-void workload_estimator::observe_op(int id, int node, double fwd, double bwd) {
-  check_op(id, ops_, node, nodes_, "measurement");
-  if (keys_[id].empty() || !std::isfinite(fwd) || !std::isfinite(bwd) || fwd < 0 || bwd < 0) return;
+void workload_estimator::observe_op(int id, int node, double fwd, double bwd) { observe_ops(node, {{id, fwd, bwd}}); }
+
+void workload_estimator::observe_ops(int node, const std::vector<op_sample>& ops) {
+  check_op(0, 1, node, nodes_, "measurement");
   const double w = options_.ema_weight;
-  auto [it, fresh] = measured_.try_emplace({id, node}, fwd, bwd);
-  if (!fresh) {
-    it->second.first = ema(it->second.first, fwd, w);
-    it->second.second = ema(it->second.second, bwd, w);
+  for (const auto& o : ops) check_op(o.id, ops_, node, nodes_, "measurement");
+  double measured_sum = 0, predicted_sum = 0;
+  for (const auto& o : ops) {
+    const double fwd = o.forward_s, bwd = o.backward_s;
+    if (keys_[o.id].empty() || !std::isfinite(fwd) || !std::isfinite(bwd) || fwd < 0 || bwd < 0) continue;
+    auto [it, fresh] = measured_.try_emplace({o.id, node}, fwd, bwd);
+    if (!fresh) {
+      it->second.first = ema(it->second.first, fwd, w);
+      it->second.second = ema(it->second.second, bwd, w);
+    }
+    const double predicted = profile_forward_s(o.id, node) + profile_backward_s(o.id, node);
+    if (predicted > 0 && fwd + bwd > 0) measured_sum += fwd + bwd, predicted_sum += predicted;
   }
   // The node as a whole runs faster or slower than profiled (load, throttling, a stale profile):
   // its ops that were never measured there follow.
-  const double predicted = profile_forward_s(id, node) + profile_backward_s(id, node);
-  if (predicted > 0 && fwd + bwd > 0) {
-    correction_[node] = ema(correction_[node], (fwd + bwd) / predicted, w);
+  if (predicted_sum > 0) {
+    correction_[node] = ema(correction_[node], measured_sum / predicted_sum, w);
     correction_seen_[node] = 1;
     refresh_corrections();
   }

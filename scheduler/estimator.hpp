@@ -169,9 +169,21 @@ class workload_estimator {
   /// times are the mean over options().quota_phases phases of their periods.
   step_estimate simulate(const plan& p) const;
 
-  /// Refinement from a step's measurements. `forward_s` and `backward_s` are per micro-batch
-  /// (the mean over the step's micro-batches); the node's correction factor (measured /
-  /// profile) moves too, so its unmeasured ops follow.
+  /// One op's times in a step on one node, per micro-batch (the mean over the step's
+  /// micro-batches).
+  struct op_sample {
+    int id = -1;
+    double forward_s = 0;
+    double backward_s = 0;
+  };
+  /// Refinement from one step's measurements of the ops on `node`: each op's moving average, and
+  /// the node's correction factor (measured / profile), so that its unmeasured ops follow. The
+  /// factor moves once per call, towards the ops' measured seconds summed over their profiled
+  /// seconds summed: a time-weighted ratio. A node slowed by stops (a duty cycle, a co-tenant)
+  /// stretches its long ops the most while its shortest ones often run between two stops at
+  /// full speed; a factor moved op by op would end near whatever the last few ops showed.
+  void observe_ops(int node, const std::vector<op_sample>& ops);
+  /// observe_ops with one op.
   void observe_op(int id, int node, double forward_s, double backward_s);
   /// One tensor of `bytes` took `seconds` from a to b, as an edge sender times it: from its first
   /// chunk sent (a round trip more than the link was busy: the data's way there and the last

@@ -457,6 +457,45 @@ TEST_CASE("scheduler/estimator: measurements refine op times and links") {
   CHECK(est.link_mbit(0, 1) == doctest::Approx(50 + w * 50));
 }
 
+TEST_CASE("scheduler/estimator: a step's ops move their node's correction once, by their time-weighted ratio") {
+  // A node stopped nine tenths of the time in short periods: its long op (lm_head, 4 s profiled)
+  // takes ten times its profile, its short ones (wte, fc: 2 and 3 s) fit between two stops and
+  // run as profiled. Whatever order the step's ops come in, an op never measured there (loss)
+  // must follow the node's time-weighted slowdown, (40 + 2 + 3) / (4 + 2 + 3) = 5.
+  graph g = parse_graph(chain_model, "chain.pbtxt", 1);
+  cluster_spec c = two_sites();
+  const int wte = 2, fc = 3, lm_head = 4, loss = 5;
+  const double w = workload_estimator(g, c, timed_profile(g, c, 2, 100, chain_times)).options().ema_weight;
+  using sample = workload_estimator::op_sample;
+  const std::vector<sample> long_first = {{lm_head, 20, 20}, {wte, 1, 1}, {fc, 1, 2}};
+  const std::vector<sample> long_last = {{wte, 1, 1}, {fc, 1, 2}, {lm_head, 20, 20}};
+  for (const auto* order : {&long_first, &long_last}) {
+    workload_estimator est(g, c, timed_profile(g, c, 2, 100, chain_times));
+    est.observe_ops(0, *order);
+    const double corr = 1 + w * (5.0 - 1);
+    CHECK(est.forward_s(loss, 0) == doctest::Approx(1 * corr));
+    CHECK(est.forward_s(lm_head, 0) == doctest::Approx(20));  // measured: its own average
+    CHECK(est.forward_s(wte, 1) == doctest::Approx(1 * corr));  // b0 ran nothing: a0's factor
+    // A second step moves the factor once more, not once per op.
+    est.observe_ops(0, *order);
+    CHECK(est.forward_s(loss, 0) == doctest::Approx(corr + w * (5.0 - corr)));
+  }
+  // Steps of the same measurements settle the factor at 5. One op at a time it would settle where
+  // the order puts it: about 3 with the short ops last.
+  workload_estimator per_step(g, c, timed_profile(g, c, 2, 100, chain_times));
+  workload_estimator one_by_one(g, c, timed_profile(g, c, 2, 100, chain_times));
+  for (int step = 0; step < 40; ++step) {
+    per_step.observe_ops(0, long_first);
+    for (auto& o : long_first) one_by_one.observe_op(o.id, 0, o.forward_s, o.backward_s);
+  }
+  CHECK(per_step.forward_s(loss, 0) == doctest::Approx(5));
+  CHECK(one_by_one.forward_s(loss, 0) < 3.5);
+  // A bad op id is refused before anything is learned.
+  workload_estimator est(g, c, timed_profile(g, c, 2, 100, chain_times));
+  CHECK_THROWS_AS(est.observe_ops(0, {{fc, 5, 5}, {99, 1, 1}}), std::out_of_range);
+  CHECK(est.forward_s(fc, 0) == doctest::Approx(1));
+}
+
 TEST_CASE("scheduler/estimator: a link with a long round trip is learned at its rate from tensors timed as edge senders time them") {
   // 100 Mbit/s with a 50 ms round trip, profiled at 300. An edge sender times a tensor that found
   // the edge idle from its first chunk to its last acknowledgement (serialisation plus the round

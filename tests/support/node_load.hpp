@@ -1,5 +1,5 @@
 // Fixtures of the tests that load or watch node processes while a run trains on them: where
-// the ops are (the `placement` query) and a CPU cap on a process without cgroups (no root).
+// the ops and their work are (the `placement` query) and a CPU cap on a process without cgroups (no root).
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -14,6 +14,8 @@
 #include <thread>
 
 #include "actors/trainer.hpp"
+#include "core/graph.hpp"
+#include "scheduler/placement.hpp"
 
 namespace fusion::test::cluster {
 
@@ -24,6 +26,19 @@ inline std::map<std::string, int> ops_per_node(session& s) {
   for (auto& o : placement["ops"]) {
     auto name = o["op"].get<std::string>();
     if (name != "tokens" && name != "targets") ++out[o["node"].get<std::string>()];
+  }
+  return out;
+}
+
+// Estimated FLOPs of a step per node name (op_flops of `g`, the run's model): the work a node
+// holds. An op count is not: a re-plan may hand a node more ops of less work.
+inline std::map<std::string, double> flops_per_node(session& s, const graph& g) {
+  const std::vector<double> flops = op_flops(g);
+  std::map<std::string, double> out;
+  const auto placement = nlohmann::json::parse(s.query("placement"));
+  for (auto& o : placement["ops"]) {
+    const int id = g.find(o["op"].get<std::string>());
+    if (id >= 0) out[o["node"].get<std::string>()] += flops[static_cast<size_t>(id)];
   }
   return out;
 }
