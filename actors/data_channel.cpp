@@ -24,6 +24,11 @@ bool route_table::removed(uint64_t edge) const {
   return removed_.count(edge) > 0;
 }
 
+size_t route_table::removed_count() const {
+  std::lock_guard<std::mutex> guard(mutex_);
+  return removed_.size();
+}
+
 std::optional<edge_route> route_table::find(uint64_t edge) const {
   std::lock_guard<std::mutex> guard(mutex_);
   auto it = routes_.find(edge);
@@ -181,15 +186,34 @@ struct data_channel_server::impl {
   node_actor node;
   std::shared_ptr<route_table> routes;
   std::shared_ptr<reversal> reverse;
-  std::mutex mutex;                                   // guards assemblers
-  std::map<uint64_t, wire_assembler> assemblers;      // per connection: chunks of one sender
+  struct connection {
+    wire_assembler assembler;  // chunks of one sender
+    size_t removed_seen = 0;   // routes->removed_count() when its partial tensors were last checked
+  };
+  std::mutex mutex;                                   // guards connections
+  std::map<uint64_t, connection> connections;
   std::set<uint64_t> stale_edges;                     // removed edges whose late chunks were logged
   std::unique_ptr<net::frame_server> server;
+
+  // Partial tensors of edges whose route was removed (a plan given up mid-tensor) would never be
+  // completed: their sender gave up the rest, or its late chunks are dropped. A sender that
+  // survives keeps its connection, so they would stay until the run ends, each counting against
+  // wire_max_partial_tensors. Forgotten here, on the connection's own reader thread between two
+  // frames: no payload of this connection is being written into them then.
+  void forget_removed(connection& c) {
+    const size_t removed = routes->removed_count();
+    if (removed == c.removed_seen) return;
+    c.removed_seen = removed;
+    for (uint64_t edge : c.assembler.partial_edges())
+      if (routes->removed(edge)) c.assembler.drop_edge(edge);
+  }
 
   net::frame_target on_frame(net::incoming_frame& f) {
     auto accepted = [&] {
       std::lock_guard<std::mutex> guard(mutex);
-      return accept_chunk(f.meta, f.payload_size, *routes, assemblers[f.connection_id]);
+      auto& c = connections[f.connection_id];
+      forget_removed(c);
+      return accept_chunk(f.meta, f.payload_size, *routes, c.assembler);
     }();
     if (!accepted) {
       // A chunk of an edge whose route this node removed (a plan given up) is late, not wrong:
@@ -223,7 +247,7 @@ struct data_channel_server::impl {
       }
       auto whole = [&] {
         std::lock_guard<std::mutex> guard(mutex);
-        return assemblers[conn].end_chunk(h);
+        return connections[conn].assembler.end_chunk(h);
       }();
       if (!whole) caf::anon_send(node, wire_atom::value, whole.error(), false);
       finish_chunk(r, h, whole ? std::move(*whole) : std::nullopt);
@@ -259,7 +283,7 @@ data_channel_server::data_channel_server(const std::string& host, uint16_t port,
   // completed; they held memory for the life of the node.
   opts.on_closed = [self](uint64_t connection) {
     std::lock_guard<std::mutex> guard(self->mutex);
-    self->assemblers.erase(connection);
+    self->connections.erase(connection);
   };
   auto started = net::frame_server::start(
       opts, [self](net::incoming_frame& f) { return self->on_frame(f); },
@@ -304,7 +328,7 @@ uint64_t data_channel_server::adopted() const { return impl_->server->stats().ad
 size_t data_channel_server::partial_tensors() const {
   std::lock_guard<std::mutex> guard(impl_->mutex);
   size_t n = 0;
-  for (const auto& [connection, a] : impl_->assemblers) n += a.partial_count();
+  for (const auto& [id, c] : impl_->connections) n += c.assembler.partial_count();
   return n;
 }
 

@@ -52,6 +52,9 @@ class route_table {
   std::optional<edge_route> find(uint64_t edge) const;
   /// Whether `edge` had a route here that was removed (edge ids are never reused).
   bool removed(uint64_t edge) const;
+  /// How many routes were removed so far: a reader that saw the same count has nothing new to
+  /// forget.
+  size_t removed_count() const;
 
  private:
   mutable std::mutex mutex_;

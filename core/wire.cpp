@@ -123,6 +123,13 @@ size_t wire_assembler::drop_edge(uint64_t edge) {
   return n;
 }
 
+std::vector<uint64_t> wire_assembler::partial_edges() const {
+  std::vector<uint64_t> out;
+  for (const auto& [key, p] : partial_)
+    if (out.empty() || out.back() != std::get<0>(key)) out.push_back(std::get<0>(key));
+  return out;
+}
+
 result<std::byte*> wire_assembler::begin_chunk(const wire_header& h) {
   key_t key{h.edge, static_cast<uint8_t>(h.dir), h.step, h.micro_batch};
   auto it = partial_.find(key);

@@ -140,6 +140,8 @@ class wire_assembler {
 
   /// Tensors with some but not all chunks received.
   size_t partial_count() const { return partial_.size(); }
+  /// The edges of those tensors, ascending, each once.
+  std::vector<uint64_t> partial_edges() const;
 
  private:
   using key_t = std::tuple<uint64_t, uint8_t, uint64_t, uint32_t>;

@@ -1,5 +1,6 @@
 // The node's data channel (actors/data_channel.hpp) against senders that break off: what a
-// connection held half received goes with the connection.
+// connection held half received goes with the connection, and what it held of an edge whose
+// route was removed goes with its next frame.
 #include <doctest/doctest.h>
 
 #include <caf/all.hpp>
@@ -26,6 +27,20 @@ bool eventually(Fn done) {
   return done();
 }
 
+// The first of two chunks of a 64 KiB forward tensor of `edge`.
+std::pair<wire_header, std::shared_ptr<std::vector<std::byte>>> first_half(uint64_t edge) {
+  wire_header h;
+  h.dir = wire_direction::forward;
+  h.edge = edge;
+  h.step = 1;
+  h.type = dtype::f32;
+  h.shape = {128, 128};
+  h.total_bytes = h.payload_bytes = 128 * 128 * 4;
+  const auto chunks = split_into_chunks(h, 32 * 1024);
+  REQUIRE(chunks.size() == 2);
+  return {chunks[0], std::make_shared<std::vector<std::byte>>(chunks[0].chunk_bytes, std::byte{1})};
+}
+
 }  // namespace
 
 TEST_CASE("data channel: a sender that breaks off mid-tensor leaves no partial tensor behind") {
@@ -37,20 +52,11 @@ TEST_CASE("data channel: a sender that breaks off mid-tensor leaves no partial t
   routes->set(9, edge_route{caf::actor_cast<tensor_sink>(self), caf::actor_cast<edge_sender_actor>(self)});
   data_channel_server server("127.0.0.1", 0, caf::actor_cast<node_actor>(self), routes);
 
-  // The first of two chunks of a 64 KiB tensor of edge 9, then the sender is gone.
-  wire_header h;
-  h.dir = wire_direction::forward;
-  h.edge = 9;
-  h.step = 1;
-  h.type = dtype::f32;
-  h.shape = {128, 128};
-  h.total_bytes = h.payload_bytes = 128 * 128 * 4;
-  const auto chunks = split_into_chunks(h, 32 * 1024);
-  REQUIRE(chunks.size() == 2);
-  auto payload = std::make_shared<std::vector<std::byte>>(chunks[0].chunk_bytes, std::byte{1});
+  // The first of two chunks of a tensor of edge 9, then the sender is gone.
+  auto [chunk, payload] = first_half(9);
   auto tx = net::frame_sender::connect("127.0.0.1", server.port(), {});
   REQUIRE(tx);
-  CHECK((*tx)->send(encode_wire_header(chunks[0]), payload->data(), payload->size(), payload, [](const status&) {}) ==
+  CHECK((*tx)->send(encode_wire_header(chunk), payload->data(), payload->size(), payload, [](const status&) {}) ==
         net::send_status::queued);
   self->receive([](credit_atom, uint64_t edge, uint32_t n) { CHECK((edge == 9 && n == 1)); },
                 caf::after(10s) >> [] { FAIL("the chunk was not acknowledged"); });
@@ -58,4 +64,52 @@ TEST_CASE("data channel: a sender that breaks off mid-tensor leaves no partial t
   (*tx)->close();
   // Before, the half tensor (here 64 KiB, up to a 16 GiB one) stayed for the node's life.
   CHECK(eventually([&] { return server.partial_tensors() == 0; }));
+}
+
+TEST_CASE("data channel: a half tensor of an edge unrouted mid-tensor goes with its sender's next frame") {
+  caf::actor_system_config cfg;
+  add_fusion_message_types(cfg);
+  caf::actor_system sys{cfg};
+  caf::scoped_actor self{sys};
+  auto routes = std::make_shared<route_table>();
+  const edge_route to_self{caf::actor_cast<tensor_sink>(self), caf::actor_cast<edge_sender_actor>(self)};
+  routes->set(9, to_self);
+  routes->set(10, to_self);
+  data_channel_server server("127.0.0.1", 0, caf::actor_cast<node_actor>(self), routes);
+  auto tx = net::frame_sender::connect("127.0.0.1", server.port(), {});
+  REQUIRE(tx);
+  auto send = [&](const wire_header& h, const std::shared_ptr<std::vector<std::byte>>& bytes) {
+    CHECK((*tx)->send(encode_wire_header(h), bytes->data(), bytes->size(), bytes, [](const status&) {}) ==
+          net::send_status::queued);
+  };
+  auto [chunk, payload] = first_half(9);
+  send(chunk, payload);
+  self->receive([](credit_atom, uint64_t edge, uint32_t) { CHECK(edge == 9); },
+                caf::after(10s) >> [] { FAIL("the chunk was not acknowledged"); });
+  REQUIRE(server.partial_tensors() == 1);
+  // A plan given up: edge 9 is unrouted while its sender, a survivor, keeps the connection and
+  // goes on with a whole tensor of edge 10.
+  routes->erase(9);
+  CHECK(server.partial_tensors() == 1);  // nothing frees it under a payload being written
+  wire_header whole;
+  whole.dir = wire_direction::forward;
+  whole.edge = 10;
+  whole.step = 2;
+  whole.type = dtype::f32;
+  whole.shape = {4};
+  whole.total_bytes = whole.payload_bytes = whole.chunk_bytes = 16;
+  send(whole, std::make_shared<std::vector<std::byte>>(16, std::byte{0}));
+  bool delivered = false;
+  for (int i = 0; i < 2; ++i)
+    self->receive([](credit_atom, uint64_t edge, uint32_t) { CHECK(edge == 10); },
+                  [&](forward_atom, uint64_t step, uint32_t, uint32_t, uint8_t, const tensor& t) {
+                    CHECK(step == 2);
+                    CHECK(t.numel() == 4);
+                    delivered = true;
+                  },
+                  caf::after(10s) >> [] { FAIL("edge 10's tensor was not delivered"); });
+  CHECK(delivered);
+  // Before, the half tensor of edge 9 stayed for the life of the connection.
+  CHECK(server.partial_tensors() == 0);
+  CHECK(server.accepted() == 1);
 }

@@ -388,9 +388,11 @@ TEST_CASE("wire: dropping an edge forgets its partly received tensors and only t
       h.micro_batch = mb;
       REQUIRE(a.begin_chunk(h));
     }
+  CHECK(a.partial_edges() == std::vector<uint64_t>{6, 7, 8});
   CHECK(a.drop_edge(7) == 2);
   CHECK(a.drop_edge(7) == 0);
   CHECK(a.partial_count() == 4);
+  CHECK(a.partial_edges() == std::vector<uint64_t>{6, 8});
   // Edge 7's first chunk is new again; edge 6's still counts as received.
   h.edge = 7;
   h.micro_batch = 0;
