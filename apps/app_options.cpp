@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cmath>
 #include <csignal>
 #include <cstdio>
 #include <cstring>
@@ -102,7 +103,7 @@ std::string expected_value(const option_row& r) {
 
 /// The command line, sorted out: what goes to CAF's parser and what this file handles itself.
 struct parsed_args {
-  std::vector<std::string> caf_args;                       ///< "--category.key=value" (and CAF's own options)
+  std::vector<std::string> caf_args;                       ///< "--category.key=value" of the table's options
   std::vector<std::pair<const option_row*, bool>> bools;   ///< bool options, applied after CAF's parse
   std::set<std::string> cli_keys;                          ///< "category.key" given on the command line
   std::vector<std::string> stray;                          ///< arguments that belong to no option
@@ -122,8 +123,8 @@ bool parse_bool(const std::string& text, bool& out) {
 /// order, to override_args. The table's options are not CLI11 options because they fit it
 /// badly: their values go to CAF's parser together with the config file, so that CAF types
 /// both alike; "--key=" is an empty value (CLI11 2.1 would take the next argument); a bool takes
-/// the next word only when it is true or false; and an unknown option goes to CAF, which knows
-/// its own (caf.*) options and reports the others. Throws usage_error.
+/// the next word only when it is true or false; and an option not in the table is refused, with
+/// a did-you-mean. Throws usage_error.
 parsed_args split_args(int argc, char** argv) {
   parsed_args out;
   CLI::App app;
@@ -173,8 +174,12 @@ void override_args(parsed_args& out, const std::vector<option_row>& rows, const 
       row = it->second;
     }
     if (!row) {
-      out.caf_args.push_back(a);  // CAF's own options, or a mistake CAF reports with a did-you-mean
-      continue;
+      // Not ours. CAF's own options (scheduler.max-threads, logger.*, middleman.*) would pass
+      // unchecked, beside ours that set them (runtime.threads); the config file refuses them too.
+      std::vector<std::string> known;
+      for (auto& r : rows) known.push_back("--" + key_of(r));
+      for (auto& al : aliases) known.push_back(al.flag);
+      throw usage_error(cli::unknown_option(flag, known));
     }
     const std::string key = key_of(*row), option = "--" + key;
     out.cli_keys.insert(key);
@@ -303,8 +308,15 @@ load_result load_options(const char* program, const std::string& usage, table_co
                 << "\n";
       return load_result::exit_usage;
     }
+    if (std::filesystem::is_directory(args.config_file)) {
+      std::cerr << program << ": config file " << args.config_file << " is a directory\n";
+      return load_result::exit_usage;
+    }
     ini << in.rdbuf();
-    ini.str(replace_words(ini.str(), cfg.rows()));
+    // A file saved with Windows line endings means the same as without them.
+    std::string text = ini.str();
+    text.erase(std::remove(text.begin(), text.end(), '\r'), text.end());
+    ini.str(replace_words(text, cfg.rows()));
     auto problems = check_ini(ini.str(), args.config_file, cfg.schema());
     if (!problems.empty()) {
       for (auto& p : problems) std::cerr << to_string(p) << "\n";
@@ -334,11 +346,17 @@ load_result load_options(const char* program, const std::string& usage, table_co
     return load_result::exit_usage;
   }
   for (auto& [row, value] : args.bools) *std::get<bool*>(row->target) = value;
-  for (auto& r : cfg.rows())
+  for (auto& r : cfg.rows()) {
     if (auto* u = std::get_if<uint64_t*>(&r.target); u && r.max > 0 && **u > r.max) {
       std::cerr << program << ": --" << key_of(r) << "=" << **u << ": must be at most " << r.max << "\n";
       return load_result::exit_usage;
     }
+    // A literal inf or nan is refused by the parser, but 1e400 overflows to inf on the way in.
+    if (auto* d = std::get_if<double*>(&r.target); d && !std::isfinite(**d)) {
+      std::cerr << program << ": --" << key_of(r) << ": must be a finite number (a value beyond 1.8e308 overflows)\n";
+      return load_result::exit_usage;
+    }
+  }
   return cfg.cli_helptext_printed ? load_result::exit_ok : load_result::run;
 }
 

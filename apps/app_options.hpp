@@ -37,6 +37,14 @@ struct option_row {
   int64_t word_value = 0;
 };
 
+/// The longest wait an option in seconds may ask for (a timeout, a grace period): 10^6 s, 11.6
+/// days. Far beyond it, a deadline computed in nanoseconds from now overflows and passes at once.
+inline constexpr double max_wait_s = 1e6;
+
+/// The most threads an option may ask for (runtime.threads, runtime.blas-threads): every one
+/// of them is started, with its stack, before the run begins.
+inline constexpr uint64_t max_threads = 1024;
+
 /// A path option row (see option_row::is_path).
 inline option_row path_option(const char* category, const char* name, const char* help, std::string* target) {
   return option_row{category, name, help, target, 0, true};

@@ -73,8 +73,8 @@ struct node_app_config : table_config {
         {"cluster", "heartbeat-ms", "heartbeat interval in milliseconds (same as the coordinator's)", &heartbeat_ms},
         {"cluster", "peer-timeout-ms", "a silent coordinator is declared dead after this (milliseconds)",
          &peer_timeout_ms},
-        {"runtime", "threads", "actor scheduler threads (0: one per core)", &threads},
-        {"runtime", "blas-threads", "OpenBLAS threads per op call", &blas_threads},
+        {"runtime", "threads", "actor scheduler threads (0: one per core)", &threads, max_threads},
+        {"runtime", "blas-threads", "OpenBLAS threads per op call", &blas_threads, max_threads},
         {"runtime", "scheduler", "actor scheduler: sharing (idle workers sleep) or stealing", &scheduler},
     });
     add_rows(security_rows(security));
@@ -222,6 +222,15 @@ int run(int argc, char** argv) {
   }
   if (cfg.id.name.empty()) {
     log_error("fusion-node", "no node name: set [node] name in the config or pass --node.name=NAME");
+    return 2;
+  }
+  const std::string longest = " and at most " + format_number(max_wait_s) + " seconds, got ";
+  if (!(cfg.join_timeout_s > 0 && cfg.join_timeout_s <= max_wait_s)) {
+    log_error("fusion-node", "node.join-timeout must be more than 0" + longest + format_number(cfg.join_timeout_s));
+    return 2;
+  }
+  if (!(cfg.rejoin_timeout_s >= 0 && cfg.rejoin_timeout_s <= max_wait_s)) {
+    log_error("fusion-node", "cluster.rejoin-timeout must be 0 (off) or more" + longest + format_number(cfg.rejoin_timeout_s));
     return 2;
   }
   const std::string me = "fusion-node " + cfg.id.name;

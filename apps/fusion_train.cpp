@@ -45,6 +45,10 @@ using namespace fusion;
 
 constexpr int exit_done = 0, exit_error = 1, exit_usage = 2, exit_interrupted = 130;
 
+// The most characters one sampling request generates: one forward pass each, which Ctrl-C does
+// not cut short.
+constexpr int64_t max_sample_chars = 100000;
+
 // Set by the first SIGINT/SIGTERM while graceful_stop is on (from the session's start): the
 // run finishes the step in flight and checkpoints before exiting. Any other stop signal (the
 // second, or one before the session starts) exits at once with status 130.
@@ -183,8 +187,8 @@ struct train_app_config : table_config {
          &sample.count},
         {"sample", "prompt", "text the generation starts from", &sample.prompt},
         {"sample", "temperature", "sampling temperature (0: greedy)", &sample.temperature},
-        {"runtime", "threads", "actor scheduler threads (0: one per core)", &threads},
-        {"runtime", "blas-threads", "OpenBLAS threads per op call", &blas_threads},
+        {"runtime", "threads", "actor scheduler threads (0: one per core)", &threads, max_threads},
+        {"runtime", "blas-threads", "OpenBLAS threads per op call", &blas_threads, max_threads},
         {"runtime", "device", "where the op actors compute in a one-process run: cpu, cuda or cuda:N", &run.device},
         {"runtime", "precision", "GEMMs of ops on a GPU: fp32, or bf16 (tensor cores; f32 weights and activations)",
          &run.precision},
@@ -317,16 +321,19 @@ void check_settings(const train_app_config& cfg) {
   if (r.eval_batches < 0)
     problems.push_back("train.eval-batches must be at least 0 (0: no validation), got " +
                       std::to_string(r.eval_batches));
+  if (r.log_every < 1)
+    problems.push_back("train.log-every must be at least 1 step, got " + std::to_string(r.log_every));
   if (r.eval_every < 0)
     problems.push_back("train.eval-every must be at least 0 (0: at the end only), got " + std::to_string(r.eval_every));
   if (r.checkpoint_every < 0)
     problems.push_back("output.checkpoint-every must be at least 0 (0: at the end only), got " +
                       std::to_string(r.checkpoint_every));
-  if (cfg.sample.after_training < 0)
-    problems.push_back("output.sample-chars must be at least 0 (0: none), got " +
+  if (cfg.sample.after_training < 0 || cfg.sample.after_training > max_sample_chars)
+    problems.push_back("output.sample-chars must be 0 (none) to " + std::to_string(max_sample_chars) + ", got " +
                       std::to_string(cfg.sample.after_training));
-  if (cfg.sample.count < 0)
-    problems.push_back("sample.count must be at least 0, got " + std::to_string(cfg.sample.count));
+  if (cfg.sample.count < 0 || cfg.sample.count > max_sample_chars)
+    problems.push_back("sample.count must be 0 to " + std::to_string(max_sample_chars) + ", got " +
+                      std::to_string(cfg.sample.count));
   if (!(cfg.sample.temperature >= 0))
     problems.push_back("sample.temperature must be at least 0 (0: greedy), got " +
                       format_number(cfg.sample.temperature));
@@ -343,10 +350,12 @@ void check_settings(const train_app_config& cfg) {
     problems.push_back("flow.window must be at most " + std::to_string(flow_config::max_window) +
                       " chunks in flight per edge (the edges to one node share a queue of 4096), got " +
                       std::to_string(cfg.window));
-  if (!(cfg.step_timeout_s > 0))
-    problems.push_back("runtime.step-timeout must be more than 0 seconds, got " + format_seconds(cfg.step_timeout_s));
-  if (!(cfg.stop_grace_s >= 0))
-    problems.push_back("runtime.stop-grace must be at least 0 seconds, got " + format_seconds(cfg.stop_grace_s));
+  if (!(cfg.step_timeout_s > 0 && cfg.step_timeout_s <= max_wait_s))
+    problems.push_back("runtime.step-timeout must be more than 0 and at most " + format_number(max_wait_s) +
+                      " seconds, got " + format_number(cfg.step_timeout_s));
+  if (!(cfg.stop_grace_s >= 0 && cfg.stop_grace_s <= max_wait_s))
+    problems.push_back("runtime.stop-grace must be 0 to " + format_number(max_wait_s) + " seconds, got " +
+                      format_number(cfg.stop_grace_s));
   try {
     check_optim_config(r.optim);
   } catch (const std::invalid_argument& e) {

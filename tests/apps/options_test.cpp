@@ -194,7 +194,7 @@ TEST_CASE("apps/options: usage and configuration mistakes exit 2 and say what is
       {"--optim.beta2 1.0", "optim.beta2 must be in [0, 1), got 1"},
       {"--optim.total-steps -1", "optim.total-steps must be >= 0, got -1"},
       {"--data.val-fraction 1.0", "data.val-fraction must be at least 0 and below 1, got 1"},
-      {"--runtime.step-timeout 0.0", "runtime.step-timeout must be more than 0 seconds, got 0 s"},
+      {"--runtime.step-timeout 0.0", "runtime.step-timeout must be more than 0 and at most 1000000 seconds, got 0"},
       {"--model=", "no model file"},
       {"--sample 5 --output.checkpoint=", "--sample needs a checkpoint"},
   };

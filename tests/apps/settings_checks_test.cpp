@@ -84,9 +84,25 @@ TEST_CASE("settings: meaningless values are usage errors that name the setting, 
       {"--train.eval-batches=-1", "train.eval-batches must be at least 0 (0: no validation), got -1"},
       {"--train.eval-every=-5", "train.eval-every must be at least 0"},
       {"--output.checkpoint-every=-2", "output.checkpoint-every must be at least 0"},
-      {"--output.sample-chars=-10", "output.sample-chars must be at least 0 (0: none), got -10"},
+      {"--output.sample-chars=-10", "output.sample-chars must be 0 (none) to 100000, got -10"},
       {"--sample.temperature=-0.5", "sample.temperature must be at least 0 (0: greedy), got -0.5"},
-      {"--sample.count=-3", "sample.count must be at least 0, got -3"},
+      {"--sample.count=-3", "sample.count must be 0 to 100000, got -3"},
+      // Once truncated to an int: 4294967297 sampled 1 character, 2147483648 ran until killed.
+      {"--output.sample-chars=999999999999", "output.sample-chars must be 0 (none) to 100000, got 999999999999"},
+      {"--sample.count=4294967297", "sample.count must be 0 to 100000, got 4294967297"},
+      {"--train.log-every=0", "train.log-every must be at least 1 step, got 0"},
+      // Beyond 2^63 ns a deadline wrapped around: the first step timed out at once, in CAF's words.
+      {"--runtime.step-timeout=1.0e10", "runtime.step-timeout must be more than 0 and at most 1000000 seconds, got"},
+      {"--runtime.stop-grace=-1.0", "runtime.stop-grace must be 0 to 1000000 seconds, got -1"},
+      // Every thread is started before the run: 99999999999 ate all memory, 4294967297 became 1.
+      {"--runtime.threads=99999999999", "--runtime.threads=99999999999: must be at most 1024"},
+      {"--runtime.blas-threads=4294967297", "--runtime.blas-threads=4294967297: must be at most 1024"},
+      // 1e400 overflows to inf on the way in (a literal inf is refused by the parser).
+      {"--optim.lr=1.0e400", "--optim.lr: must be a finite number"},
+      {"--sample.temperature=1.0e400", "--sample.temperature: must be a finite number"},
+      // CAF's own options are not ours to pass on: scheduler.max-threads would bypass runtime.threads.
+      {"--scheduler.max-threads=99999999999", "unknown option '--scheduler.max-threads'"},
+      {"--logger.verbosity=bogus", "unknown option '--logger.verbosity'"},
       {"--train.schedule=zigzag", "train.schedule must be eager, gpipe, 1f1b or auto, got \"zigzag\""},
       {"--data.val-fraction=0.0", "train.eval-batches is 8 but data.val-fraction is 0"},
       {"--train.allreduce=f8", "train.allreduce must be f32 or f16, got \"f8\""},
@@ -124,6 +140,43 @@ TEST_CASE("settings: meaningless values are usage errors that name the setting, 
                                                             "--resume c.ckpt --sample 5");
   INFO(r.output);
   CHECK(r.status == 0);
+}
+
+TEST_CASE("settings: a config file with Windows line endings reads as without one, a directory is no config file") {
+  scratch_dir dir("crlf");
+  write_run_ini(dir);
+  std::string crlf;
+  for (char c : read_file(dir / "run.ini")) crlf += c == '\n' ? std::string("\r\n") : std::string(1, c);
+  write_file(dir / "crlf.ini", crlf);
+  // Once: "fusion-train: bad command line (see --help)", naming neither the file nor a line.
+  auto r = fusion::test::run_in(dir.path.string(), train_cmd() + " --config crlf.ini");
+  INFO(r.output);
+  CHECK(r.status == 0);
+  CHECK(contains(r.output, "2 steps in"));
+  // Once read as an empty config: "no model file".
+  r = fusion::test::run_in(dir.path.string(), train_cmd() + " --config " + dir.path.string());
+  INFO(r.output);
+  CHECK(r.status == 2);
+  CHECK(contains(r.output, "config file " + dir.path.string() + " is a directory"));
+}
+
+TEST_CASE("settings: fusion-node's waits are bounded: a join-timeout of -1 or 1e7 s is refused, naming the key") {
+  const std::string node = "timeout -k 5 60 " + std::string(FUSION_BINARY_DIR) +
+                           "/apps/fusion-node --config configs/nodes/site-a.ini --node.name=n9 "
+                           "--node.coordinator=127.0.0.1:1 --security.mode=off ";
+  const std::pair<std::string, std::string> mistakes[] = {
+      // Once: "within -1 s", and 1e400 (inf) waited for ever.
+      {"--node.join-timeout=-1.0", "node.join-timeout must be more than 0 and at most 1000000 seconds, got -1"},
+      {"--node.join-timeout=1.0e400", "--node.join-timeout: must be a finite number"},
+      {"--cluster.rejoin-timeout=1.0e7", "cluster.rejoin-timeout must be 0 (off) or more and at most 1000000 seconds"},
+      {"--runtime.threads=5000", "--runtime.threads=5000: must be at most 1024"},
+  };
+  for (auto& [args, says] : mistakes) {
+    auto r = fusion::test::run_in_source(node + args);
+    INFO(args << "\n" << r.output);
+    CHECK(r.status == 2);
+    CHECK(contains(r.output, says));
+  }
 }
 
 TEST_CASE("settings: optim.grad-clip below 0 and optim.min-lr above optim.lr are refused by check_optim_config") {
