@@ -146,7 +146,7 @@ int parse_args(int argc, char** argv, options& o) {
       char* end = nullptr;
       o.timeout_s = std::strtod(timeout.c_str(), &end);
       if (timeout.empty() || *end || !(o.timeout_s > 0) || o.timeout_s > 86400)
-        throw usage_error("--timeout " + timeout + ": expected seconds > 0, e.g. --timeout 2.5");
+        throw usage_error("--timeout " + timeout + ": expected seconds above 0 and at most 86400 (a day), e.g. --timeout 2.5");
     }
     if (o.address.empty()) throw usage_error("no coordinator address: fusion-admin HOST:PORT");
     std::tie(o.host, o.port) = parse_host_port(o.address, "coordinator address");

@@ -12,6 +12,7 @@
 #include <cerrno>
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <limits>
 #include <map>
@@ -389,6 +390,8 @@ cluster_spec parse_cluster(const std::string& text, const std::string& path) {
 }
 
 cluster_spec load_cluster(const std::string& path) {
+  // A directory opens as a stream that reads nothing: the message would be "no sites".
+  if (std::filesystem::is_directory(path)) throw cluster_error("cluster file '" + path + "' is a directory");
   std::ifstream in(path, std::ios::binary);
   if (!in) throw cluster_error("cannot open cluster file '" + path + "': " + std::strerror(errno));
   std::stringstream text;

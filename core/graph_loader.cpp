@@ -16,6 +16,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <new>
@@ -449,6 +450,8 @@ graph parse_graph(const std::string& text, const std::string& path, int64_t batc
 }
 
 graph load_graph(const std::string& path, int64_t batch) {
+  // A directory opens as a stream that reads nothing: the message would be about a missing declaration.
+  if (std::filesystem::is_directory(path)) throw graph_error("model file '" + path + "' is a directory");
   std::ifstream in(path, std::ios::binary);
   if (!in) throw graph_error("cannot open model file '" + path + "': " + std::strerror(errno));
   std::stringstream text;

@@ -38,6 +38,9 @@ status rebalance_settings::set(const std::string& key_in, const std::string& val
   const bool number = !value.empty() && *end == '\0' && std::isfinite(v);
   auto whole = [&](int64_t& dst) -> status {
     if (!number || v != std::floor(v)) return fail("scheduler." + key + " takes a whole number, got '" + value + "'");
+    // Beyond 2^53 a double no longer holds every whole number, and past 2^63 the cast wraps.
+    if (std::fabs(v) > 9007199254740992.0)
+      return fail("scheduler." + key + " takes a whole number of at most 2^53, got '" + value + "'");
     dst = static_cast<int64_t>(v);
     return {};
   };

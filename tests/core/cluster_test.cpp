@@ -250,6 +250,11 @@ TEST_CASE("core/cluster: spare nodes are not waited for at start, bad spare entr
 }  // namespace
 }  // namespace fusion
 
+TEST_CASE("cluster: a directory given as the cluster file is said to be one") {
+  // Once: "/tmp:1: no sites".
+  CHECK_THROWS_WITH_AS(fusion::load_cluster("/tmp"), "cluster file '/tmp' is a directory", fusion::cluster_error);
+}
+
 TEST_CASE("cluster: HOST:PORT addresses are split and checked") {
   CHECK(fusion::parse_host_port("10.77.0.1:7720", "node.coordinator") == std::pair<std::string, uint16_t>{"10.77.0.1", 7720});
   CHECK(fusion::parse_host_port("127.0.0.1:0", "cluster.listen").second == 0);

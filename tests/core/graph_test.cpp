@@ -333,6 +333,8 @@ TEST_CASE("core/graph: bad batch and missing file") {
                        graph_error);
   CHECK_THROWS_WITH_AS(load_graph("/nonexistent/x.pbtxt", 2),
                        doctest::Contains("cannot open model file '/nonexistent/x.pbtxt'"), graph_error);
+  // Once: "/tmp:1: model: missing declaration 'loss: ...'".
+  CHECK_THROWS_WITH_AS(load_graph("/tmp", 2), "model file '/tmp' is a directory", graph_error);
 }
 
 // Parameters of GPT-2 (Radford et al. 2019) from its layer shapes.

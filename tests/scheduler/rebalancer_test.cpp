@@ -252,6 +252,9 @@ TEST_CASE("rebalance: settings are checked and set by name") {
   CHECK(s.set("scheduler.every", "5").ok());
   CHECK(s.every == 5);
   CHECK(s.set("horizon", "2.5").error() == "scheduler.horizon takes a whole number, got '2.5'");
+  // Once cast past 2^63: "scheduler.every must be at least 1, got -9.22337e+18".
+  CHECK(s.set("every", "99999999999999999999").error() ==
+        "scheduler.every takes a whole number of at most 2^53, got '99999999999999999999'");
   CHECK(s.set("min-gain", "1.5").error().find("scheduler.min-gain must be a fraction in [0, 1)") == 0);
   CHECK(s.set("min-gain", "abc").error() == "scheduler.min-gain takes a number, got 'abc'");
   CHECK(s.set("min-gain", "0.25").ok());
