@@ -41,23 +41,44 @@ std::pair<wire_header, std::shared_ptr<std::vector<std::byte>>> first_half(uint6
   return {chunks[0], std::make_shared<std::vector<std::byte>>(chunks[0].chunk_bytes, std::byte{1})};
 }
 
+caf::actor_system_config& with_fusion_types(caf::actor_system_config& cfg) {
+  add_fusion_message_types(cfg);
+  return cfg;
+}
+
+// A data channel on a free port whose routes lead to `self`, standing for every op actor and
+// edge sender.
+struct channel {
+  caf::actor_system_config cfg;
+  caf::actor_system sys{with_fusion_types(cfg)};
+  caf::scoped_actor self{sys};
+  std::shared_ptr<route_table> routes = std::make_shared<route_table>();
+  std::unique_ptr<data_channel_server> server;
+
+  explicit channel(std::initializer_list<uint64_t> edges) {
+    for (uint64_t e : edges)
+      routes->set(e, edge_route{caf::actor_cast<tensor_sink>(self), caf::actor_cast<edge_sender_actor>(self)});
+    server = std::make_unique<data_channel_server>("127.0.0.1", 0, caf::actor_cast<node_actor>(self), routes);
+  }
+};
+
+// Queues chunk `h` with its payload on `tx`.
+void send(net::frame_sender& tx, const wire_header& h, const std::shared_ptr<std::vector<std::byte>>& bytes) {
+  CHECK(tx.send(encode_wire_header(h), bytes->data(), bytes->size(), bytes, [](const status&) {}) ==
+        net::send_status::queued);
+}
+
 }  // namespace
 
 TEST_CASE("data channel: a sender that breaks off mid-tensor leaves no partial tensor behind") {
-  caf::actor_system_config cfg;
-  add_fusion_message_types(cfg);
-  caf::actor_system sys{cfg};
-  caf::scoped_actor self{sys};
-  auto routes = std::make_shared<route_table>();
-  routes->set(9, edge_route{caf::actor_cast<tensor_sink>(self), caf::actor_cast<edge_sender_actor>(self)});
-  data_channel_server server("127.0.0.1", 0, caf::actor_cast<node_actor>(self), routes);
-
+  channel ch({9});
+  auto& self = ch.self;
+  auto& server = *ch.server;
   // The first of two chunks of a tensor of edge 9, then the sender is gone.
   auto [chunk, payload] = first_half(9);
   auto tx = net::frame_sender::connect("127.0.0.1", server.port(), {});
   REQUIRE(tx);
-  CHECK((*tx)->send(encode_wire_header(chunk), payload->data(), payload->size(), payload, [](const status&) {}) ==
-        net::send_status::queued);
+  send(**tx, chunk, payload);
   self->receive([](credit_atom, uint64_t edge, uint32_t n) { CHECK((edge == 9 && n == 1)); },
                 caf::after(10s) >> [] { FAIL("the chunk was not acknowledged"); });
   CHECK(server.partial_tensors() == 1);
@@ -67,29 +88,19 @@ TEST_CASE("data channel: a sender that breaks off mid-tensor leaves no partial t
 }
 
 TEST_CASE("data channel: a half tensor of an edge unrouted mid-tensor goes with its sender's next frame") {
-  caf::actor_system_config cfg;
-  add_fusion_message_types(cfg);
-  caf::actor_system sys{cfg};
-  caf::scoped_actor self{sys};
-  auto routes = std::make_shared<route_table>();
-  const edge_route to_self{caf::actor_cast<tensor_sink>(self), caf::actor_cast<edge_sender_actor>(self)};
-  routes->set(9, to_self);
-  routes->set(10, to_self);
-  data_channel_server server("127.0.0.1", 0, caf::actor_cast<node_actor>(self), routes);
+  channel ch({9, 10});
+  auto& self = ch.self;
+  auto& server = *ch.server;
   auto tx = net::frame_sender::connect("127.0.0.1", server.port(), {});
   REQUIRE(tx);
-  auto send = [&](const wire_header& h, const std::shared_ptr<std::vector<std::byte>>& bytes) {
-    CHECK((*tx)->send(encode_wire_header(h), bytes->data(), bytes->size(), bytes, [](const status&) {}) ==
-          net::send_status::queued);
-  };
   auto [chunk, payload] = first_half(9);
-  send(chunk, payload);
+  send(**tx, chunk, payload);
   self->receive([](credit_atom, uint64_t edge, uint32_t) { CHECK(edge == 9); },
                 caf::after(10s) >> [] { FAIL("the chunk was not acknowledged"); });
   REQUIRE(server.partial_tensors() == 1);
   // A plan given up: edge 9 is unrouted while its sender, a survivor, keeps the connection and
   // goes on with a whole tensor of edge 10.
-  routes->erase(9);
+  ch.routes->erase(9);
   CHECK(server.partial_tensors() == 1);  // nothing frees it under a payload being written
   wire_header whole;
   whole.dir = wire_direction::forward;
@@ -98,7 +109,7 @@ TEST_CASE("data channel: a half tensor of an edge unrouted mid-tensor goes with 
   whole.type = dtype::f32;
   whole.shape = {4};
   whole.total_bytes = whole.payload_bytes = whole.chunk_bytes = 16;
-  send(whole, std::make_shared<std::vector<std::byte>>(16, std::byte{0}));
+  send(**tx, whole, std::make_shared<std::vector<std::byte>>(16, std::byte{0}));
   bool delivered = false;
   for (int i = 0; i < 2; ++i)
     self->receive([](credit_atom, uint64_t edge, uint32_t) { CHECK(edge == 10); },
