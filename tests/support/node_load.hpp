@@ -12,6 +12,8 @@
 #include <map>
 #include <string>
 #include <thread>
+#include <utility>
+#include <vector>
 
 #include "actors/trainer.hpp"
 #include "core/graph.hpp"
@@ -19,14 +21,19 @@
 
 namespace fusion::test::cluster {
 
+// Every graph node of the run as (op, node name), from the `placement` query.
+inline std::vector<std::pair<std::string, std::string>> placed_ops(session& s) {
+  std::vector<std::pair<std::string, std::string>> out;
+  const auto placement = nlohmann::json::parse(s.query("placement"));
+  for (auto& o : placement["ops"]) out.emplace_back(o["op"].get<std::string>(), o["node"].get<std::string>());
+  return out;
+}
+
 // Compute ops (not data inputs) per node name.
 inline std::map<std::string, int> ops_per_node(session& s) {
   std::map<std::string, int> out;
-  const auto placement = nlohmann::json::parse(s.query("placement"));
-  for (auto& o : placement["ops"]) {
-    auto name = o["op"].get<std::string>();
-    if (name != "tokens" && name != "targets") ++out[o["node"].get<std::string>()];
-  }
+  for (auto& [op, node] : placed_ops(s))
+    if (op != "tokens" && op != "targets") ++out[node];
   return out;
 }
 
@@ -35,11 +42,8 @@ inline std::map<std::string, int> ops_per_node(session& s) {
 inline std::map<std::string, double> flops_per_node(session& s, const graph& g) {
   const std::vector<double> flops = op_flops(g);
   std::map<std::string, double> out;
-  const auto placement = nlohmann::json::parse(s.query("placement"));
-  for (auto& o : placement["ops"]) {
-    const int id = g.find(o["op"].get<std::string>());
-    if (id >= 0) out[o["node"].get<std::string>()] += flops[static_cast<size_t>(id)];
-  }
+  for (auto& [op, node] : placed_ops(s))
+    if (const int id = g.find(op); id >= 0) out[node] += flops[static_cast<size_t>(id)];
   return out;
 }
 
