@@ -3,18 +3,16 @@
 #include "apps/cli.hpp"
 
 #include <algorithm>
-#include <cerrno>
 #include <cmath>
 #include <csignal>
 #include <cstdio>
-#include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <iostream>
 #include <map>
 #include <set>
 #include <sstream>
 
+#include "base/file_text.hpp"
 #include "core/log.hpp"
 #include "core/wire.hpp"
 
@@ -302,19 +300,13 @@ load_result load_options(const char* program, const std::string& usage, table_co
   // One read of the file serves both the linter and CAF's parser.
   std::stringstream ini;
   if (!args.config_file.empty()) {
-    std::ifstream in(args.config_file);
-    if (!in) {
-      std::cerr << program << ": cannot open config file " << args.config_file << ": " << std::strerror(errno)
-                << "\n";
+    auto read = read_file_text(args.config_file, "config file");
+    if (!read) {
+      std::cerr << program << ": " << read.error() << "\n";
       return load_result::exit_usage;
     }
-    if (std::filesystem::is_directory(args.config_file)) {
-      std::cerr << program << ": config file " << args.config_file << " is a directory\n";
-      return load_result::exit_usage;
-    }
-    ini << in.rdbuf();
     // A file saved with Windows line endings means the same as without them.
-    std::string text = ini.str();
+    std::string text = std::move(*read);
     text.erase(std::remove(text.begin(), text.end(), '\r'), text.end());
     ini.str(replace_words(text, cfg.rows()));
     auto problems = check_ini(ini.str(), args.config_file, cfg.schema());

@@ -9,15 +9,12 @@
 
 #include <algorithm>
 #include <cctype>
-#include <cerrno>
 #include <cmath>
-#include <cstring>
-#include <filesystem>
-#include <fstream>
 #include <limits>
 #include <map>
 #include <sstream>
 
+#include "base/file_text.hpp"
 #include "cluster.pb.h"
 #include "core/graph_names.hpp"
 #include "core/text_format.hpp"
@@ -390,13 +387,9 @@ cluster_spec parse_cluster(const std::string& text, const std::string& path) {
 }
 
 cluster_spec load_cluster(const std::string& path) {
-  // A directory opens as a stream that reads nothing: the message would be "no sites".
-  if (std::filesystem::is_directory(path)) throw cluster_error("cluster file '" + path + "' is a directory");
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw cluster_error("cannot open cluster file '" + path + "': " + std::strerror(errno));
-  std::stringstream text;
-  text << in.rdbuf();
-  return parse_cluster(text.str(), path);
+  auto text = read_file_text(path, "cluster file");
+  if (!text) throw cluster_error(text.error());
+  return parse_cluster(*text, path);
 }
 
 }  // namespace fusion

@@ -9,11 +9,12 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <memory>
+#include <sstream>
 #include <stdexcept>
 
 #include <unistd.h>
 
+#include "base/file_text.hpp"
 #include "core/log.hpp"
 
 namespace fusion {
@@ -81,8 +82,9 @@ void char_tokenizer::build(std::string_view text) {
 }
 
 void char_tokenizer::load(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw std::runtime_error(path + ": cannot open vocabulary file: " + std::strerror(errno));
+  auto text = read_file_text(path, "vocabulary file");
+  if (!text) throw std::runtime_error(text.error());
+  std::istringstream in(*text);
   int line_no = 0;
   auto fail = [&](const std::string& what) -> void {
     throw std::runtime_error(path + ":" + std::to_string(line_no) + ": " + what);
@@ -270,23 +272,17 @@ double unigram_entropy(std::span<const int32_t> tokens, int vocab) {
 }
 
 std::string read_text_file(const std::string& path) {
-  std::unique_ptr<std::FILE, int (*)(std::FILE*)> f(std::fopen(path.c_str(), "rb"), &std::fclose);
-  if (!f) {
-    if (errno == ENOENT) {
-      // Only the shipped corpus comes from scripts/get-data.sh; a user's own file is simply missing.
-      const std::string_view corpus = "data/kjv.txt";
-      const bool shipped = path.size() >= corpus.size() && path.compare(path.size() - corpus.size(), corpus.size(), corpus) == 0;
-      throw std::runtime_error("corpus file " + path + " not found" +
-                               (shipped ? ": run scripts/get-data.sh" : ": check data.file (or --data.file)"));
-    }
-    throw std::runtime_error("corpus file " + path + ": cannot open: " + std::strerror(errno));
+  std::error_code ec;
+  if (!path.empty() && !std::filesystem::exists(path, ec) && !ec) {
+    // Only the shipped corpus comes from scripts/get-data.sh; a user's own file is simply missing.
+    const std::string_view corpus = "data/kjv.txt";
+    const bool shipped = path.size() >= corpus.size() && path.compare(path.size() - corpus.size(), corpus.size(), corpus) == 0;
+    throw std::runtime_error("corpus file " + path + " not found" +
+                             (shipped ? ": run scripts/get-data.sh" : ": check data.file (or --data.file)"));
   }
-  std::string text;
-  char buf[1 << 16];
-  size_t got = 0;
-  while ((got = std::fread(buf, 1, sizeof buf, f.get())) > 0) text.append(buf, got);
-  if (std::ferror(f.get())) throw std::runtime_error("corpus file " + path + ": read error");
-  return text;
+  auto text = read_file_text(path, "corpus file");
+  if (!text) throw std::runtime_error(text.error());
+  return std::move(*text);
 }
 
 // ---- the vocabulary file of a corpus ---------------------------------------------------------

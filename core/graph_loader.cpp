@@ -14,10 +14,6 @@
 #include <google/protobuf/text_format.h>
 
 #include <algorithm>
-#include <cerrno>
-#include <cstring>
-#include <filesystem>
-#include <fstream>
 #include <map>
 #include <new>
 #include <optional>
@@ -25,6 +21,7 @@
 #include <sstream>
 #include <tuple>
 
+#include "base/file_text.hpp"
 #include "core/graph_build.hpp"
 #include "core/graph_expr.hpp"
 #include "core/graph_names.hpp"
@@ -450,13 +447,9 @@ graph parse_graph(const std::string& text, const std::string& path, int64_t batc
 }
 
 graph load_graph(const std::string& path, int64_t batch) {
-  // A directory opens as a stream that reads nothing: the message would be about a missing declaration.
-  if (std::filesystem::is_directory(path)) throw graph_error("model file '" + path + "' is a directory");
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw graph_error("cannot open model file '" + path + "': " + std::strerror(errno));
-  std::stringstream text;
-  text << in.rdbuf();
-  return parse_graph(text.str(), path, batch);
+  auto text = read_file_text(path, "model file");
+  if (!text) throw graph_error(text.error());
+  return parse_graph(*text, path, batch);
 }
 
 }  // namespace fusion

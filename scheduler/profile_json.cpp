@@ -28,6 +28,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "base/file_text.hpp"
 #include "scheduler/profile.hpp"
 
 namespace fusion {
@@ -235,13 +236,11 @@ void save_profile(const std::string& path, const cluster_profile& p) {
 
 cluster_profile load_profile(const std::string& path, const cluster_spec& c) {
   profile_reader r(path, c);
-  std::ifstream in(path);
-  if (!in) r.fail(std::string("cannot open the profile: ") + std::strerror(errno));
-  std::stringstream text;
-  text << in.rdbuf();
+  auto text = read_file_text(path, "profile");
+  if (!text) throw profile_error(text.error());
   json j;
   try {
-    j = json::parse(text.str());
+    j = json::parse(*text);
   } catch (const nlohmann::json::parse_error& e) {
     r.fail("malformed JSON " + parse_error_text(e));
   } catch (const nlohmann::json::exception&) {

@@ -8,10 +8,9 @@
 #include <openssl/x509_vfy.h>
 
 #include <cstdio>
-#include <fstream>
-#include <sstream>
 #include <stdexcept>
 
+#include "base/file_text.hpp"
 #include "security/openssl_util.hpp"
 
 namespace fusion::security {
@@ -19,11 +18,9 @@ namespace fusion::security {
 namespace {
 
 std::string read_file(const std::string& path, const char* what) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw std::runtime_error("cannot read the " + std::string(what) + " " + path + " (security.*)");
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
+  auto text = read_file_text(path, what);
+  if (!text) throw std::runtime_error(text.error() + " (security.*)");
+  return std::move(*text);
 }
 
 std::string name_entry(const X509_NAME* name, int nid) {

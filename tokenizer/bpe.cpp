@@ -15,6 +15,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "base/file_text.hpp"
 #include "tokenizer/byte_level.hpp"
 
 namespace fusion::tok {
@@ -24,9 +25,9 @@ namespace {
 uint64_t pair_key(int32_t a, int32_t b) { return (static_cast<uint64_t>(static_cast<uint32_t>(a)) << 32) | static_cast<uint32_t>(b); }
 
 std::string read_file(const std::string& path, const char* what) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw std::runtime_error(path + ": cannot open " + what + ": " + std::strerror(errno));
-  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+  auto text = read_file_text(path, what);
+  if (!text) throw std::runtime_error(text.error());
+  return std::move(*text);
 }
 
 void write_file(const std::string& path, const std::string& content) {
@@ -61,8 +62,8 @@ bpe_tokenizer bpe_tokenizer::load(const std::string& dir) {
   std::error_code ec;
   if (!std::filesystem::is_directory(dir, ec))
     throw std::runtime_error("tokenizer directory " + dir + " not found (it holds vocab.json and merges.txt)");
-  std::string vocab = read_file(vocab_path, "the tokenizer vocabulary");
-  std::string merges = read_file(merges_path, "the tokenizer merges");
+  std::string vocab = read_file(vocab_path, "tokenizer vocabulary");
+  std::string merges = read_file(merges_path, "tokenizer merges file");
   return parse(vocab, merges, vocab_path, merges_path);
 }
 

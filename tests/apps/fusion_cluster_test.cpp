@@ -175,7 +175,7 @@ TEST_CASE("apps/fusion-cluster: plan refuses usage mistakes with exit 2 and a re
                                          "--cluster.profile /nonexistent/p.json");
   INFO(r.output);
   CHECK(r.status == 1);
-  CHECK(r.output.find("/nonexistent/p.json: cannot open the profile") != std::string::npos);
+  CHECK(r.output.find("cannot open profile '/nonexistent/p.json'") != std::string::npos);
 }
 
 TEST_CASE("apps/fusion-cluster: certs makes a CA and one identity per node, keys private, CA kept") {

@@ -210,7 +210,7 @@ TEST_CASE("apps/options: usage and configuration mistakes exit 2 and say what is
   CHECK(contains(r.output, "port.ini:2"));
   r = run_in(dir.path, cmd("fusion-train") + " --config missing.ini");
   CHECK(r.status == 2);
-  CHECK(contains(r.output, "cannot open config file missing.ini"));
+  CHECK(contains(r.output, "cannot open config file 'missing.ini'"));
   r = run_in(dir.path, cmd("fusion-node") + " --config " + src("configs/nodes/site-a.ini") + " --node.join-timeout");
   CHECK(r.status == 2);
   CHECK(contains(r.output, "--node.join-timeout needs a value"));

@@ -157,7 +157,7 @@ TEST_CASE("settings: a config file with Windows line endings reads as without on
   r = fusion::test::run_in(dir.path.string(), train_cmd() + " --config " + dir.path.string());
   INFO(r.output);
   CHECK(r.status == 2);
-  CHECK(contains(r.output, "config file " + dir.path.string() + " is a directory"));
+  CHECK(contains(r.output, "config file '" + dir.path.string() + "' is a directory"));
 }
 
 TEST_CASE("settings: fusion-node's waits are bounded: a join-timeout of -1 or 1e7 s is refused, naming the key") {

@@ -166,7 +166,7 @@ TEST_CASE("scheduler/profile: load_profile names the file and what is wrong") {
     } catch (const profile_error& e) {
       what = e.what();
     }
-    CHECK(what == path + ": cannot open the profile: No such file or directory");
+    CHECK(what == "cannot open profile '" + path + "': No such file or directory");
   }
   SUBCASE("wrong or missing format marker") {
     expect(with("\"fusion-profile\"", "\"fusion-checkpoint\""),

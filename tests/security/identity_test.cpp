@@ -118,7 +118,7 @@ TEST_CASE("security: mixed-up identity files fail at load, naming the file") {
   auto missing = good;
   missing.certificate = one.str() + "/nodes/zz.pem";
   e = load_error(missing);
-  CHECK(e.find("cannot read the certificate " + missing.certificate) != std::string::npos);
+  CHECK(e.find("cannot open certificate '" + missing.certificate + "'") != std::string::npos);
 
   auto not_pem = good;
   not_pem.ca = good.key;  // a key where the CA certificate belongs
