@@ -17,6 +17,7 @@
 #include <string>
 
 #include "apps/cli.hpp"
+#include "base/host_port.hpp"
 #include "core/wire.hpp"
 #include "net/frame_channel.hpp"
 #include "net/link_probe.hpp"
@@ -32,13 +33,14 @@ const char* usage_text =
     "       fusion-probe --help | --version\n\n"
     "Measures a link's throughput over the data channel of a run (docs/transport.md). Plaintext\n"
     "unless --security.certs names a directory made by `fusion-cluster certs`: then TLS 1.3 with\n"
-    "the certificate of node NODE; measure checks that the server is node --peer.\n\n"
+    "the certificate of node NODE; measure checks that the server is node --peer. An IPv6\n"
+    "address takes brackets: [::1]:7799.\n\n"
     "options:\n"
     "  --host H             serve: address to listen on (default: 0.0.0.0)\n"
     "  --port P             serve: port, 0 for any free one (default: 0)\n"
-    "  --seconds S          measure: seconds measured (default: 2)\n"
-    "  --warmup S           measure: seconds sent before measuring (default: 0.5)\n"
-    "  --frame-kib K        measure: KiB per frame (default: 256)\n"
+    "  --seconds S          measure: seconds measured (default: 2, at most 86400)\n"
+    "  --warmup S           measure: seconds sent before measuring (default: 0.5, at most 86400)\n"
+    "  --frame-kib K        measure: KiB per frame (default: 256, at most 1048576)\n"
     "  --security.certs DIR the run's certificates (--certs: the old spelling)\n"
     "  --node.name NODE     whose certificate this program uses (--name: the old spelling)\n"
     "  --peer NODE          measure: the node the server must prove to be\n\n"
@@ -47,14 +49,22 @@ const char* usage_text =
     "  fusion-probe measure 10.77.0.2:7799 --seconds 2 --security.certs runs/sites/certs --node.name a1 --peer b1\n\n"
     "exit codes: 0 done; 1 the link or the server failed; 2 bad usage\n";
 
-// A non-negative number, or a usage_error naming the flag.
-double parse_number(const std::string& flag, const std::string& text) {
+// A number in [0, max], or a usage_error naming the flag. The bound keeps a converted count of
+// milliseconds or bytes finite (1e400 reads as infinity).
+double parse_number(const std::string& flag, const std::string& text, double max) {
   char* end = nullptr;
   const double out = std::strtod(text.c_str(), &end);
   if (text.empty() || *end != '\0' || !(out >= 0))
     throw fusion::usage_error(flag + " expects a non-negative number, got '" + text + "'");
+  if (!(out <= max)) {
+    throw fusion::usage_error(flag + " must be at most " + std::to_string(static_cast<int64_t>(max)) + ", got " + text);
+  }
   return out;
 }
+
+// Upper bounds: a day of measuring, and a frame of 1 GiB (the data channel's frames hold 2 GiB).
+constexpr double max_probe_seconds = 86400;
+constexpr double max_frame_kib = 1 << 20;
 
 // --certs DIR --name NODE [--peer NODE]: TLS settings.
 struct tls_options {
@@ -82,8 +92,8 @@ int serve(command_args& a) {
   opts.host = a.host;
   tls_options& tls = a.tls;
   if (a.has_port) {
-    const double v = parse_number("--port", a.port);
-    if (v > 65535) throw fusion::usage_error("--port must be at most 65535, got " + a.port);
+    const double v = parse_number("--port", a.port, 65535);
+    if (v != static_cast<uint16_t>(v)) throw fusion::usage_error("--port expects a whole number, got " + a.port);
     opts.port = static_cast<uint16_t>(v);
   }
   auto ctx = tls.load(false);
@@ -116,13 +126,15 @@ int serve(command_args& a) {
 
 int measure(command_args& a) {
   if (a.endpoint.empty()) throw fusion::usage_error("measure needs HOST:PORT");
-  auto ep = fusion::net::parse_endpoint(a.endpoint);
-  if (!ep) throw fusion::usage_error("bad endpoint '" + a.endpoint + "' (expected HOST:PORT)");
+  auto ep = fusion::split_host_port(a.endpoint);
+  if (!ep) throw fusion::usage_error(ep.error());
   fusion::net::probe_options opts;
   tls_options& tls = a.tls;
-  if (a.has_seconds) opts.duration = std::chrono::milliseconds(static_cast<int64_t>(parse_number("--seconds", a.seconds) * 1000));
-  if (a.has_warmup) opts.warmup = std::chrono::milliseconds(static_cast<int64_t>(parse_number("--warmup", a.warmup) * 1000));
-  if (a.has_frame_kib) opts.frame_bytes = static_cast<size_t>(parse_number("--frame-kib", a.frame_kib) * 1024);
+  if (a.has_seconds)
+    opts.duration = std::chrono::milliseconds(static_cast<int64_t>(parse_number("--seconds", a.seconds, max_probe_seconds) * 1000));
+  if (a.has_warmup)
+    opts.warmup = std::chrono::milliseconds(static_cast<int64_t>(parse_number("--warmup", a.warmup, max_probe_seconds) * 1000));
+  if (a.has_frame_kib) opts.frame_bytes = static_cast<size_t>(parse_number("--frame-kib", a.frame_kib, max_frame_kib) * 1024);
   auto ctx = tls.load(true);
   if (!ctx) throw fusion::usage_error(ctx.error());
   opts.tls = *ctx;

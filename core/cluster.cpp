@@ -15,6 +15,7 @@
 #include <sstream>
 
 #include "base/file_text.hpp"
+#include "base/host_port.hpp"
 #include "cluster.pb.h"
 #include "core/graph_names.hpp"
 #include "core/text_format.hpp"
@@ -62,13 +63,9 @@ double cluster_spec::link_mbit(const std::string& site_a, const std::string& sit
 }
 
 std::pair<std::string, uint16_t> parse_host_port(const std::string& text, const std::string& what) {
-  auto colon = text.rfind(':');
-  if (colon == std::string::npos || colon == 0 || colon + 1 == text.size())
-    throw std::runtime_error(what + ": expected HOST:PORT, got '" + text + "'");
-  std::string port_text = text.substr(colon + 1);
-  if (!std::all_of(port_text.begin(), port_text.end(), ::isdigit) || port_text.size() > 5 || std::stoi(port_text) > 65535)
-    throw std::runtime_error(what + ": bad port '" + port_text + "' in '" + text + "'");
-  return {text.substr(0, colon), static_cast<uint16_t>(std::stoi(port_text))};
+  auto split = split_host_port(text);
+  if (!split) throw std::runtime_error(what + ": " + split.error());
+  return std::move(*split);
 }
 
 double cluster_spec::node_link_mbit(int node_a, int node_b) const {

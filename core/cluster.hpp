@@ -120,8 +120,8 @@ struct cluster_spec {
   size_t required_nodes() const;
 };
 
-/// Splits "HOST:PORT" (a node's coordinator, the coordinator's listen address); throws
-/// std::runtime_error naming `what` when the value is malformed or the port is not 0..65535.
+/// Splits "HOST:PORT" or "[IPV6]:PORT" (a node's coordinator, the coordinator's listen address);
+/// throws std::runtime_error naming `what` when the value is malformed or the port is not 0..65535.
 std::pair<std::string, uint16_t> parse_host_port(const std::string& text, const std::string& what);
 
 /// Loads and validates a cluster file. Throws cluster_error "FILE:LINE: message" for: parse

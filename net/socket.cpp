@@ -249,26 +249,4 @@ std::string endpoint_name(const std::string& host, uint16_t port) {
   return (v6 ? "[" + host + "]" : host) + ":" + std::to_string(port);
 }
 
-std::optional<std::pair<std::string, uint16_t>> parse_endpoint(const std::string& text) {
-  std::string host;
-  std::string port;
-  if (!text.empty() && text.front() == '[') {
-    auto close = text.find("]:");
-    if (close == std::string::npos) return std::nullopt;
-    host = text.substr(1, close - 1);
-    port = text.substr(close + 2);
-  } else {
-    auto colon = text.rfind(':');
-    if (colon == std::string::npos) return std::nullopt;
-    host = text.substr(0, colon);
-    port = text.substr(colon + 1);
-  }
-  if (host.empty() || port.empty() || port.size() > 5 ||
-      port.find_first_not_of("0123456789") != std::string::npos)
-    return std::nullopt;
-  int value = std::stoi(port);
-  if (value > 65535) return std::nullopt;
-  return std::make_pair(host, static_cast<uint16_t>(value));
-}
-
 }  // namespace fusion::net

@@ -115,7 +115,5 @@ status set_buffer_sizes(int fd, int bytes);
 /// "host:port", with brackets around IPv6 literals.
 std::string endpoint_name(const std::string& host, uint16_t port);
 
-/// Splits "host:port" (or "[v6]:port"); nullopt when malformed.
-std::optional<std::pair<std::string, uint16_t>> parse_endpoint(const std::string& text);
 
 }  // namespace fusion::net

@@ -200,6 +200,15 @@ TEST_CASE("apps/fusion-admin: an address nobody listens on gives a clear error a
   CHECK(r.status == 1);
   CHECK(r.output.find("cannot connect to the coordinator at " + address) != std::string::npos);
   check_plain_words(r.output);
+  // An IPv6 literal in brackets is an address like any other, not a host name to resolve.
+  const auto v6 = "[::1]:" + std::to_string(free_port());
+  r = run_admin({v6, "-c", "status", "--timeout", "5"}, "noconnect6");
+  INFO(r.output);
+  CHECK(r.status == 1);
+  CHECK(r.output.find("nothing listens on " + v6 + " (connection refused)") != std::string::npos);
+  r = run_admin({"::1:7700", "-c", "status"}, "unbracketed6");
+  CHECK(r.status == 2);
+  CHECK(r.output.find("an IPv6 address takes brackets before its port, e.g. [::1]:7700") != std::string::npos);
 }
 
 // CAF says "cannot connect" alike for all three; the shell tells them apart (apps/peer_check.cpp).

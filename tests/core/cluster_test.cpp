@@ -258,8 +258,24 @@ TEST_CASE("cluster: a directory given as the cluster file is said to be one") {
 TEST_CASE("cluster: HOST:PORT addresses are split and checked") {
   CHECK(fusion::parse_host_port("10.77.0.1:7720", "node.coordinator") == std::pair<std::string, uint16_t>{"10.77.0.1", 7720});
   CHECK(fusion::parse_host_port("127.0.0.1:0", "cluster.listen").second == 0);
-  for (const char* bad : {"nohost", ":7700", "host:", "host:70000", "host:12ab", "host:123456"}) {
-    CAPTURE(bad);
-    CHECK_THROWS_WITH(fusion::parse_host_port(bad, "cluster.listen"), doctest::Contains("cluster.listen"));
+  CHECK(fusion::parse_host_port("[::1]:7700", "coordinator address") == std::pair<std::string, uint16_t>{"::1", 7700});
+  CHECK(fusion::parse_host_port("[fe80::1%eth0]:80", "x").first == "fe80::1%eth0");
+  const std::pair<const char*, const char*> bad[] = {
+      {"nohost", "expected HOST:PORT, got 'nohost'"},
+      {":7700", "no host before the port in ':7700'"},
+      {"host:", "no port after the host in 'host:'"},
+      {"host:70000", "bad port '70000' in 'host:70000': expected a number from 0 to 65535"},
+      {"host:12ab", "bad port '12ab'"},
+      {"host:123456", "bad port '123456'"},
+      {"::1:7700", "an IPv6 address takes brackets before its port, e.g. [::1]:7700"},
+      {"[::1]", "expected [IPV6]:PORT"},
+      {"[::1]7700", "expected [IPV6]:PORT"},
+      {"[]:7700", "no host before the port"},
+      {"[::1]:", "no port after the host"},
+  };
+  for (auto [text, says] : bad) {
+    CAPTURE(text);
+    const std::string expected = std::string("cluster.listen: ") + says;
+    CHECK_THROWS_WITH(fusion::parse_host_port(text, "cluster.listen"), doctest::Contains(expected.c_str()));
   }
 }
