@@ -62,6 +62,10 @@ double cluster_spec::link_mbit(const std::string& site_a, const std::string& sit
   return std::numeric_limits<double>::infinity();
 }
 
+namespace {
+constexpr double min_link_mbit = 0.001, max_link_mbit = 1e7;
+}  // namespace
+
 std::pair<std::string, uint16_t> parse_host_port(const std::string& text, const std::string& what) {
   auto split = split_host_port(text);
   if (!split) throw std::runtime_error(what + ": " + split.error());
@@ -218,10 +222,12 @@ class cluster_loader {
                        std::to_string(it->second) + "); links are symmetric");
       int mline = line_of(t, ld, "mbit", -1, line);
       if (line_of(t, ld, "mbit") == 0) fail(line, "link '" + l.a() + "' - '" + l.b() + "': missing 'mbit' (Mbit/s, e.g. mbit: 100)");
-      if (!(l.mbit() > 0) || !std::isfinite(l.mbit())) {
+      // From 1 kbit/s (tc's rates stop being exact below it, and a plan's step would last days) to
+      // 10 Tbit/s; a site pair without a link is unshaped.
+      if (!(l.mbit() >= min_link_mbit && l.mbit() <= max_link_mbit)) {
         std::ostringstream v;
         v << l.mbit();
-        fail(mline, "link '" + l.a() + "' - '" + l.b() + "': mbit must be > 0, got " + v.str() +
+        fail(mline, "link '" + l.a() + "' - '" + l.b() + "': mbit must be from 0.001 (1 kbit/s) to 10000000, got " + v.str() +
                         " (leave a site pair without a link for unshaped)");
       }
       spec_.links.push_back({l.a(), l.b(), l.mbit(), line});

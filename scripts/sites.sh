@@ -193,8 +193,9 @@ site_address() {
 
 do_shape() {
   local a=${positional[0]} b=${positional[1]} mbit=${positional[2]} ip_a ip_b kbit
-  awk -v m="$mbit" 'BEGIN { exit !(m ~ /^[0-9]+(\.[0-9]+)?$/ && m + 0 > 0) }' ||
-    { echo "sites.sh: shape: MBIT '$mbit' must be a rate above 0 in Mbit/s" >&2; exit 2; }
+  # The cluster file's range for a link (core/cluster.cpp): 1 kbit/s to 10 Tbit/s.
+  awk -v m="$mbit" 'BEGIN { exit !(m ~ /^[0-9]+(\.[0-9]+)?$/ && m + 0 >= 0.001 && m + 0 <= 10000000) }' ||
+    { echo "sites.sh: shape: MBIT '$mbit' must be a rate in Mbit/s from 0.001 to 10000000" >&2; exit 2; }
   [[ $a != "$b" ]] || { echo "sites.sh: shape: a link joins two different sites" >&2; exit 2; }
   ip_a=$(site_address "$a") ip_b=$(site_address "$b")
   kbit=$(mbit_to_kbit "$mbit")

@@ -188,10 +188,16 @@ TEST_CASE("core/cluster: duplicate link, either order") {
   check_error(head + one + one, 8, {"link between 'alpha' and 'beta' defined twice"});
 }
 
-TEST_CASE("core/cluster: mbit must be given and > 0") {
+TEST_CASE("core/cluster: mbit must be given and from 1 kbit/s to 10 Tbit/s") {
   check_error(head + "link { a: \"alpha\" b: \"beta\" }\n", 7, {"missing 'mbit'"});
-  check_error(head + "link { a: \"alpha\" b: \"beta\"\n mbit: 0 }\n", 8, {"mbit must be > 0, got 0"});
-  check_error(head + "link { a: \"alpha\" b: \"beta\" mbit: -5 }\n", 7, {"mbit must be > 0, got -5"});
+  const std::string range = "mbit must be from 0.001 (1 kbit/s) to 10000000, got ";
+  check_error(head + "link { a: \"alpha\" b: \"beta\"\n mbit: 0 }\n", 8, {(range + "0").c_str()});
+  check_error(head + "link { a: \"alpha\" b: \"beta\" mbit: -5 }\n", 7, {(range + "-5").c_str()});
+  check_error(head + "link { a: \"alpha\" b: \"beta\" mbit: 1e-300 }\n", 7, {(range + "1e-300").c_str()});
+  check_error(head + "link { a: \"alpha\" b: \"beta\" mbit: 1e300 }\n", 7, {(range + "1e+300").c_str()});
+  check_error(head + "link { a: \"alpha\" b: \"beta\" mbit: inf }\n", 7, {(range + "inf").c_str()});
+  for (const char* fine : {"0.001", "10000000", "8"})
+    CHECK_NOTHROW(parse_cluster(head + "link { a: \"alpha\" b: \"beta\" mbit: " + fine + " }\n", "c.pbtxt"));
 }
 
 TEST_CASE("core/cluster: bad coordinator") {

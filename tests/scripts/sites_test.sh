@@ -88,6 +88,7 @@ rate_to() {  # rate_to SITE PEER_INDEX -> the class rate as tc prints it
 [[ $(rate_to a 13) == 20Mbit && $(rate_to c 11) == 20Mbit ]] || fail "a<->c after shape: $(rate_to a 13) / $(rate_to c 11)"
 [[ $(tc -n "$tag-a" class show dev eth0 | wc -l) -eq 2 ]] || fail "shape must change the class, not add one"
 "$sites" shape a b 0 --tag "$tag" >/dev/null 2>&1 && fail "shape to 0 Mbit/s accepted"
+"$sites" shape a b 0.0001 --tag "$tag" >/dev/null 2>&1 && fail "shape to 0.1 kbit/s accepted (below the cluster file's 1 kbit/s)"
 "$sites" shape a zz 5 --tag "$tag" >/dev/null 2>&1 && fail "shape to an unknown site accepted"
 
 "$sites" up "$cluster" --tag "$tag" --subnet "$subnet" >/dev/null 2>&1 && fail "a second up with the same tag succeeded"
