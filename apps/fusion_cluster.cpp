@@ -4,11 +4,13 @@
 // Plain main() without CAF. Exit codes (docs/training.md's): 0 done, 1 a file that does not load
 // or a plan that does not fit, 2 a mistake in the command line (message on stderr).
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
-#include <optional>
 #include <iostream>
+#include <limits>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -97,7 +99,7 @@ options (the names and meanings of fusion-train's settings where they are the sa
                                (default: none)
   --json                       plan: one JSON object instead of the table
   --out DIR                    certs: where the certificates go
-  --days N                     certs: days every certificate is valid (default: 365)
+  --days N                     certs: days every certificate is valid (default: 365, at most 36500)
   --force                      certs: replace an existing CA in DIR (the certificates it signed
                                stop working)
 
@@ -155,12 +157,19 @@ void print_summary(const cluster_spec& c) {
 }
 
 
-int64_t parse_count(const std::string& flag, const std::string& v) {
+int64_t parse_count(const std::string& flag, const std::string& v, int64_t max = std::numeric_limits<int64_t>::max()) {
   char* end = nullptr;
+  errno = 0;
   long long b = std::strtoll(v.c_str(), &end, 10);
   if (v.empty() || *end != '\0' || b < 1) throw usage_error(flag + " needs an integer >= 1, got '" + v + "'");
+  if (errno == ERANGE || b > max)
+    throw usage_error(flag + " must be at most " + std::to_string(max) + ", got " + v);
   return b;
 }
+
+// A hundred years: beyond it a certificate's end date is no longer a date OpenSSL's time
+// arithmetic (seconds in a long) and every peer's clock agree on.
+constexpr int64_t max_certificate_days = 36500;
 
 nlohmann::json plan_json(const workload_estimator& est, const plan_report& r, const opfence_report* fence,
                          const plan& p, const schedule_choice& sc, const micro_batch_choice* micro) {
@@ -370,7 +379,7 @@ int run_certs(const command_args& a) {
   const std::string& cluster_file = a.cluster_file;
   const std::string& out = a.out;
   security::cert_options options;
-  if (a.has_days) options.days = static_cast<int>(std::min<int64_t>(parse_count("--days", a.days), 36500));
+  if (a.has_days) options.days = static_cast<int>(parse_count("--days", a.days, max_certificate_days));
   options.overwrite = a.force;
   if (cluster_file.empty()) throw usage_error("certs needs a CLUSTER file");
   if (out.empty()) throw usage_error("certs needs --out DIR");
