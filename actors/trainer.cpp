@@ -52,6 +52,8 @@ void load_data(run_inputs& in) {
                                              std::move(token_bytes), cfg.shards_dir);
   } else if (in.model.is_text()) {
     std::string text = read_text_file(cfg.data_file);
+    // Before the vocabulary: an empty corpus would write a vocabulary file of no characters.
+    if (text.empty()) throw std::runtime_error("corpus file " + cfg.data_file + " is empty: name a text file with data.file");
     if (cfg.vocab_file.empty()) {
       in.tokenizer.build(text);
     } else {

@@ -200,11 +200,7 @@ std::span<const int32_t> text_dataset::val_tokens() const noexcept {
 void text_dataset::train_batch(uint64_t seed, uint64_t step, int64_t B, int64_t T, int32_t* x,
                                int32_t* y) const {
   check_batch_shape(B, T, x, y);
-  if (n_train_ < T + 1)
-    throw std::runtime_error("training split has " + std::to_string(n_train_) +
-                             " tokens (the corpus less its data.val-fraction tail), fewer than the " +
-                             std::to_string(T + 1) + " one sequence needs (the model's context + 1): "
-                             "use a longer corpus or a smaller data.val-fraction");
+  check_train_split(T);
   // Valid starts are [0, n_train - T - 1]: the y window ends at start + T <= n_train - 1.
   auto starts = static_cast<uint64_t>(n_train_ - T);
   uint64_t step_key = splitmix64(splitmix64(seed) ^ step);
@@ -216,6 +212,15 @@ void text_dataset::train_batch(uint64_t seed, uint64_t step, int64_t B, int64_t 
     std::copy(src, src + T, x + r * T);
     std::copy(src + 1, src + T + 1, y + r * T);
   }
+}
+
+void text_dataset::check_train_split(int64_t T) const {
+  if (tokens_.empty()) throw std::runtime_error("the corpus is empty: name a text file with data.file");
+  if (n_train_ < T + 1)
+    throw std::runtime_error("training split has " + std::to_string(n_train_) +
+                             " tokens (the corpus less its data.val-fraction tail), fewer than the " +
+                             std::to_string(T + 1) + " one sequence needs (the model's context + 1): "
+                             "use a longer corpus or a smaller data.val-fraction");
 }
 
 int64_t text_dataset::val_batches(int64_t B, int64_t T) const {

@@ -79,6 +79,9 @@ class text_dataset {
   /// and std::runtime_error when the training split is shorter than T + 1 tokens.
   void train_batch(uint64_t seed, uint64_t step, int64_t B, int64_t T, int32_t* x,
                    int32_t* y) const;
+  /// Throws std::runtime_error, as train_batch would, when the training split is shorter than
+  /// the T + 1 tokens one sequence needs, so a run can say so before its first step.
+  void check_train_split(int64_t T) const;
 
   /// Number of full validation batches. Window w covers val[w*T, w*T + T] (x is the first T
   /// tokens, y the last T), so x windows do not overlap; batch i holds windows i*B .. i*B+B-1.

@@ -8,7 +8,13 @@
 namespace fusion {
 
 text_source::text_source(std::shared_ptr<const text_dataset> data, int64_t T, std::string name)
-    : data_(std::move(data)), T_(T), name_(std::move(name)) {}
+    : data_(std::move(data)), T_(T), name_(std::move(name)) {
+  try {
+    data_->check_train_split(T_);
+  } catch (const std::exception& e) {
+    throw std::runtime_error("corpus " + name_ + ": " + e.what());
+  }
+}
 
 std::string text_source::describe() const {
   return "text " + name_ + ": " + std::to_string(data_->train_tokens().size()) + " training and " +

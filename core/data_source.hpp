@@ -67,7 +67,8 @@ class text_dataset;
 /// training windows as text_dataset::train_batch, evaluation on the validation split.
 class text_source final : public data_source {
  public:
-  /// `name` is the corpus path, for messages.
+  /// `name` is the corpus path, for messages. Throws std::runtime_error naming it when the
+  /// corpus is empty or its training split shorter than one sequence (T + 1 tokens).
   text_source(std::shared_ptr<const text_dataset> data, int64_t T, std::string name);
 
   std::string describe() const override;

@@ -192,7 +192,7 @@ class reader {
       // A leading 0 makes CAF read octal digits: 010 is 8 and 08 does not parse.
       int base = mantissa.size() > 1 && mantissa[0] == '0' ? 8 : 10;
       for (char c : mantissa) {
-        if (c - '0' >= base) throw syntax_error{"'" + t + "' starts with 0, so CAF reads it as octal; drop the 0"};
+        if (c - '0' >= base) throw syntax_error{"'" + t + "' starts with 0, so it would be read as octal; drop the 0"};
         if (v.magnitude > (UINT64_MAX - (c - '0')) / base) throw syntax_error{"integer '" + t + "' is too large"};
         v.magnitude = v.magnitude * base + (c - '0');
       }
@@ -346,7 +346,7 @@ std::vector<ini_problem> check_ini(const std::string& text, const std::string& f
         ini_value v = r.value();
         std::string where = "[" + category + "] " + key;
         if (category.empty()) {
-          report("key '" + key + "' is outside any [category] (CAF files it under [global]; write the category)");
+          report("key '" + key + "' is outside any [category] (it would be filed under [global]; write the category above it)");
         } else if (known_category) {
           auto opt = std::find_if(schema.begin(), schema.end(),
                                   [&](auto& o) { return o.category == category && o.name == key; });

@@ -348,6 +348,14 @@ TEST_CASE("apps/fusion-train: the vocabulary follows the corpus") {
   r = run_in(dir.path, cmd("fusion-train") + " --config cfg/run.ini" + quick);
   CHECK(r.status == 0);
   CHECK_FALSE(contains(r.output, "note:"));
+  // An empty corpus is said as such, and leaves no vocabulary of no characters behind.
+  write_file(dir / "data/empty.txt", "");
+  r = run_in(dir.path, cmd("fusion-train") + " --model " + src("configs/models/gpt-char-tiny.pbtxt") +
+                           " --data.file data/empty.txt" + quick);
+  INFO(r.output);
+  CHECK(r.status == 1);
+  CHECK(contains(r.output, "corpus file data/empty.txt is empty: name a text file with data.file"));
+  CHECK_FALSE(fs::exists(dir / "data/empty.vocab"));
 }
 
 TEST_CASE("apps/fusion-train: running out of memory is said in plain words") {

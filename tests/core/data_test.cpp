@@ -5,12 +5,14 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <numeric>
 #include <set>
 #include <string>
 #include <vector>
 
 #include "core/data.hpp"
+#include "core/data_source.hpp"
 
 using namespace fusion;
 namespace fs = std::filesystem;
@@ -219,6 +221,15 @@ TEST_CASE("core/data: splits shorter than T+1 are reported") {
   CHECK_THROWS_AS(ds.val_batches(4, 3), std::runtime_error);
   CHECK_THROWS_AS(ds.train_batch(0, 0, 0, 4, x.data(), y.data()), std::invalid_argument);
   CHECK_THROWS_AS(ds.val_batches(1, 0), std::invalid_argument);
+}
+
+TEST_CASE("core/data: an empty or too short corpus is said before the first step, naming the file") {
+  auto shared = [](std::vector<int32_t> tokens) { return std::make_shared<const text_dataset>(std::move(tokens)); };
+  CHECK(error_of([&] { text_source(shared({}), 8, "c.txt"); }) ==
+        "corpus c.txt: the corpus is empty: name a text file with data.file");
+  CHECK(contains(error_of([&] { text_source(shared(iota_tokens(5)), 8, "c.txt"); }),
+                 "corpus c.txt: training split has 5 tokens (the corpus less its data.val-fraction tail), fewer than the 9"));
+  CHECK_NOTHROW(text_source(shared(iota_tokens(10)), 8, "c.txt"));  // train 9 = T + 1
 }
 
 TEST_CASE("core/data: unigram entropy in nats") {
