@@ -5,6 +5,8 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cstdio>
+#include <cstdlib>
 #include <vector>
 
 #include "core/graph_names.hpp"
@@ -81,8 +83,20 @@ std::vector<std::string> enum_values(const gp::Descriptor* root, const std::stri
   return out;
 }
 
+// A token as a person can read it: quoted, or, when it holds a control or non-ASCII byte that a
+// terminal would swallow or garble, the first such byte in hex.
+std::string shown(const std::string& token) {
+  for (unsigned char c : token)
+    if (c < 0x20 || c >= 0x7f) {
+      char hex[8];
+      std::snprintf(hex, sizeof hex, "0x%02x", c);
+      return std::string("a byte ") + hex + " that is not text (a binary file, or another encoding?)";
+    }
+  return "'" + token + "'";
+}
+
 // "got 'x'", or "got the end of the file" for protobuf's empty token.
-std::string got(const std::string& token) { return token.empty() ? "got the end of the file" : "got '" + token + "'"; }
+std::string got(const std::string& token) { return token.empty() ? "got the end of the file" : "got " + shown(token); }
 
 // Protobuf's message `m` about `line` of the file in plain words: no message type names, the
 // field named. `column` moves to the field's name where protobuf points past it.
@@ -126,7 +140,7 @@ std::string plain_words(const std::string& m, const gp::Descriptor* root, const 
   if (starts_with(m, "Expected identifier, got: ")) {
     const std::string token = after("Expected identifier, got: ");
     if (token.empty()) return "the file ends inside a block: a '}' is missing";
-    return "expected a field name, got '" + token + "'";
+    return "expected a field name, got " + shown(token);
   }
   if (const size_t mid = m.find("\", found \""); starts_with(m, "Expected \"") && mid != std::string::npos) {
     // `Expected "{", found ""x"".`: the found token may hold quotes itself.
@@ -134,6 +148,14 @@ std::string plain_words(const std::string& m, const gp::Descriptor* root, const 
     return where + "expected '" + want + "', " + got(token);
   }
   if (m == "Message is too deep") return "blocks are nested too deeply";
+  if (starts_with(m, "Interpreting non ascii codepoint ")) {
+    const int byte = std::atoi(after("Interpreting non ascii codepoint ").c_str());
+    return shown(std::string(1, static_cast<char>(byte))) + ", outside a quoted text";
+  }
+  if (m == "Invalid control characters encountered in text.") {
+    const auto at = static_cast<size_t>(std::max(column - 1, 0));
+    return at < line.size() ? shown(line.substr(at, 1)) : "a control byte that is not text (a binary file?)";
+  }
   return m;  // the tokenizer's own messages ("String literals cannot cross line boundaries.") read plainly
 }
 

@@ -2,6 +2,7 @@
 // validation error, each checking the file name, the line and the message.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 
@@ -127,6 +128,17 @@ TEST_CASE("core/cluster: parse errors in plain words, naming the field") {
   check_error(head + "coordinator { port: 99999999999 }\n", 7, {"field 'port': the number 99999999999 is out of range"});
   check_error(head + "site { name: \"d\" \n", 8, {"the file ends inside a block: a '}' is missing"});
   plain(error_of(head + "site { name: \"d\" \n"));
+  // Bytes that are not text (a binary file given as the cluster file) are shown in hex, never
+  // printed raw to the terminal.
+  const char* not_text = "that is not text (a binary file, or another encoding?)";
+  check_error(head + "\x7f" "ELF\x02\x01\n", 7, {"c.pbtxt:7:1: parse error: expected a field name, got a byte 0x7f", not_text});
+  check_error(head + "\x80\x81 site\n", 7, {"c.pbtxt:7:1: parse error: a byte 0x80 ", not_text, "outside a quoted text"});
+  check_error(head + "site { name: \x01 }\n", 7, {"c.pbtxt:7:14: parse error: a byte 0x01 ", not_text});
+  for (const char* bytes : {"\x7f" "ELF\n", "\x80\x81\n", "site { name: \x01 }\n"}) {
+    const std::string e = error_of(head + bytes);
+    plain(e);
+    CHECK_MESSAGE(std::none_of(e.begin(), e.end(), [](char c) { return static_cast<unsigned char>(c) < 0x20 || static_cast<unsigned char>(c) >= 0x7f; }), e);
+  }
 }
 
 TEST_CASE("core/cluster: accept_inbound defaults to true, false marks a node behind a firewall") {
