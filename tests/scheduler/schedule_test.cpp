@@ -116,8 +116,9 @@ TEST_CASE("scheduler/schedule: a slow link carrying both directions favours 1F1B
   // n0, n1 on site a, n2, n3 on site b: the cut fc -> lm_head crosses the slow link, so its
   // activations (forward) and gradients (backward) share it, one FIFO per direction. 128 bytes
   // at 256e-6 Mbit/s: 4 s a tensor, twice a stage's work per micro-batch (forward 1 s and
-  // backward 1 s): the link is the bottleneck.
-  cluster_spec c = nodes(4, 256e-6);
+  // backward 1 s): the link is the bottleneck. (The profile's rate counts, not the cluster
+  // file's, which cannot go below 1 kbit/s.)
+  cluster_spec c = nodes(4, 8);
   const plan p = make_plan(g, placement{{0, 3, 0, 1, 2, 3}});
   workload_estimator est = equal_ops(g, c, 8, 1, 256e-6);
   REQUIRE(est.transfer_s(128, 1, 2) == doctest::Approx(4.0));
