@@ -70,6 +70,7 @@ workload_estimator::workload_estimator(const graph& g, const cluster_spec& c, cl
   for (int k = 0; k < nodes_; ++k) set_node_rates(k);
   correction_.assign(nodes_, 1.0);
   correction_seen_.assign(nodes_, 0);
+  profiled_in_run_.assign(nodes_, 0);
   refresh_corrections();
   ring_s_per_byte_.assign(nodes_, -1.0);
   set_link_rates();
@@ -121,6 +122,7 @@ workload_estimator workload_estimator::restricted(const cluster_spec& sub, const
   for (size_t i = 0; i < full.size(); ++i) {
     out.correction_[i] = correction_[full[i]];
     out.correction_seen_[i] = correction_seen_[full[i]];
+    out.profiled_in_run_[i] = profiled_in_run_[full[i]];
     out.ring_s_per_byte_[i] = ring_s_per_byte_[full[i]];
   }
   out.refresh_corrections();
@@ -151,6 +153,7 @@ void workload_estimator::admit_node(int node, const node_profile& np, const std:
   std::erase_if(link_mbit_, [node](const auto& kv) { return kv.first.first == node || kv.first.second == node; });
   correction_[node] = 1.0;
   correction_seen_[node] = 0;
+  profiled_in_run_[node] = 1;
   refresh_corrections();
   ring_s_per_byte_[node] = -1.0;
 }
@@ -219,8 +222,11 @@ void workload_estimator::refresh_corrections() {
   // A node that ran nothing yet: what the measured nodes of its kind showed about their profiles
   // (profiles are taken one node at a time; a run shares the machines), else 1. Without this an
   // idle node looks faster than the busy ones by exactly that margin, and work moved there comes
-  // back slower than predicted. Kept per node rather than summed at each lookup: the planners
-  // ask for op times millions of times per plan.
+  // back slower than predicted. Not a node admitted mid-run: its profile was timed while the run
+  // shared the machines (its ops stretched by the CPU share it got), so it already holds that
+  // margin; the mean of a throttled job would count it twice and hide the newcomer's speed. Kept
+  // per node rather than summed at each lookup: the planners ask for op times millions of times
+  // per plan.
   double sum[2] = {0, 0};
   int n[2] = {0, 0};
   for (int k = 0; k < nodes_; ++k)
@@ -231,7 +237,10 @@ void workload_estimator::refresh_corrections() {
   node_correction_.assign(nodes_, 1.0);
   for (int k = 0; k < nodes_; ++k) {
     const int kind = is_gpu(profile_.nodes[k].device) ? 1 : 0;
-    node_correction_[k] = correction_seen_[k] ? correction_[k] : n[kind] ? sum[kind] / n[kind] : 1.0;
+    node_correction_[k] = correction_seen_[k]     ? correction_[k]
+                          : profiled_in_run_[k] ? 1.0
+                          : n[kind]             ? sum[kind] / n[kind]
+                                                : 1.0;
   }
 }
 

@@ -209,6 +209,8 @@ class workload_estimator {
   /// A node that joins the running job (or comes back): its profile `np` replaces the one it
   /// had, `links` (measured when it joined; others' site pairs stay) replace those site pairs,
   /// and whatever was measured on the node before is forgotten. Other nodes' measurements stay.
+  /// Until it runs ops its profile is taken as it is (timed under the run's load), not scaled by
+  /// the other nodes' correction.
   void admit_node(int node, const node_profile& np, const std::vector<link_profile>& links);
 
   /// This estimator seen on a part of its cluster: `sub` holds the nodes full[0], full[1], ...
@@ -228,7 +230,8 @@ class workload_estimator {
   void set_link_rates();           // base_mbit_/rtt_ from profile_
   double profile_forward_s(int id, int node) const;
   double profile_backward_s(int id, int node) const;
-  /// correction_[node] once measured, else the mean of the measured nodes of its device kind.
+  /// correction_[node] once measured; else 1 for a node admitted mid-run, else the mean of the
+  /// measured nodes of its device kind.
   double correction_of(int node) const;
   void refresh_corrections();      // node_correction_ from correction_ and correction_seen_
 
@@ -240,6 +243,7 @@ class workload_estimator {
   std::map<std::pair<int, int>, std::pair<double, double>> measured_;  // (id, node) -> (fwd, bwd)
   std::vector<double> correction_;                     // per node: measured / profile (1 until measured)
   std::vector<char> correction_seen_;                  // per node: measured at least once
+  std::vector<char> profiled_in_run_;                  // per node: admitted mid-run, profiled under its load
   std::vector<double> node_correction_;                // per node: what correction_of returns
   std::map<std::pair<int, int>, double> link_mbit_;    // (min node, max node) -> refined rate
   std::vector<double> ring_s_per_byte_;                // per node: measured ring work, -1 until measured

@@ -140,10 +140,10 @@ TEST_CASE("scheduler/estimator: a link with a long round trip is learned at its 
 
 TEST_CASE("scheduler/estimator: a node admitted mid-run takes its new profile and forgets what it measured before") {
   graph g = parse_graph(chain_model, "chain.pbtxt", 1);
-  cluster_spec c = estimator_sites();
+  cluster_spec c = estimator_sites(true);  // a0, b0, and a1 and c0, which run nothing
   cluster_profile prof = timed_profile(g, c, 2, 100, chain_times);
   workload_estimator est(g, c, prof);
-  const int fc = 3, lm_head = 4;
+  const int fc = 3, lm_head = 4, a1 = 2;
   est.observe_op(fc, 0, 2.0, 4.0);
   est.observe_op(fc, 1, 3.0, 3.0);
   est.observe_transfer(0, 1, 1e6, 0.16, 0);  // 50 Mbit/s
@@ -158,18 +158,24 @@ TEST_CASE("scheduler/estimator: a node admitted mid-run takes its new profile an
   probed.rtt_s = 0.002;
   probed.measured = true;
   est.admit_node(1, back, {probed});
-  // Its new profile, not the 3 s measured before, scaled as a node that ran nothing yet: by what
-  // the measured nodes showed about their profiles (a0 ran fc at twice its profile).
+  // Its new profile as it is, not the 3 s measured before: timed while the run shared the
+  // machines, it already holds what a0's correction (fc at twice its profile) says of them.
+  CHECK(est.forward_s(fc, 1) == doctest::Approx(0.5));
+  CHECK(est.backward_s(lm_head, 1) == doctest::Approx(1.0));
+  // a1, profiled before the run and idle since, takes the measured nodes' mean correction (a0's;
+  // b0 has measured nothing since it came back).
   const double corr = 1 + est.options().ema_weight * (2.0 - 1);
-  CHECK(est.forward_s(fc, 1) == doctest::Approx(0.5 * corr));
-  CHECK(est.backward_s(lm_head, 1) == doctest::Approx(1.0 * corr));
+  CHECK(est.forward_s(fc, a1) == doctest::Approx(1.0 * corr));
+  // Once it runs ops, the admitted node is corrected by what it measures.
+  est.observe_op(fc, 1, 1.5, 3.0);
+  CHECK(est.forward_s(lm_head, 1) == doctest::Approx(1.0 * (1 + est.options().ema_weight * (3.0 - 1))));
   CHECK(est.forward_s(fc, 0) == doctest::Approx(2.0));       // the other node keeps its measurements
   CHECK(est.link_mbit(0, 1) == doctest::Approx(400));         // the refined 50 is forgotten
   CHECK(est.link_rtt_s(1, 0) == doctest::Approx(0.002));
   CHECK(est.profile().nodes[1].ops == back.ops);
   REQUIRE(est.profile().links.size() == 1);
   CHECK(est.profile().links[0].mbit == 400);
-  CHECK_THROWS_AS(est.admit_node(2, back, {}), std::out_of_range);
+  CHECK_THROWS_AS(est.admit_node(4, back, {}), std::out_of_range);
 }
 
 }  // namespace
