@@ -10,15 +10,18 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <regex>
 #include <sstream>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "core/data.hpp"
 #include "core/wire.hpp"
@@ -123,6 +126,56 @@ TEST_CASE("apps/options: every program prints its version and wire protocol for 
   auto r = run_in_source(cmd("fusion-train") + " --config /nonexistent.ini --version");
   CHECK(r.status == 0);
   CHECK(r.output == "fusion-train" + expected_tail);
+}
+
+// The docs stay true to the option table: every option fusion-train accepts has a row, in
+// docs/training.md ("| category | key[, key...] | ...") or, for the categories with a page of
+// their own, in that page's settings table ("| `key` | ...").
+TEST_CASE("apps/options: every option of fusion-train --help has a row in the docs") {
+  auto help = run_in_source(cmd("fusion-train") + " --help");
+  REQUIRE(help.status == 0);
+  const std::map<std::string, std::string> own_page = {
+      {"compression", "docs/compression.md"}, {"scheduler", "docs/migration.md"}, {"security", "docs/security.md"}};
+  auto rows_of = [](const std::string& doc) {
+    std::vector<std::vector<std::string>> rows;
+    std::istringstream in(read_file(src(doc)));
+    for (std::string line; std::getline(in, line);) {
+      if (line.rfind("| ", 0) != 0) continue;
+      std::vector<std::string> cells;
+      std::istringstream cut(line.substr(1));
+      for (std::string cell; std::getline(cut, cell, '|');) {
+        cell.erase(0, cell.find_first_not_of(' '));
+        cell.erase(cell.find_last_not_of(' ') + 1);
+        cells.push_back(cell);
+      }
+      rows.push_back(cells);
+    }
+    return rows;
+  };
+  auto keys_of = [](std::string cell) {  // "`a`, `b`" or "a, b"
+    cell.erase(std::remove(cell.begin(), cell.end(), '`'), cell.end());
+    std::vector<std::string> keys;
+    std::istringstream cut(cell);
+    for (std::string k; std::getline(cut, k, ',');) keys.push_back(k.substr(k.find_first_not_of(' ')));
+    return keys;
+  };
+  const auto training = rows_of("docs/training.md");
+  const std::regex option(R"(\n  --([a-z0-9-]+)\.([a-z0-9-]+)=)");
+  int seen = 0;
+  for (std::sregex_iterator it(help.output.begin(), help.output.end(), option), end; it != end; ++it, ++seen) {
+    const std::string category = (*it)[1], key = (*it)[2];
+    CAPTURE(category + "." + key);
+    bool documented = false;
+    if (auto page = own_page.find(category); page != own_page.end()) {
+      for (auto& row : rows_of(page->second))
+        if (!row.empty() && row[0].rfind("`", 0) == 0 && std::ranges::count(keys_of(row[0]), key) > 0) documented = true;
+    } else {
+      for (auto& row : training)
+        if (row.size() > 2 && row[0] == category && std::ranges::count(keys_of(row[1]), key) > 0) documented = true;
+    }
+    CHECK(documented);
+  }
+  CHECK(seen > 80);  // the table was read at all
 }
 
 TEST_CASE("apps/options: --key value works like --key=value (fusion-node, with timestamped log lines)") {
