@@ -63,6 +63,28 @@ void record_eval(coord_ptr self, eval_result v) {
                  v.loss, extra);
 }
 
+// A node's CPU quota changed while the run trains (sites.sh throttle, a co-tenant's cgroup): its
+// op times under a binding quota are CPU times, which the change leaves alone, so without this
+// the estimator, and the scheduler with it, would never see the node slow down or speed up.
+void follow_quota(coord_ptr self, int node, const cpu_quota& now) {
+  auto& st = self->state;
+  auto* est = estimator_of(self);
+  if (!est || node < 0 || static_cast<size_t>(node) >= est->profile().nodes.size()) return;
+  const cpu_quota before = est->profile().nodes[node].quota;
+  if (!est->set_quota(node, now)) return;
+  if (st.exec.profile.nodes.size() == est->profile().nodes.size()) st.exec.profile.nodes[node].quota = now;
+  auto words = [](const cpu_quota& q) {
+    char text[64];
+    if (q.cores > 0)
+      std::snprintf(text, sizeof text, "%.2f core per %.0f ms", q.cores, q.period_s * 1e3);
+    else
+      std::snprintf(text, sizeof text, "none");
+    return std::string(text);
+  };
+  log_info("fusion-train", node_label(st, node) + ": CPU quota now " + words(now) + " (was " + words(before) +
+                               ") at step " + std::to_string(st.train.step) + ": the estimator follows");
+}
+
 // Edge traffic of the step that just ended, from every node, then end_step.
 void poll_traffic(coord_ptr self, step_record rec) {
   auto& st = self->state;
@@ -78,8 +100,10 @@ void poll_traffic(coord_ptr self, step_record rec) {
                      [=](std::vector<node_stats> all) {
                        auto& s = self->state;
                        auto& out = recp->edges;
-                       for (size_t i = 0; i < all.size(); ++i)
+                       for (size_t i = 0; i < all.size(); ++i) {
                          recp->nodes.push_back({s.in->cluster.nodes[live_index[i]].name, all[i].cpu_s});
+                         follow_quota(self, live_index[i], {all[i].quota_cores, all[i].quota_period_s});
+                       }
                        for (auto& ns : all)
                          for (auto& e : ns.edges) {
                            const plan_edge* info = s.exec.current.find(e.edge);

@@ -293,18 +293,21 @@ typename Inspector::result_type inspect(Inspector& f, codec_settings& x) {
 }
 
 /// A node's answer to stats_atom: edge traffic sent from it and the CPU it used since the last
-/// poll, and the wire messages it refused since it started.
+/// poll, the wire messages it refused since it started, and the CPU quota it runs under now.
 struct node_stats {
   std::vector<edge_stat> edges;
   uint64_t rejected = 0;
   std::string last_rejection;
   /// CPU seconds (user and system, every thread) the node process used since the last poll.
   double cpu_s = 0;
+  /// The process's CPU quota now (cores 0: none): a cgroup may change it while the run trains.
+  double quota_cores = 0, quota_period_s = 0;
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, node_stats& x) {
-  return f(caf::meta::type_name("node_stats"), x.edges, x.rejected, x.last_rejection, x.cpu_s);
+  return f(caf::meta::type_name("node_stats"), x.edges, x.rejected, x.last_rejection, x.cpu_s, x.quota_cores,
+           x.quota_period_s);
 }
 
 // Profiling (scheduler/op_timing.hpp, scheduler/profile.hpp).

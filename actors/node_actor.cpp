@@ -409,6 +409,9 @@ node_actor::behavior_type node_actor_fn(node_ptr self, node_identity id, std::sh
         out.cpu_s = cpu - std::exchange(st.cpu_at_poll, cpu);
         out.rejected = st.rejected;
         out.last_rejection = st.last_rejection;
+        const cpu_quota q = process_cpu_quota();  // re-read at most once a second
+        out.quota_cores = q.cores;
+        out.quota_period_s = q.period_s;
         return out;
       },
       [=](shutdown_atom) {

@@ -131,4 +131,10 @@ print("RESULT before_tokens_per_s=%.1f throttled_tokens_per_s=%.1f after_restore
       % (tps(slow_at - 20, slow_at), tps(slow_at + 1, end_throttled + 1), tps(a, max(steps) + 1), len(migs)))
 print("verdicts: %s" % " ".join("%d:%s" % (v["step"], v["verdict"]) for v in verdicts))
 PY
+# The estimator must have followed both quota changes (op times under a quota are CPU times,
+# which a throttle leaves alone): without it the scheduler never sees the throttle.
+for q in 0.20 0.60; do
+  grep -q "node '$slow' (site [a-z0-9_-]*): CPU quota now $q core" "$work/run.log" ||
+    { echo "rebalance_bench: the coordinator never logged $slow's CPU quota of $q core, see $work/run.log" >&2; exit 1; }
+done
 scripts/plot.sh "$metrics" "$plot" >&2

@@ -83,15 +83,17 @@ std::vector<std::string> enum_values(const gp::Descriptor* root, const std::stri
   return out;
 }
 
-// A token as a person can read it: quoted, or, when it holds a control or non-ASCII byte that a
-// terminal would swallow or garble, the first such byte in hex.
+// A byte that is no text where it stands, in hex: printed raw, a terminal would swallow or garble it.
+std::string byte_words(unsigned char c) {
+  char hex[8];
+  std::snprintf(hex, sizeof hex, "0x%02x", c);
+  return std::string("a byte ") + hex + " that is not text (a binary file, or another encoding?)";
+}
+
+// A token as a person can read it: quoted (UTF-8 included), or its first control byte in hex.
 std::string shown(const std::string& token) {
   for (unsigned char c : token)
-    if (c < 0x20 || c >= 0x7f) {
-      char hex[8];
-      std::snprintf(hex, sizeof hex, "0x%02x", c);
-      return std::string("a byte ") + hex + " that is not text (a binary file, or another encoding?)";
-    }
+    if (c < 0x20 || c == 0x7f) return byte_words(c);
   return "'" + token + "'";
 }
 
@@ -150,7 +152,8 @@ std::string plain_words(const std::string& m, const gp::Descriptor* root, const 
   if (m == "Message is too deep") return "blocks are nested too deeply";
   if (starts_with(m, "Interpreting non ascii codepoint ")) {
     const int byte = std::atoi(after("Interpreting non ascii codepoint ").c_str());
-    return shown(std::string(1, static_cast<char>(byte))) + ", outside a quoted text";
+    // Names and numbers are ASCII; UTF-8 belongs inside double quotes.
+    return byte_words(static_cast<unsigned char>(byte)) + ", outside a quoted text";
   }
   if (m == "Invalid control characters encountered in text.") {
     const auto at = static_cast<size_t>(std::max(column - 1, 0));

@@ -47,8 +47,8 @@ namespace fusion {
 /// are dropped by the others, docs/recovery.md). 12: device_timing carries the node's CPU quota
 /// and period (docs/scheduler.md, "Nodes under a CPU quota"). 13: node_stats carries the node
 /// process's CPU seconds since the last poll. 14: edge_stat counts the tensors that found their
-/// edge idle (idle_starts).
-inline constexpr uint32_t wire_protocol_version = 14;
+/// edge idle (idle_starts). 15: node_stats carries the CPU quota the node runs under now.
+inline constexpr uint32_t wire_protocol_version = 15;
 
 /// Largest tensor a header may announce (16 GiB); anything larger is a corrupt header.
 inline constexpr uint64_t wire_max_tensor_bytes = uint64_t{1} << 34;

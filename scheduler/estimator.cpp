@@ -216,6 +216,15 @@ double workload_estimator::backward_s(int id, int node) const {
   return profile_backward_s(id, node) * correction_of(node);
 }
 
+bool workload_estimator::set_quota(int node, const cpu_quota& quota) {
+  check_op(0, 1, node, nodes_, "quota");
+  node_profile& np = profile_.nodes[node];
+  if (is_gpu(np.device) || np.quota == quota) return false;
+  np.quota = quota;
+  set_node_rates(node);  // the rates of untimed ops take the CPU share only without a binding quota
+  return true;
+}
+
 double workload_estimator::correction_of(int node) const { return node_correction_[node]; }
 
 void workload_estimator::refresh_corrections() {

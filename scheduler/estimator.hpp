@@ -213,6 +213,13 @@ class workload_estimator {
   /// the other nodes' correction.
   void admit_node(int node, const node_profile& np, const std::vector<link_profile>& links);
 
+  /// The CPU quota `node` runs under now (read by its process at each step's poll), when it
+  /// differs from its profile's: a quota changed while the run trains (a cgroup throttled, a
+  /// co-tenant's share given back). Under a binding quota the node's op times are CPU times, which
+  /// a lower quota leaves as they were; only the quota's budget per period shows the slowdown, so
+  /// the estimator must be told. Returns whether it changed anything (GPU nodes: never).
+  bool set_quota(int node, const cpu_quota& quota);
+
   /// This estimator seen on a part of its cluster: `sub` holds the nodes full[0], full[1], ...
   /// of cluster() (in that order, sites and links unchanged) and must outlive the result, which
   /// keeps every refinement (measured op times, corrections, links, ring work) of those nodes.

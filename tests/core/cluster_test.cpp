@@ -134,6 +134,9 @@ TEST_CASE("core/cluster: parse errors in plain words, naming the field") {
   check_error(head + "\x7f" "ELF\x02\x01\n", 7, {"c.pbtxt:7:1: parse error: expected a field name, got a byte 0x7f", not_text});
   check_error(head + "\x80\x81 site\n", 7, {"c.pbtxt:7:1: parse error: a byte 0x80 ", not_text, "outside a quoted text"});
   check_error(head + "site { name: \x01 }\n", 7, {"c.pbtxt:7:14: parse error: a byte 0x01 ", not_text});
+  // UTF-8 in a quoted text is text: quoted back as it is.
+  check_error(head + "node { name: \"c1\" site: \"gamma\" gflops: \"caf\xc3\xa9\" }\n", 7,
+              {"field 'gflops': expected a number, got '\"caf\xc3\xa9\"'"});
   for (const char* bytes : {"\x7f" "ELF\n", "\x80\x81\n", "site { name: \x01 }\n"}) {
     const std::string e = error_of(head + bytes);
     plain(e);

@@ -241,6 +241,32 @@ TEST_CASE("scheduler/estimator: a node under a CPU quota runs at full speed with
   }
 }
 
+TEST_CASE("scheduler/estimator: a quota changed while the run trains is followed") {
+  graph g = parse_graph(chain_model, "chain.pbtxt", 1);
+  cluster_spec c = one_node();
+  cluster_profile prof = timed_profile(g, c, 3, 1, chain_times);
+  prof.nodes[0].quota = {0.6, 0.1};
+  workload_estimator est(g, c, prof, exact_options());
+  const plan p = make_plan(g, placement{std::vector<int>(g.nodes.size(), 0)});
+  const double at_06 = est.simulate(p).pipeline_s;
+  // Throttled to 0.2 of a core: the op times (CPU times) stay, the budget per period shrinks.
+  CHECK(est.set_quota(0, {0.2, 0.1}));
+  CHECK(est.quota_stretch(0) == doctest::Approx(5));
+  CHECK(est.profile().nodes[0].quota.cores == 0.2);
+  const double at_02 = est.simulate(p).pipeline_s;
+  CHECK(at_02 == doctest::Approx(3 * at_06).epsilon(0.01));
+  CHECK_FALSE(est.set_quota(0, {0.2, 0.1}));  // the same quota: nothing to change
+  // Uncapped again: full speed, the quota's budget gone.
+  CHECK(est.set_quota(0, {}));
+  CHECK(est.quota_stretch(0) == 1);
+  CHECK(est.simulate(p).pipeline_s == doctest::Approx(33));
+  // A GPU node's quota does not hold its kernels back: nothing to follow.
+  prof.nodes[0].device = "cuda:0";
+  workload_estimator gpu(g, c, prof, exact_options());
+  CHECK_FALSE(gpu.set_quota(0, {0.2, 0.1}));
+  CHECK_THROWS_AS(est.set_quota(1, {}), std::out_of_range);
+}
+
 TEST_CASE("scheduler/estimator: a capped node's step is the mean over the phases of its quota periods") {
   // One node, 11 s of ops per step in sequence, half a core in periods of P = 44/3 s: the ops
   // need 1.5 periods' budget. A period that starts with the step (phase 0): 0.5 P of work, a
