@@ -219,8 +219,10 @@ double workload_estimator::backward_s(int id, int node) const {
 bool workload_estimator::set_quota(int node, const cpu_quota& quota) {
   check_op(0, 1, node, nodes_, "quota");
   node_profile& np = profile_.nodes[node];
-  if (is_gpu(np.device) || np.quota == quota) return false;
-  np.quota = quota;
+  // A quota of a core or more holds no serial op runner back: the same as none.
+  auto binding = [](const cpu_quota& q) { return q.binds() ? q : cpu_quota{}; };
+  if (is_gpu(np.device) || binding(np.quota) == binding(quota)) return false;
+  np.quota = binding(quota);
   set_node_rates(node);  // the rates of untimed ops take the CPU share only without a binding quota
   return true;
 }

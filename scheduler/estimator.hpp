@@ -217,7 +217,8 @@ class workload_estimator {
   /// differs from its profile's: a quota changed while the run trains (a cgroup throttled, a
   /// co-tenant's share given back). Under a binding quota the node's op times are CPU times, which
   /// a lower quota leaves as they were; only the quota's budget per period shows the slowdown, so
-  /// the estimator must be told. Returns whether it changed anything (GPU nodes: never).
+  /// the estimator must be told. Returns whether it changed anything (GPU nodes: never; a quota
+  /// of a core or more counts as none).
   bool set_quota(int node, const cpu_quota& quota);
 
   /// This estimator seen on a part of its cluster: `sub` holds the nodes full[0], full[1], ...

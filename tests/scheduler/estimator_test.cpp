@@ -256,6 +256,10 @@ TEST_CASE("scheduler/estimator: a quota changed while the run trains is followed
   const double at_02 = est.simulate(p).pipeline_s;
   CHECK(at_02 == doctest::Approx(3 * at_06).epsilon(0.01));
   CHECK_FALSE(est.set_quota(0, {0.2, 0.1}));  // the same quota: nothing to change
+  CHECK(est.set_quota(0, {1.5, 0.1}));          // a core and a half: no longer held back
+  CHECK(est.quota_stretch(0) == 1);
+  CHECK_FALSE(est.set_quota(0, {}));            // ... which is the same as no quota
+  CHECK(est.set_quota(0, {0.2, 0.1}));
   // Uncapped again: full speed, the quota's budget gone.
   CHECK(est.set_quota(0, {}));
   CHECK(est.quota_stretch(0) == 1);
