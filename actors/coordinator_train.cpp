@@ -72,7 +72,9 @@ void follow_quota(coord_ptr self, int node, const cpu_quota& now) {
   if (!est || node < 0 || static_cast<size_t>(node) >= est->profile().nodes.size()) return;
   const cpu_quota before = est->profile().nodes[node].quota;
   if (!est->set_quota(node, now)) return;
-  if (st.exec.profile.nodes.size() == est->profile().nodes.size()) st.exec.profile.nodes[node].quota = now;
+  // What the estimator kept (a quota of a core or more is kept as none), so the two agree.
+  const cpu_quota kept = est->profile().nodes[node].quota;
+  if (st.exec.profile.nodes.size() == est->profile().nodes.size()) st.exec.profile.nodes[node].quota = kept;
   auto words = [](const cpu_quota& q) {
     char text[64];
     if (q.cores > 0)
@@ -81,7 +83,7 @@ void follow_quota(coord_ptr self, int node, const cpu_quota& now) {
       std::snprintf(text, sizeof text, "none");
     return std::string(text);
   };
-  log_info("fusion-train", node_label(st, node) + ": CPU quota now " + words(now) + " (was " + words(before) +
+  log_info("fusion-train", node_label(st, node) + ": CPU quota now " + words(kept) + " (was " + words(before) +
                                ") at step " + std::to_string(st.train.step) + ": the estimator follows");
 }
 
